@@ -1,0 +1,363 @@
+//! Preamble and frame encoding.
+
+use crate::error::{ErrorCode, ProtoError};
+use serde::{Deserialize, Serialize};
+use std::io::{ErrorKind, Read, Write};
+use std::time::Duration;
+
+/// First four bytes of a control connection.
+pub const MAGIC: [u8; 4] = *b"FBPF";
+/// First four bytes of a data connection (followed by a 16-byte cookie).
+pub const DATA_MAGIC: [u8; 4] = *b"FBPD";
+/// Control protocol version. Bump on any incompatible change.
+pub const PROTO_VERSION: u16 = 1;
+/// Largest frame either side accepts.
+pub const MAX_FRAME: usize = 1 << 20;
+/// The agent's default TCP (and UDP) port.
+pub const DEFAULT_PORT: u16 = 5301;
+
+/// The 8-byte preamble.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preamble {
+    pub version: u16,
+}
+
+impl Preamble {
+    pub fn encode(&self) -> [u8; 8] {
+        let v = self.version.to_be_bytes();
+        [MAGIC[0], MAGIC[1], MAGIC[2], MAGIC[3], v[0], v[1], 0, 0]
+    }
+}
+
+/// One control message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Msg {
+    /// Agent -> client, right after the preambles.
+    Hello {
+        fabperf_version: String,
+        auth_required: bool,
+        /// Hex nonce to authenticate against (present when auth is required).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nonce: Option<String>,
+        /// Test kinds this agent serves.
+        tests: Vec<String>,
+    },
+    /// Client -> agent: run this test.
+    Start {
+        test: String,
+        params: serde_json::Value,
+        fabperf_version: String,
+        /// Hex HMAC-SHA256 of the nonce (see [`crate::auth`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        auth: Option<String>,
+    },
+    /// Agent -> client: the test is accepted; test-specific setup info.
+    Accept { info: serde_json::Value },
+    /// Test-specific message, either direction.
+    Test { body: serde_json::Value },
+    /// Either direction: the request failed.
+    Error { code: ErrorCode, message: String },
+    /// Client -> agent: done, closing.
+    Bye,
+}
+
+impl Msg {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Msg::Hello { .. } => "hello",
+            Msg::Start { .. } => "start",
+            Msg::Accept { .. } => "accept",
+            Msg::Test { .. } => "test",
+            Msg::Error { .. } => "error",
+            Msg::Bye => "bye",
+        }
+    }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// Read exactly `buf.len()` bytes; map EOF and timeouts to protocol errors.
+pub(crate) fn read_full<R: Read>(
+    r: &mut R,
+    buf: &mut [u8],
+    what: &str,
+    timeout: Option<Duration>,
+) -> Result<(), ProtoError> {
+    let mut off = 0;
+    while off < buf.len() {
+        match r.read(&mut buf[off..]) {
+            Ok(0) => {
+                return Err(ProtoError::Closed {
+                    what: what.to_string(),
+                })
+            }
+            Ok(n) => off += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if is_timeout(&e) => {
+                return Err(ProtoError::Timeout {
+                    what: what.to_string(),
+                    waited: timeout.unwrap_or_default(),
+                })
+            }
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+                return Err(ProtoError::Closed {
+                    what: format!("{what} (connection reset)"),
+                })
+            }
+            Err(e) => return Err(ProtoError::io(format!("reading {what}"), e)),
+        }
+    }
+    Ok(())
+}
+
+pub fn write_preamble<W: Write>(w: &mut W) -> Result<(), ProtoError> {
+    w.write_all(
+        &Preamble {
+            version: PROTO_VERSION,
+        }
+        .encode(),
+    )
+    .map_err(|e| ProtoError::io("sending preamble", e))
+}
+
+/// Read and check the peer's preamble (magic and version).
+pub fn read_preamble<R: Read>(r: &mut R, timeout: Option<Duration>) -> Result<Preamble, ProtoError> {
+    let mut b = [0u8; 8];
+    read_full(r, &mut b[..4], "the peer's preamble", timeout)?;
+    if b[..4] != MAGIC {
+        return Err(ProtoError::BadMagic {
+            got: [b[0], b[1], b[2], b[3]],
+        });
+    }
+    read_full(r, &mut b[4..], "the peer's preamble", timeout)?;
+    let version = u16::from_be_bytes([b[4], b[5]]);
+    if version != PROTO_VERSION {
+        return Err(ProtoError::VersionMismatch {
+            local: PROTO_VERSION,
+            remote: version,
+        });
+    }
+    Ok(Preamble { version })
+}
+
+/// Encode one message as a frame.
+pub fn encode_frame(msg: &Msg) -> Result<Vec<u8>, ProtoError> {
+    let body = serde_json::to_vec(msg).map_err(|e| ProtoError::BadJson(e.to_string()))?;
+    if body.len() > MAX_FRAME {
+        return Err(ProtoError::FrameTooLarge {
+            len: body.len(),
+            max: MAX_FRAME,
+        });
+    }
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+pub fn write_frame<W: Write>(w: &mut W, msg: &Msg) -> Result<(), ProtoError> {
+    let f = encode_frame(msg)?;
+    w.write_all(&f)
+        .and_then(|_| w.flush())
+        .map_err(|e| match e.kind() {
+            ErrorKind::BrokenPipe | ErrorKind::ConnectionReset => ProtoError::Closed {
+                what: format!("sending {}", msg.kind()),
+            },
+            _ => ProtoError::io(format!("sending {}", msg.kind()), e),
+        })
+}
+
+/// Decode a frame body (the bytes after the length).
+pub fn decode_body(body: &[u8]) -> Result<Msg, ProtoError> {
+    if body.is_empty() {
+        return Err(ProtoError::EmptyFrame);
+    }
+    serde_json::from_slice(body).map_err(|e| ProtoError::BadJson(e.to_string()))
+}
+
+/// Read one frame. `timeout` is only used for the error message; the
+/// caller sets the socket's read timeout.
+pub fn read_frame<R: Read>(r: &mut R, timeout: Option<Duration>, what: &str) -> Result<Msg, ProtoError> {
+    let mut len = [0u8; 4];
+    read_full(r, &mut len, what, timeout)?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(ProtoError::FrameTooLarge {
+            len,
+            max: MAX_FRAME,
+        });
+    }
+    if len == 0 {
+        return Err(ProtoError::EmptyFrame);
+    }
+    let mut body = vec![0u8; len];
+    read_full(r, &mut body, what, timeout)?;
+    decode_body(&body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::io::Cursor;
+
+    fn all_msgs() -> Vec<Msg> {
+        vec![
+            Msg::Hello {
+                fabperf_version: "0.1.0".into(),
+                auth_required: true,
+                nonce: Some("00ff".into()),
+                tests: vec!["tcp-bw".into()],
+            },
+            Msg::Hello {
+                fabperf_version: "0.1.0".into(),
+                auth_required: false,
+                nonce: None,
+                tests: vec![],
+            },
+            Msg::Start {
+                test: "tcp-bw".into(),
+                params: json!({"streams": 2, "size": 131072}),
+                fabperf_version: "0.1.0".into(),
+                auth: None,
+            },
+            Msg::Accept {
+                info: json!({"cookie": "abc"}),
+            },
+            Msg::Test {
+                body: json!({"qpn": 17, "gid": "fe80::1"}),
+            },
+            Msg::Error {
+                code: ErrorCode::Busy,
+                message: "busy".into(),
+            },
+            Msg::Bye,
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in all_msgs() {
+            let f = encode_frame(&m).unwrap();
+            let back = read_frame(&mut Cursor::new(&f), None, "x").unwrap();
+            assert_eq!(m, back);
+        }
+    }
+
+    #[test]
+    fn stream_of_frames() {
+        let mut buf = Vec::new();
+        for m in all_msgs() {
+            write_frame(&mut buf, &m).unwrap();
+        }
+        let mut c = Cursor::new(buf);
+        for m in all_msgs() {
+            assert_eq!(read_frame(&mut c, None, "x").unwrap(), m);
+        }
+        assert!(matches!(
+            read_frame(&mut c, None, "x"),
+            Err(ProtoError::Closed { .. })
+        ));
+    }
+
+    #[test]
+    fn preamble_round_trip_and_checks() {
+        let mut buf = Vec::new();
+        write_preamble(&mut buf).unwrap();
+        assert_eq!(&buf[..4], b"FBPF");
+        assert_eq!(read_preamble(&mut Cursor::new(&buf), None).unwrap().version, PROTO_VERSION);
+
+        let other = Preamble { version: PROTO_VERSION + 1 }.encode();
+        match read_preamble(&mut Cursor::new(&other), None) {
+            Err(ProtoError::VersionMismatch { local, remote }) => {
+                assert_eq!(local, PROTO_VERSION);
+                assert_eq!(remote, PROTO_VERSION + 1);
+            }
+            r => panic!("{r:?}"),
+        }
+        let http = b"GET / HTTP/1.1\r\n";
+        assert!(matches!(
+            read_preamble(&mut Cursor::new(&http[..]), None),
+            Err(ProtoError::BadMagic { .. })
+        ));
+        assert!(matches!(
+            read_preamble(&mut Cursor::new(&b"FB"[..]), None),
+            Err(ProtoError::Closed { .. })
+        ));
+    }
+
+    #[test]
+    fn oversized_frame_rejected_before_allocation() {
+        let mut f = ((MAX_FRAME + 1) as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(b"{}");
+        assert!(matches!(
+            read_frame(&mut Cursor::new(f), None, "x"),
+            Err(ProtoError::FrameTooLarge { .. })
+        ));
+        let f = u32::MAX.to_be_bytes().to_vec();
+        assert!(matches!(
+            read_frame(&mut Cursor::new(f), None, "x"),
+            Err(ProtoError::FrameTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn empty_frame_rejected() {
+        let f = 0u32.to_be_bytes().to_vec();
+        assert!(matches!(
+            read_frame(&mut Cursor::new(f), None, "x"),
+            Err(ProtoError::EmptyFrame)
+        ));
+    }
+
+    #[test]
+    fn truncated_frame_is_closed() {
+        let mut f = encode_frame(&Msg::Bye).unwrap();
+        f.truncate(f.len() - 2);
+        assert!(matches!(
+            read_frame(&mut Cursor::new(f), None, "x"),
+            Err(ProtoError::Closed { .. })
+        ));
+        // Truncated inside the length prefix.
+        assert!(matches!(
+            read_frame(&mut Cursor::new(vec![0u8, 0]), None, "x"),
+            Err(ProtoError::Closed { .. })
+        ));
+    }
+
+    fn raw(body: &[u8]) -> Vec<u8> {
+        let mut f = (body.len() as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(body);
+        f
+    }
+
+    #[test]
+    fn malformed_bodies_rejected() {
+        for body in [
+            &b"not json"[..],
+            b"{\"type\":\"no_such_message\"}",
+            b"{\"no_type\":1}",
+            b"[1,2,3]",
+            b"{\"type\":\"start\"}",
+            b"\xff\xfe\xfd",
+            b"{\"type\":\"error\",\"code\":\"no_such_code\",\"message\":\"x\"}",
+        ] {
+            match read_frame(&mut Cursor::new(raw(body)), None, "x") {
+                Err(ProtoError::BadJson(_)) => {}
+                r => panic!("{:?} -> {r:?}", String::from_utf8_lossy(body)),
+            }
+        }
+    }
+
+    #[test]
+    fn error_codes_map() {
+        assert_eq!(ProtoError::EmptyFrame.code(), ErrorCode::BadFrame);
+        assert_eq!(
+            ProtoError::VersionMismatch { local: 1, remote: 2 }.code(),
+            ErrorCode::VersionMismatch
+        );
+    }
+}

@@ -1,0 +1,44 @@
+//! fabperf's control protocol.
+//!
+//! One TCP control connection per test. Both ends first send an 8-byte
+//! preamble (`FBPF`, protocol version u16 BE, reserved u16), then exchange
+//! frames: a u32 big-endian length followed by that many bytes of JSON
+//! encoding one [`Msg`]. Frames are bounded by [`MAX_FRAME`].
+//!
+//! Sequence:
+//!
+//! ```text
+//! client                                 agent
+//!   preamble  ------------------------>
+//!             <------------------------  preamble
+//!             <------------------------  Hello {auth_required, nonce}
+//!   Start {test, params, auth} ------->
+//!             <------------------------  Accept {info} | Error {code, message}
+//!   ... test-specific Test {body} frames in both directions ...
+//!             <------------------------  Test {body: results}
+//!   Bye       ------------------------>
+//! ```
+//!
+//! Data connections are separate sockets. TCP data connections go to the
+//! agent's same port and start with `FBPD` + a 16-byte cookie the agent
+//! handed out in `Accept`, so only one port has to be reachable (firewalls,
+//! Kubernetes Services). A test kind is a [`TestKind`] plug-in: the agent
+//! looks it up by name and hands it the control channel; the protocol code
+//! never changes when a kind is added.
+
+pub mod auth;
+mod control;
+pub mod cpu;
+mod error;
+mod frame;
+mod plugin;
+
+pub use control::{connect_test, resolve, ClientConfig, Control};
+pub use error::{ErrorCode, ProtoError};
+pub use frame::{
+    read_frame, read_preamble, write_frame, write_preamble, Msg, Preamble, DATA_MAGIC,
+    DEFAULT_PORT, MAGIC, MAX_FRAME, PROTO_VERSION,
+};
+pub use plugin::{
+    connect_data, Cookie, DataHub, DataWaiter, Limits, ServeCtx, ServeError, TestKind,
+};
