@@ -1,1 +1,69 @@
-fn main() {}
+//! `fabperf`: a thin clap layer over the fabperf libraries.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "fabperf",
+    version,
+    about = "What each network path of a cluster node really delivers: RDMA verbs, IPoIB, CNI, host",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the agent that clients test against (socket and RDMA tests on one port).
+    Server(cmd::server::Args),
+    /// TCP bandwidth: N streams, forward, reverse or bidirectional.
+    TcpBw(cmd::sock::TcpBwArgs),
+    /// TCP request/response latency (ping-pong).
+    TcpLat(cmd::sock::TcpLatArgs),
+    /// UDP bandwidth at a target rate, with loss, reordering and jitter.
+    UdpBw(cmd::sock::UdpBwArgs),
+    /// UDP request/response latency with loss-tolerant timeouts.
+    UdpLat(cmd::sock::UdpLatArgs),
+    /// RDMA verbs bandwidth (write, read, send), perftest-class.
+    RdmaBw(cmd::rdma::BwArgs),
+    /// RDMA verbs latency (write, send, read), perftest-class.
+    RdmaLat(cmd::rdma::LatArgs),
+    /// Run the quick default set of tests (against an in-process agent unless --peer).
+    Suite(cmd::suite::Args),
+    /// Inventory of this node's fabric: RDMA devices, ports, GIDs, netdevs, PCIe, node IP.
+    Detect(cmd::detect::DetectArgs),
+    /// Findings about this node's fabric, each with evidence and the fix.
+    Doctor(cmd::detect::DoctorArgs),
+    /// Kubernetes provisioning: manifests, device-plugin config, CNI values.
+    #[command(subcommand)]
+    K8s(cmd::k8s::K8sCmd),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Server(a) => cmd::server::run(a),
+        Cmd::TcpBw(a) => cmd::sock::run_tcp_bw(a),
+        Cmd::TcpLat(a) => cmd::sock::run_tcp_lat(a),
+        Cmd::UdpBw(a) => cmd::sock::run_udp_bw(a),
+        Cmd::UdpLat(a) => cmd::sock::run_udp_lat(a),
+        Cmd::RdmaBw(a) => cmd::rdma::run_bw(a),
+        Cmd::RdmaLat(a) => cmd::rdma::run_lat(a),
+        Cmd::Suite(a) => cmd::suite::run(a),
+        Cmd::Detect(a) => cmd::detect::run_detect(a),
+        Cmd::Doctor(a) => cmd::detect::run_doctor(a),
+        Cmd::K8s(c) => cmd::k8s::run(c),
+    };
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fabperf: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Options and output shared by the client commands (socket and RDMA tests).
+
+use anyhow::Context;
+use fabperf_proto::{ClientConfig, DEFAULT_PORT};
+use fabperf_results::{write_csv, write_json_lines, Record, Table};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How to reach the agent.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClientOpts {
+    /// Agent host: IP address or name (`fabperf server` must run there).
+    pub host: String,
+    /// Agent control port.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// File holding the agent's shared secret.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Seconds without progress after which the peer is declared dead.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    pub timeout: f64,
+}
+
+impl ClientOpts {
+    pub fn addr(&self) -> anyhow::Result<SocketAddr> {
+        Ok(fabperf_proto::resolve(&self.host, self.port)?)
+    }
+
+    pub fn config(&self) -> anyhow::Result<ClientConfig> {
+        if !(self.timeout.is_finite() && self.timeout > 0.0) {
+            anyhow::bail!("--timeout must be a positive number of seconds");
+        }
+        let token = match &self.token_file {
+            Some(p) => Some(fabperf_proto::auth::read_token_file(p).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
+        Ok(ClientConfig {
+            token,
+            timeout: Duration::from_secs_f64(self.timeout),
+        })
+    }
+}
+
+/// Output selection.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OutputOpts {
+    /// Print JSON Lines (one object per measurement) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write (append) the records as CSV to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+}
+
+/// Which human table to print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableStyle {
+    /// The generic summary table.
+    Summary,
+    /// perftest's bandwidth columns (Gb/sec, or MiB/sec when true).
+    PerftestBw { mib: bool },
+    /// perftest's latency columns.
+    PerftestLat,
+}
+
+/// Print records as JSON Lines or a table, and append CSV when asked.
+pub fn emit(records: &[Record], out: &OutputOpts, style: TableStyle) -> anyhow::Result<()> {
+    if let Some(path) = &out.csv {
+        let exists = path.metadata().map(|m| m.len() > 0).unwrap_or(false);
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening CSV file {}", path.display()))?;
+        write_csv(f, records, !exists)
+            .with_context(|| format!("writing CSV file {}", path.display()))?;
+    }
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    if out.json {
+        write_json_lines(&mut lock, records)?;
+    } else {
+        let t = match style {
+            TableStyle::Summary => Table::summary(records),
+            TableStyle::PerftestBw { mib } => Table::perftest_bw(records, mib),
+            TableStyle::PerftestLat => Table::perftest_lat(records),
+        };
+        lock.write_all(t.render().as_bytes())?;
+        for r in records {
+            for w in &r.warnings {
+                writeln!(lock, "warning: {} ({}): {w}", r.test, r.size)?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,10 @@
+//! One module per command group. Each exposes clap argument types and a
+//! `run*` function returning the process exit code.
+
+pub mod common;
+pub mod detect;
+pub mod k8s;
+pub mod rdma;
+pub mod server;
+pub mod sock;
+pub mod suite;

@@ -1,0 +1,6 @@
+use std::process::ExitCode;
+#[derive(clap::Args)]
+pub struct Args {}
+pub fn run(_: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("being built")
+}
