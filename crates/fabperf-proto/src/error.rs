@@ -49,7 +49,9 @@ pub enum ProtoError {
     Timeout { what: String, waited: Duration },
     #[error("the peer closed the connection while {what}")]
     Closed { what: String },
-    #[error("the peer is not a fabperf agent or client (first bytes {got:02x?}); check host and port")]
+    #[error(
+        "the peer is not a fabperf agent or client (first bytes {got:02x?}); check host and port"
+    )]
     BadMagic { got: [u8; 4] },
     #[error("protocol version mismatch: this side speaks v{local}, the peer v{remote}; run the same fabperf version on both ends")]
     VersionMismatch { local: u16, remote: u16 },

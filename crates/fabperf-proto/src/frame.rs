@@ -124,7 +124,10 @@ pub fn write_preamble<W: Write>(w: &mut W) -> Result<(), ProtoError> {
 }
 
 /// Read and check the peer's preamble (magic and version).
-pub fn read_preamble<R: Read>(r: &mut R, timeout: Option<Duration>) -> Result<Preamble, ProtoError> {
+pub fn read_preamble<R: Read>(
+    r: &mut R,
+    timeout: Option<Duration>,
+) -> Result<Preamble, ProtoError> {
     let mut b = [0u8; 8];
     read_full(r, &mut b[..4], "the peer's preamble", timeout)?;
     if b[..4] != MAGIC {
@@ -180,7 +183,11 @@ pub fn decode_body(body: &[u8]) -> Result<Msg, ProtoError> {
 
 /// Read one frame. `timeout` is only used for the error message; the
 /// caller sets the socket's read timeout.
-pub fn read_frame<R: Read>(r: &mut R, timeout: Option<Duration>, what: &str) -> Result<Msg, ProtoError> {
+pub fn read_frame<R: Read>(
+    r: &mut R,
+    timeout: Option<Duration>,
+    what: &str,
+) -> Result<Msg, ProtoError> {
     let mut len = [0u8; 4];
     read_full(r, &mut len, what, timeout)?;
     let len = u32::from_be_bytes(len) as usize;
@@ -268,9 +275,15 @@ mod tests {
         let mut buf = Vec::new();
         write_preamble(&mut buf).unwrap();
         assert_eq!(&buf[..4], b"FBPF");
-        assert_eq!(read_preamble(&mut Cursor::new(&buf), None).unwrap().version, PROTO_VERSION);
+        assert_eq!(
+            read_preamble(&mut Cursor::new(&buf), None).unwrap().version,
+            PROTO_VERSION
+        );
 
-        let other = Preamble { version: PROTO_VERSION + 1 }.encode();
+        let other = Preamble {
+            version: PROTO_VERSION + 1,
+        }
+        .encode();
         match read_preamble(&mut Cursor::new(&other), None) {
             Err(ProtoError::VersionMismatch { local, remote }) => {
                 assert_eq!(local, PROTO_VERSION);
@@ -356,7 +369,11 @@ mod tests {
     fn error_codes_map() {
         assert_eq!(ProtoError::EmptyFrame.code(), ErrorCode::BadFrame);
         assert_eq!(
-            ProtoError::VersionMismatch { local: 1, remote: 2 }.code(),
+            ProtoError::VersionMismatch {
+                local: 1,
+                remote: 2
+            }
+            .code(),
             ErrorCode::VersionMismatch
         );
     }

@@ -75,7 +75,10 @@ impl Limits {
         if n > self.max_streams {
             return Err(ServeError::new(
                 ErrorCode::LimitExceeded,
-                format!("{n} streams exceed the agent's limit of {}", self.max_streams),
+                format!(
+                    "{n} streams exceed the agent's limit of {}",
+                    self.max_streams
+                ),
             ));
         }
         Ok(())

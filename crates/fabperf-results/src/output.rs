@@ -72,7 +72,8 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
 fn csv_row(r: &Record) -> Vec<String> {
     let lat = r.lat_us.as_ref();
     let udp = r.udp.as_ref();
-    let l = |f: fn(&crate::LatencySummary) -> f64| lat.map(|s| f(s).to_string()).unwrap_or_default();
+    let l =
+        |f: fn(&crate::LatencySummary) -> f64| lat.map(|s| f(s).to_string()).unwrap_or_default();
     let u = |f: fn(&crate::UdpStats) -> String| udp.map(f).unwrap_or_default();
     vec![
         r.schema.to_string(),
@@ -224,11 +225,10 @@ impl Table {
                 Some(s) => format!("  [{s}]"),
                 None => r.test.clone(),
             };
-            let dirop = r
-                .op
-                .clone()
-                .or_else(|| r.direction.clone())
-                .unwrap_or_else(|| "-".into());
+            let dirop =
+                r.op.clone()
+                    .or_else(|| r.direction.clone())
+                    .unwrap_or_else(|| "-".into());
             let f2 = |v: Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
             let f3 = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());
             let f0 = |v: Option<f64>| v.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into());
@@ -333,9 +333,9 @@ impl Table {
 
 /// 1024 -> "1K", 1048576 -> "1M", 1500 -> "1500".
 pub fn human_size(n: u64) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{}M", n >> 20)
-    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
         format!("{}K", n >> 10)
     } else {
         n.to_string()

@@ -1,0 +1,451 @@
+//! The agent's handshake, errors and bounds, with small test kinds.
+
+use fabperf_agent::{Agent, AgentConfig, AgentHandle};
+use fabperf_proto::{
+    connect_data, connect_test, ClientConfig, ErrorCode, Limits, Msg, ProtoError, ServeCtx,
+    ServeError, TestKind, PROTO_VERSION,
+};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Echoes `params.n` back after an optional hold (to test `busy`).
+struct Echo {
+    hold: Arc<Mutex<Option<mpsc::Receiver<()>>>>,
+}
+
+impl TestKind for Echo {
+    fn name(&self) -> &'static str {
+        "echo"
+    }
+    fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
+        let n = params["n"]
+            .as_u64()
+            .ok_or_else(|| ServeError::bad_request("n must be a number"))?;
+        ctx.limits.check_memory(n, "echo buffer")?;
+        ctx.ctl.send(&Msg::Accept { info: json!({}) })?;
+        if params["hold"].as_bool() == Some(true) {
+            if let Some(rx) = self.hold.lock().unwrap().take() {
+                let _ = rx.recv_timeout(Duration::from_secs(20));
+            }
+        }
+        let v: serde_json::Value = ctx.ctl.recv_test("ping")?;
+        ctx.ctl.send_test(&json!({"n": n, "got": v}))?;
+        Ok(())
+    }
+}
+
+/// Reads all bytes of one data connection and reports the count.
+struct Sink;
+
+impl TestKind for Sink {
+    fn name(&self) -> &'static str {
+        "sink"
+    }
+    fn serve(&self, ctx: &mut ServeCtx<'_>, _params: serde_json::Value) -> Result<(), ServeError> {
+        let w = ctx.data.register(1);
+        ctx.ctl.send(&Msg::Accept {
+            info: json!({"cookie": w.cookie_hex()}),
+        })?;
+        let mut s = w.accept(ctx.limits.io_timeout)?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf)?;
+        ctx.ctl.send_test(&json!({"bytes": buf.len()}))?;
+        Ok(())
+    }
+}
+
+fn start(token: Option<&[u8]>, io_timeout: Duration) -> (AgentHandle, mpsc::Sender<()>) {
+    let (tx, rx) = mpsc::channel();
+    let agent = Agent::bind(AgentConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        token: token.map(|t| t.to_vec()),
+        insecure: false,
+        limits: Limits {
+            io_timeout,
+            max_memory: 1000,
+            ..Limits::default()
+        },
+        kinds: vec![
+            Box::new(Echo {
+                hold: Arc::new(Mutex::new(Some(rx))),
+            }),
+            Box::new(Sink),
+        ],
+        quiet: true,
+    })
+    .unwrap();
+    (agent.spawn(), tx)
+}
+
+fn cfg(token: Option<&[u8]>) -> ClientConfig {
+    ClientConfig {
+        token: token.map(|t| t.to_vec()),
+        timeout: Duration::from_secs(5),
+    }
+}
+
+fn echo_once(addr: SocketAddr, c: &ClientConfig) -> Result<serde_json::Value, ProtoError> {
+    let (mut ctl, _) = connect_test(addr, c, "echo", json!({"n": 7}))?;
+    ctl.send_test(&json!("hi"))?;
+    let v: serde_json::Value = ctl.recv_test("echo reply")?;
+    ctl.send(&Msg::Bye)?;
+    Ok(v)
+}
+
+#[test]
+fn happy_path() {
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    let v = echo_once(h.addr(), &cfg(None)).unwrap();
+    assert_eq!(v, json!({"n": 7, "got": "hi"}));
+}
+
+#[test]
+fn unknown_test_is_refused_with_the_list() {
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    let err = connect_test(h.addr(), &cfg(None), "nope", json!({})).unwrap_err();
+    match err {
+        ProtoError::Remote { code, message } => {
+            assert_eq!(code, ErrorCode::UnknownTest);
+            assert!(
+                message.contains("echo") && message.contains("sink"),
+                "{message}"
+            );
+        }
+        e => panic!("{e:?}"),
+    }
+    // The agent keeps serving.
+    echo_once(h.addr(), &cfg(None)).unwrap();
+}
+
+#[test]
+fn unknown_test_refused_by_agent_too() {
+    // A client that skips its own check still gets the agent's refusal.
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    let mut s = TcpStream::connect(h.addr()).unwrap();
+    s.write_all(
+        &fabperf_proto::Preamble {
+            version: PROTO_VERSION,
+        }
+        .encode(),
+    )
+    .unwrap();
+    let mut pre = [0u8; 8];
+    s.read_exact(&mut pre).unwrap();
+    let _hello = fabperf_proto::read_frame(&mut s, None, "hello").unwrap();
+    fabperf_proto::write_frame(
+        &mut s,
+        &Msg::Start {
+            test: "nope".into(),
+            params: json!({}),
+            fabperf_version: "x".into(),
+            auth: None,
+        },
+    )
+    .unwrap();
+    match fabperf_proto::read_frame(&mut s, None, "reply").unwrap() {
+        Msg::Error { code, .. } => assert_eq!(code, ErrorCode::UnknownTest),
+        m => panic!("{m:?}"),
+    }
+}
+
+#[test]
+fn bad_request_and_limit_are_reported() {
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    let e = connect_test(h.addr(), &cfg(None), "echo", json!({"n": "x"})).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ProtoError::Remote {
+                code: ErrorCode::BadRequest,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = connect_test(h.addr(), &cfg(None), "echo", json!({"n": 5000})).unwrap_err();
+    match e {
+        ProtoError::Remote { code, message } => {
+            assert_eq!(code, ErrorCode::LimitExceeded);
+            assert!(message.contains("--max-memory"), "{message}");
+        }
+        e => panic!("{e:?}"),
+    }
+}
+
+#[test]
+fn version_mismatch_both_sides() {
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    let mut s = TcpStream::connect(h.addr()).unwrap();
+    s.write_all(
+        &fabperf_proto::Preamble {
+            version: PROTO_VERSION + 7,
+        }
+        .encode(),
+    )
+    .unwrap();
+    // The agent answers with its own preamble (so the client can tell the
+    // versions apart) and an error frame.
+    let mut pre = [0u8; 8];
+    s.read_exact(&mut pre).unwrap();
+    assert_eq!(&pre[..4], b"FBPF");
+    assert_eq!(u16::from_be_bytes([pre[4], pre[5]]), PROTO_VERSION);
+    match fabperf_proto::read_frame(&mut s, None, "error").unwrap() {
+        Msg::Error { code, message } => {
+            assert_eq!(code, ErrorCode::VersionMismatch);
+            assert!(
+                message.contains(&format!("v{}", PROTO_VERSION + 7)),
+                "{message}"
+            );
+        }
+        m => panic!("{m:?}"),
+    }
+    echo_once(h.addr(), &cfg(None)).unwrap();
+}
+
+#[test]
+fn client_reports_agent_version_mismatch() {
+    // A fake agent that speaks a newer version.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(&fabperf_proto::Preamble { version: 99 }.encode())
+            .unwrap();
+        let mut b = [0u8; 8];
+        let _ = s.read_exact(&mut b);
+    });
+    let e = connect_test(addr, &cfg(None), "echo", json!({})).unwrap_err();
+    assert!(
+        matches!(e, ProtoError::VersionMismatch { remote: 99, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("same fabperf version"));
+    t.join().unwrap();
+}
+
+#[test]
+fn not_fabperf_peer() {
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    let mut s = TcpStream::connect(h.addr()).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.contains("fabperf protocol only"), "{out}");
+
+    // And a client talking to something that is not an agent.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(b"SSH-2.0-OpenSSH_9.2\r\n").unwrap();
+    });
+    let e = connect_test(addr, &cfg(None), "echo", json!({})).unwrap_err();
+    assert!(matches!(e, ProtoError::BadMagic { .. }), "{e:?}");
+    t.join().unwrap();
+}
+
+#[test]
+fn bad_frame_after_hello() {
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    for junk in [
+        &[0u8, 0, 0, 3, b'x', b'y', b'z'][..],
+        &[0xff, 0xff, 0xff, 0xff][..],
+        &[0, 0, 0, 0][..],
+    ] {
+        let mut s = TcpStream::connect(h.addr()).unwrap();
+        s.write_all(
+            &fabperf_proto::Preamble {
+                version: PROTO_VERSION,
+            }
+            .encode(),
+        )
+        .unwrap();
+        let mut pre = [0u8; 8];
+        s.read_exact(&mut pre).unwrap();
+        let _hello = fabperf_proto::read_frame(&mut s, None, "hello").unwrap();
+        s.write_all(junk).unwrap();
+        match fabperf_proto::read_frame(&mut s, None, "reply") {
+            Ok(Msg::Error { code, .. }) => assert_eq!(code, ErrorCode::BadFrame),
+            r => panic!("{junk:?}: {r:?}"),
+        }
+    }
+    echo_once(h.addr(), &cfg(None)).unwrap();
+}
+
+#[test]
+fn busy_agent_refuses_second_client() {
+    let (h, tx) = start(None, Duration::from_secs(10));
+    let addr = h.addr();
+    let (mut first, _) =
+        connect_test(addr, &cfg(None), "echo", json!({"n": 1, "hold": true})).unwrap();
+    let e = connect_test(addr, &cfg(None), "echo", json!({"n": 1})).unwrap_err();
+    match e {
+        ProtoError::Remote { code, message } => {
+            assert_eq!(code, ErrorCode::Busy);
+            assert!(
+                message.contains("echo") && message.contains("retry"),
+                "{message}"
+            );
+        }
+        e => panic!("{e:?}"),
+    }
+    tx.send(()).unwrap();
+    first.send_test(&json!(1)).unwrap();
+    let _: serde_json::Value = first.recv_test("reply").unwrap();
+    drop(first);
+    // Free again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match echo_once(addr, &cfg(None)) {
+            Ok(_) => break,
+            Err(ProtoError::Remote {
+                code: ErrorCode::Busy,
+                ..
+            }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}
+
+#[test]
+fn auth_required_failed_ok() {
+    let (h, _tx) = start(Some(b"s3cret"), Duration::from_secs(5));
+    let e = connect_test(h.addr(), &cfg(None), "echo", json!({"n": 1})).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ProtoError::Remote {
+                code: ErrorCode::AuthRequired,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = connect_test(h.addr(), &cfg(Some(b"wrong")), "echo", json!({"n": 1})).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ProtoError::Remote {
+                code: ErrorCode::AuthFailed,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    echo_once(h.addr(), &cfg(Some(b"s3cret"))).unwrap();
+}
+
+#[test]
+fn non_loopback_needs_token_or_insecure() {
+    let mk = |token: Option<Vec<u8>>, insecure| AgentConfig {
+        bind: "0.0.0.0:0".parse().unwrap(),
+        token,
+        insecure,
+        limits: Limits::default(),
+        kinds: vec![],
+        quiet: true,
+    };
+    let e = Agent::bind(mk(None, false)).err().unwrap();
+    assert!(
+        e.contains("--token-file") && e.contains("--insecure"),
+        "{e}"
+    );
+    Agent::bind(mk(Some(b"t".to_vec()), false)).unwrap();
+    Agent::bind(mk(None, true)).unwrap();
+}
+
+#[test]
+fn port_in_use_is_explained() {
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    let e = Agent::bind(AgentConfig {
+        bind: h.addr(),
+        token: None,
+        insecure: false,
+        limits: Limits::default(),
+        kinds: vec![],
+        quiet: true,
+    })
+    .err()
+    .unwrap();
+    assert!(e.contains("--port"), "{e}");
+}
+
+#[test]
+fn stalled_client_is_dropped_and_next_served() {
+    let (h, _tx) = start(None, Duration::from_millis(500));
+    // Connects and says nothing.
+    let mut silent = TcpStream::connect(h.addr()).unwrap();
+    // Starts a test and then stalls inside it.
+    let (_stalled, _) = connect_test(h.addr(), &cfg(None), "echo", json!({"n": 1})).unwrap();
+    // The agent gives up on both within its timeout and serves the next.
+    let t0 = Instant::now();
+    loop {
+        match echo_once(h.addr(), &cfg(None)) {
+            Ok(_) => break,
+            Err(ProtoError::Remote {
+                code: ErrorCode::Busy,
+                ..
+            }) => {
+                assert!(t0.elapsed() < Duration::from_secs(10), "agent stayed busy");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    silent
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(silent.read(&mut b).unwrap_or(0), 0, "silent client closed");
+}
+
+#[test]
+fn client_times_out_on_stalled_agent() {
+    // A listener that accepts and never answers.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let keep = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        drop(s);
+    });
+    let c = ClientConfig {
+        token: None,
+        timeout: Duration::from_millis(300),
+    };
+    let t0 = Instant::now();
+    let e = connect_test(addr, &c, "echo", json!({})).unwrap_err();
+    assert!(matches!(e, ProtoError::Timeout { .. }), "{e:?}");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    keep.join().unwrap();
+}
+
+#[test]
+fn data_connections_are_routed_by_cookie() {
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    let (mut ctl, info) = connect_test(h.addr(), &cfg(None), "sink", json!({})).unwrap();
+    // A wrong cookie is dropped.
+    let mut bad = connect_data(
+        h.addr(),
+        "00112233445566778899aabbccddeeff",
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    bad.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(bad.read(&mut b).unwrap_or(0), 0);
+    let mut d = connect_data(
+        h.addr(),
+        info["cookie"].as_str().unwrap(),
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    d.write_all(&[7u8; 12345]).unwrap();
+    drop(d);
+    let v: serde_json::Value = ctl.recv_test("sink result").unwrap();
+    assert_eq!(v["bytes"], 12345);
+}
