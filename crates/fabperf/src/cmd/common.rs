@@ -97,3 +97,45 @@ pub fn emit(records: &[Record], out: &OutputOpts, style: TableStyle) -> anyhow::
     }
     Ok(())
 }
+
+/// Parse a byte count with an optional binary suffix: `65536`, `64K`, `8M`, `2G`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let suf = t[i..].to_ascii_lowercase();
+            let m: u64 = match suf.as_str() {
+                "k" | "kb" | "kib" => 1 << 10,
+                "m" | "mb" | "mib" => 1 << 20,
+                "g" | "gb" | "gib" => 1 << 30,
+                "t" | "tb" | "tib" => 1 << 40,
+                "b" => 1,
+                _ => return Err(format!("unknown size suffix in {s:?}; use K, M, G or T")),
+            };
+            (&t[..i], m)
+        }
+        None => (t, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 65536, 64K, 8M)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("65536").unwrap(), 65536);
+        assert_eq!(parse_bytes("64K").unwrap(), 65536);
+        assert_eq!(parse_bytes("8m").unwrap(), 8 << 20);
+        assert_eq!(parse_bytes("2GiB").unwrap(), 2 << 30);
+        assert!(parse_bytes("12Q").is_err());
+        assert!(parse_bytes("x").is_err());
+        assert!(parse_bytes("99999999999T").is_err());
+    }
+}

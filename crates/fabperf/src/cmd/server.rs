@@ -1,6 +1,94 @@
+//! `fabperf server`: the agent.
+
+use super::common::parse_bytes;
+use anyhow::Context;
+use fabperf_agent::{Agent, AgentConfig};
+use fabperf_proto::{Limits, TestKind, DEFAULT_PORT};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
-#[derive(clap::Args)]
-pub struct Args {}
-pub fn run(_: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("being built")
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Address to listen on. A non-loopback address needs --token-file or --insecure.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: IpAddr,
+    /// TCP port for control and data connections; UDP tests use the same number.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// File holding the shared secret clients must prove they know.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Serve anyone who can reach the port (no shared secret) on a non-loopback address.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Longest test a client may request, seconds.
+    #[arg(long, default_value_t = 3600, value_name = "SECS")]
+    pub max_duration: u64,
+    /// Most memory one request may make the agent allocate (e.g. 512M, 2G).
+    #[arg(long, default_value = "2G", value_parser = parse_bytes, value_name = "BYTES")]
+    pub max_memory: u64,
+    /// Most streams or queue pairs per test.
+    #[arg(long, default_value_t = 128)]
+    pub max_streams: u32,
+    /// Seconds without progress from a client before the agent drops it.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    pub timeout: f64,
+    /// RDMA device the agent uses (default: chosen per test by rule).
+    #[arg(long, value_name = "NAME")]
+    pub rdma_device: Option<String>,
+    /// RDMA port of that device.
+    #[arg(long, value_name = "N")]
+    pub rdma_ib_port: Option<u8>,
+    /// GID index the agent uses (default: RoCE v2 + IPv4 by rule).
+    #[arg(long, value_name = "N")]
+    pub rdma_gid_index: Option<u32>,
+    /// No log lines on stderr.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// Every test kind this build serves.
+pub fn all_kinds(rdma: RdmaOpts) -> Vec<Box<dyn TestKind>> {
+    // The socket and RDMA engines register here as they land.
+    let _ = rdma;
+    Vec::new()
+}
+
+/// Agent-side RDMA selection (mirrors fabperf_rdma::AgentRdmaOpts).
+pub struct RdmaOpts {
+    pub device: Option<String>,
+    pub ib_port: Option<u8>,
+    pub gid_index: Option<u32>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if !(a.timeout.is_finite() && a.timeout > 0.0) {
+        anyhow::bail!("--timeout must be a positive number of seconds");
+    }
+    let token = match &a.token_file {
+        Some(p) => Some(fabperf_proto::auth::read_token_file(p).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let cfg = AgentConfig {
+        bind: SocketAddr::new(a.bind, a.port),
+        token,
+        insecure: a.insecure,
+        limits: Limits {
+            max_duration: Duration::from_secs(a.max_duration),
+            max_memory: a.max_memory,
+            io_timeout: Duration::from_secs_f64(a.timeout),
+            max_streams: a.max_streams,
+        },
+        kinds: all_kinds(RdmaOpts {
+            device: a.rdma_device,
+            ib_port: a.rdma_ib_port,
+            gid_index: a.rdma_gid_index,
+        }),
+        quiet: a.quiet,
+    };
+    let agent = Agent::bind(cfg).map_err(anyhow::Error::msg).context("starting the agent")?;
+    agent.run();
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# fabperf's whole test suite. Run after ./ci/install-deps.sh (or ./install.sh).
+#   ./ci/test.sh            # everything: lint, unit + loopback tests, manifests, soft-RoCE guest
+#   ./ci/test.sh --no-vm    # skip the soft-RoCE QEMU guest (about 10 minutes under TCG)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+VM=1
+for a in "$@"; do
+  case "$a" in
+    --no-vm) VM=0 ;;
+    *) echo "usage: $0 [--no-vm]" >&2; exit 2 ;;
+  esac
+done
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo test --workspace"
+cargo test --workspace --locked
+step "Kubernetes manifests against upstream schemas"
+./ci/k8s-validate.sh
+if [ "$VM" = 1 ]; then
+  step "soft-RoCE guest: RDMA tests and fabperf vs perftest"
+  ./sim/softroce.sh
+fi
+step "all tests passed"
