@@ -1,1 +1,16 @@
-//! placeholder until the owning work lands
+//! fabperf on Kubernetes: from a small TOML plan to typed, schema-valid
+//! manifests — one agent DaemonSet per network path (host, pod, service,
+//! IPoIB, RoCE), Multus NetworkAttachmentDefinitions, the RDMA shared device
+//! plugin config (ConfigMap and network-operator NicClusterPolicy) and Helm
+//! values for the primary CNI.
+
+pub mod cidr;
+pub mod cni;
+pub mod crd;
+pub mod detect;
+pub mod objects;
+pub mod plan;
+pub mod render;
+
+pub use plan::{load_plan, parse_plan, PathKind, Plan, PlanError, PlanErrors};
+pub use render::{render, write_files, Rendered, RenderedFile};

@@ -1,10 +1,150 @@
-// Temporary: replaced by the k8s work (issue 5).
+//! `fabperf k8s`: render manifests, device-plugin config and CNI values.
+
+use anyhow::{bail, Context, Result};
+use fabperf_k8s::crd::{RdmaResourceConfig, RdmaSharedConfig};
+use fabperf_k8s::detect::DetectReport;
+use fabperf_k8s::plan::{selectors_from_detect, OperatorPlan, DEFAULT_OPERATOR_REPOSITORY, DEFAULT_OPERATOR_VERSION};
+use fabperf_k8s::render::{self, device_plugin_files};
+use std::path::PathBuf;
 use std::process::ExitCode;
+
 #[derive(clap::Subcommand)]
 pub enum K8sCmd {
-    /// Render manifests.
-    Render,
+    /// Render manifests from a TOML plan: namespace, agent DaemonSets and Services
+    /// per path, NetworkAttachmentDefinitions, device plugin config, CNI Helm values.
+    Render(RenderArgs),
+    /// Print the RDMA shared device plugin config for the NICs in `fabperf detect --json` files.
+    DevicePluginConfig(DevicePluginArgs),
 }
-pub fn run(_: K8sCmd) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("k8s is being built")
+
+#[derive(clap::Args)]
+pub struct RenderArgs {
+    /// The plan (TOML). See examples/two-node-roce-ipoib.toml.
+    #[arg(long, value_name = "FILE")]
+    plan: PathBuf,
+    /// Write one YAML file per concern into DIR (CNI values into DIR/cni/);
+    /// without it, print everything to stdout as one multi-document stream.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Write the device plugin config (config.json, ConfigMap, NicClusterPolicy)
+    /// into DIR. Default: DIR/device-plugin/ under --out.
+    #[arg(long, value_name = "DIR", requires = "out")]
+    device_plugin_out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DpFormat {
+    /// The plugin's config.json.
+    Json,
+    /// ConfigMap `rdma-devices` in kube-system.
+    Configmap,
+    /// NVIDIA network-operator NicClusterPolicy.
+    NicClusterPolicy,
+}
+
+#[derive(clap::Args)]
+pub struct DevicePluginArgs {
+    /// A `fabperf detect --json` report; repeat for every node.
+    #[arg(long, value_name = "FILE", required = true)]
+    detect: Vec<PathBuf>,
+    /// Extended resource the pods request, PREFIX/NAME.
+    #[arg(long, default_value = "rdma/rdma_shared_device_a")]
+    resource: String,
+    /// Only the RDMA devices behind these netdevs (adds an ifNames selector).
+    #[arg(long = "if-name", value_name = "NETDEV")]
+    if_names: Vec<String>,
+    /// How many pods may share one device.
+    #[arg(long, default_value_t = 1000)]
+    rdma_hca_max: u32,
+    #[arg(long, value_enum, default_value = "json")]
+    format: DpFormat,
+    /// network-operator image repository (for --format nic-cluster-policy).
+    #[arg(long, default_value = DEFAULT_OPERATOR_REPOSITORY)]
+    operator_repository: String,
+    /// network-operator component version (for --format nic-cluster-policy).
+    #[arg(long, default_value = DEFAULT_OPERATOR_VERSION)]
+    operator_version: String,
+}
+
+pub fn run(cmd: K8sCmd) -> Result<ExitCode> {
+    match cmd {
+        K8sCmd::Render(a) => run_render(a),
+        K8sCmd::DevicePluginConfig(a) => run_device_plugin(a),
+    }
+}
+
+fn run_render(a: RenderArgs) -> Result<ExitCode> {
+    let plan = fabperf_k8s::load_plan(&a.plan)?;
+    let rendered = fabperf_k8s::render(&plan)?;
+    match &a.out {
+        None => {
+            let mut all = rendered.manifests.clone();
+            all.extend(rendered.device_plugin.iter().cloned().map(|mut f| {
+                f.rel_path = format!("device-plugin/{}", f.rel_path);
+                f
+            }));
+            print!("{}", render::concat(&all));
+        }
+        Some(out) => {
+            let dp_dir = a.device_plugin_out.clone().unwrap_or_else(|| out.join("device-plugin"));
+            let mut removed = render::write_files(out, &rendered.manifests)?;
+            if !rendered.device_plugin.is_empty() {
+                removed.extend(render::write_files(&dp_dir, &rendered.device_plugin)?);
+            }
+            for f in &rendered.manifests {
+                eprintln!("wrote {}", out.join(&f.rel_path).display());
+            }
+            for f in &rendered.device_plugin {
+                eprintln!("wrote {}", dp_dir.join(&f.rel_path).display());
+            }
+            for r in removed {
+                eprintln!("removed stale {r}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_device_plugin(a: DevicePluginArgs) -> Result<ExitCode> {
+    let Some((prefix, name)) = a.resource.split_once('/') else {
+        bail!("--resource {:?} must be PREFIX/NAME, e.g. rdma/rdma_shared_device_a", a.resource);
+    };
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        bail!("--resource name {name:?} may only hold letters, digits and '_'");
+    }
+    if a.rdma_hca_max == 0 {
+        bail!("--rdma-hca-max must be at least 1");
+    }
+    let mut reports = Vec::new();
+    for p in &a.detect {
+        reports.push(DetectReport::load(p)?);
+    }
+    let named: Vec<(&str, &DetectReport)> = reports.iter().map(|r| (r.hostname.as_str(), r)).collect();
+    let selectors = selectors_from_detect(&named, &a.if_names)
+        .map_err(anyhow::Error::msg)
+        .context("cannot derive device plugin selectors")?;
+    let config = RdmaSharedConfig {
+        periodic_update_interval: 300,
+        config_list: vec![RdmaResourceConfig {
+            resource_name: name.into(),
+            resource_prefix: prefix.into(),
+            rdma_hca_max: a.rdma_hca_max,
+            selectors,
+        }],
+    };
+    let op = OperatorPlan { repository: a.operator_repository, version: a.operator_version };
+    match a.format {
+        DpFormat::Json => print!("{}", config.to_json()),
+        DpFormat::Configmap | DpFormat::NicClusterPolicy => {
+            let files = device_plugin_files(&config, &op, false, false, "fabperf k8s device-plugin-config")?;
+            let want = if matches!(a.format, DpFormat::Configmap) {
+                "rdma-devices-configmap.yaml"
+            } else {
+                "nic-cluster-policy.yaml"
+            };
+            let f = files.iter().find(|f| f.rel_path == want).expect("rendered");
+            print!("{}", f.content);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,179 @@
+//! Helm values for the primary CNI that pin the fast interface, choose the
+//! encapsulation and set the MTU (underlay MTU minus the encapsulation
+//! overhead: VXLAN/Geneve 50, IP-in-IP 20, WireGuard 60 on IPv4).
+
+use crate::plan::{CniKind, CniPlan, Encap};
+use serde_json::{json, Value};
+
+/// Escape a literal interface name for a regular expression (Calico's
+/// `nodeAddressAutodetectionV4.interface` is a regex).
+fn regex_literal(s: &str) -> String {
+    let mut out = String::from("^");
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('$');
+    out
+}
+
+/// The values document and the header lines that explain it.
+pub fn values(cni: CniKind, p: &CniPlan) -> (Value, Vec<String>) {
+    let pod_mtu = p.pod_mtu();
+    let e = p.encapsulation;
+    let mut notes = vec![format!(
+        "underlay {} MTU {}, encapsulation {} (overhead {} B) -> pod MTU {pod_mtu}",
+        p.interface,
+        p.underlay_mtu,
+        e.name(),
+        e.overhead()
+    )];
+    let v = match cni {
+        CniKind::Antrea => {
+            notes.push("helm repo add antrea https://charts.antrea.io".into());
+            notes.push("helm install antrea antrea/antrea --namespace kube-system -f antrea-values.yaml".into());
+            let (mode, tunnel, encryption) = match e {
+                Encap::None => ("noEncap", None, "none"),
+                Encap::Vxlan => ("encap", Some("vxlan"), "none"),
+                Encap::Geneve => ("encap", Some("geneve"), "none"),
+                // WireGuard acts as the tunnel; tunnelType is ignored then.
+                Encap::Wireguard => ("encap", None, "wireGuard"),
+                Encap::Ipip => unreachable!("rejected by plan validation"),
+            };
+            let mut v = json!({
+                "transportInterface": p.interface,
+                "trafficEncapMode": mode,
+                "trafficEncryptionMode": encryption,
+                "defaultMTU": pod_mtu,
+            });
+            if let Some(t) = tunnel {
+                v["tunnelType"] = json!(t);
+            }
+            v
+        }
+        CniKind::Calico => {
+            notes.push("helm repo add projectcalico https://docs.tigera.io/calico/charts".into());
+            notes.push("helm install calico projectcalico/tigera-operator --namespace tigera-operator --create-namespace -f calico-values.yaml".into());
+            let encap = match e {
+                Encap::None => "None",
+                Encap::Vxlan => "VXLAN",
+                Encap::Ipip => "IPIP",
+                Encap::Geneve | Encap::Wireguard => unreachable!("rejected by plan validation"),
+            };
+            // IPIP and unencapsulated pools route with BGP; VXLAN needs none.
+            let bgp = if e == Encap::Vxlan { "Disabled" } else { "Enabled" };
+            json!({
+                "installation": {
+                    "enabled": true,
+                    "calicoNetwork": {
+                        "bgp": bgp,
+                        "mtu": pod_mtu,
+                        "nodeAddressAutodetectionV4": { "interface": regex_literal(&p.interface) },
+                        "ipPools": [{
+                            "name": "default-ipv4-ippool",
+                            "cidr": p.pod_cidr.to_string(),
+                            "blockSize": 26,
+                            "encapsulation": encap,
+                            "natOutgoing": "Enabled",
+                            "nodeSelector": "all()",
+                        }],
+                    },
+                },
+            })
+        }
+        CniKind::Cilium => {
+            notes.push("Cilium's MTU value is the underlay MTU; Cilium itself subtracts the tunnel".into());
+            notes.push(format!("or WireGuard overhead for pod routes (here: {pod_mtu})"));
+            notes.push("helm repo add cilium https://helm.cilium.io".into());
+            notes.push("helm install cilium cilium/cilium --namespace kube-system -f cilium-values.yaml".into());
+            let mut v = json!({
+                "devices": [p.interface],
+                "MTU": p.underlay_mtu,
+                "ipam": {"operator": {"clusterPoolIPv4PodCIDRList": [p.pod_cidr.to_string()]}},
+            });
+            match e {
+                Encap::Vxlan | Encap::Geneve => {
+                    v["routingMode"] = json!("tunnel");
+                    v["tunnelProtocol"] = json!(e.name());
+                }
+                Encap::None | Encap::Wireguard => {
+                    v["routingMode"] = json!("native");
+                    v["autoDirectNodeRoutes"] = json!(true);
+                    v["ipv4NativeRoutingCIDR"] = json!(p.pod_cidr.to_string());
+                    if e == Encap::Wireguard {
+                        v["encryption"] = json!({"enabled": true, "type": "wireguard"});
+                    }
+                }
+                Encap::Ipip => unreachable!("rejected by plan validation"),
+            }
+            v
+        }
+        CniKind::Flannel => {
+            notes.push("helm repo add flannel https://flannel-io.github.io/flannel/".into());
+            notes.push("helm install flannel flannel/flannel --namespace kube-flannel --create-namespace -f flannel-values.yaml".into());
+            let backend = match e {
+                Encap::None => "host-gw",
+                Encap::Vxlan => "vxlan",
+                Encap::Wireguard => "wireguard",
+                Encap::Geneve | Encap::Ipip => unreachable!("rejected by plan validation"),
+            };
+            let mut flannel = json!({
+                "args": ["--ip-masq", "--kube-subnet-mgr", format!("--iface={}", p.interface)],
+                "backend": backend,
+            });
+            // flannel.mtu applies to the vxlan and wireguard backends only.
+            if e != Encap::None {
+                flannel["mtu"] = json!(pod_mtu);
+            }
+            json!({ "podCidr": p.pod_cidr.to_string(), "flannel": flannel })
+        }
+    };
+    (v, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(e: Encap) -> CniPlan {
+        CniPlan {
+            plugins: CniKind::ALL.to_vec(),
+            interface: "ens1f0np0".into(),
+            underlay_mtu: 9000,
+            encapsulation: e,
+            pod_cidr: "10.244.0.0/16".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn mtu_is_underlay_minus_overhead() {
+        let (a, _) = values(CniKind::Antrea, &plan(Encap::Geneve));
+        assert_eq!(a["defaultMTU"], 8950);
+        assert_eq!(a["tunnelType"], "geneve");
+        assert_eq!(a["transportInterface"], "ens1f0np0");
+        let (c, _) = values(CniKind::Calico, &plan(Encap::Ipip));
+        assert_eq!(c["installation"]["calicoNetwork"]["mtu"], 8980);
+        assert_eq!(c["installation"]["calicoNetwork"]["ipPools"][0]["encapsulation"], "IPIP");
+        assert_eq!(c["installation"]["calicoNetwork"]["nodeAddressAutodetectionV4"]["interface"], "^ens1f0np0$");
+        let (f, _) = values(CniKind::Flannel, &plan(Encap::Wireguard));
+        assert_eq!(f["flannel"]["mtu"], 8940);
+        assert_eq!(f["flannel"]["backend"], "wireguard");
+        let (f, _) = values(CniKind::Flannel, &plan(Encap::None));
+        assert_eq!(f["flannel"]["backend"], "host-gw");
+        assert!(f["flannel"].get("mtu").is_none());
+        let (ci, notes) = values(CniKind::Cilium, &plan(Encap::Vxlan));
+        assert_eq!(ci["MTU"], 9000);
+        assert_eq!(ci["routingMode"], "tunnel");
+        assert!(notes.iter().any(|n| n.contains("8950")));
+        let (ci, _) = values(CniKind::Cilium, &plan(Encap::None));
+        assert_eq!(ci["routingMode"], "native");
+        assert_eq!(ci["ipv4NativeRoutingCIDR"], "10.244.0.0/16");
+    }
+
+    #[test]
+    fn regex_escapes_dots() {
+        assert_eq!(regex_literal("bond0.100"), "^bond0\\.100$");
+    }
+}
