@@ -573,7 +573,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         (None, None) => None,
     };
 
-    let device_plugin = if paths.contains(&PathKind::Roce) || raw.device_plugin.is_some() {
+    let device_plugin = if (paths.contains(&PathKind::Roce) && roce.is_some()) || raw.device_plugin.is_some() {
         check_device_plugin(cx, raw.device_plugin.as_ref(), &rdma_resource, roce.as_ref(), &detects)
     } else {
         None

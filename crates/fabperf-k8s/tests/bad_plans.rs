@@ -1,0 +1,140 @@
+//! Bad plans fail with FILE:LINE:COL and a message that says what to do.
+
+use fabperf_k8s::plan::{parse_plan, PlanErrors};
+use std::path::{Path, PathBuf};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+const BASE: &str = r#"namespace = "fabperf"
+image = "registry.example.com/fabperf:1"
+paths = ["host", "pod", "ipoib", "roce"]
+token = "0123456789abcdef0123"
+
+[ipoib]
+master = "ib0"
+range = "192.168.150.0/24"
+
+[roce]
+netdev = "ens1f0np0"
+range = "192.168.160.0/24"
+"#;
+
+fn errs(text: &str) -> PlanErrors {
+    parse_plan(text, "plan.toml", &examples()).expect_err("the plan must be rejected")
+}
+
+/// Exactly one error, at the given line, whose message contains `needle`.
+fn one_error(text: &str, line: usize, needle: &str) {
+    let e = errs(text);
+    assert_eq!(e.0.len(), 1, "expected one error, got: {e}");
+    let e0 = &e.0[0];
+    assert_eq!(e0.file, "plan.toml");
+    assert_eq!(e0.line, line, "wrong line for: {e0}");
+    assert!(e0.msg.contains(needle), "{e0} should mention {needle:?}");
+    let shown = e.to_string();
+    assert!(shown.contains(&format!("plan.toml:{line}:")), "{shown}");
+}
+
+#[test]
+fn base_plan_is_valid() {
+    let p = parse_plan(BASE, "plan.toml", &examples()).unwrap();
+    assert_eq!(p.control_port, 5301);
+    assert_eq!(p.rdma_resource, "rdma/rdma_shared_device_a");
+    assert_eq!(p.ipoib.unwrap().master, "ib0");
+}
+
+#[test]
+fn unknown_path() {
+    one_error(&BASE.replace("\"roce\"]", "\"roce\", \"rdma\"]"), 3, "unknown path \"rdma\"");
+}
+
+#[test]
+fn unknown_key_top_level_and_nested() {
+    let e = errs(&BASE.replace("token =", "colour = \"blue\"\ntoken ="));
+    assert_eq!(e.0[0].line, 4, "{e}");
+    assert!(e.0[0].msg.contains("unknown field `colour`"), "{e}");
+    let e = errs(&BASE.replace("master = \"ib0\"", "master = \"ib0\"\nmastr = \"ib1\""));
+    assert_eq!(e.0[0].line, 8, "{e}");
+    assert!(e.0[0].msg.contains("mastr"), "{e}");
+}
+
+#[test]
+fn bad_value_types() {
+    one_error(&BASE.replace("token =", "control_port = \"5301\"\ntoken ="), 4, "invalid type: string");
+    one_error(&BASE.replace("token =", "control_port = 70000\ntoken ="), 4, "out of range");
+}
+
+#[test]
+fn overlapping_ranges() {
+    one_error(&BASE.replace("192.168.160.0/24", "192.168.150.128/25"), 12, "overlaps [ipoib].range");
+    let with_cni = format!(
+        "{BASE}\n[cni]\nplugins = [\"calico\"]\nunderlay_mtu = 9000\nencapsulation = \"vxlan\"\npod_cidr = \"192.168.0.0/16\"\n"
+    );
+    let e = errs(&with_cni);
+    assert_eq!(e.0.len(), 2, "{e}");
+    assert!(e.0.iter().all(|x| x.line == 18 && x.msg.contains("[cni].pod_cidr")), "{e}");
+}
+
+#[test]
+fn missing_interface() {
+    // No master and no detect files.
+    one_error(&BASE.replace("master = \"ib0\"\n", ""), 6, "missing interface");
+    // Named interface absent from the node's detect report.
+    let t = BASE.replace("token =", "token =") + "\n[detect]\nnode-a = \"node-a.detect.json\"\n";
+    let e = errs(&t.replace("master = \"ib0\"", "master = \"ib7\""));
+    assert_eq!(e.0.len(), 1, "{e}");
+    assert_eq!(e.0[0].line, 7);
+    assert!(e.0[0].msg.contains("missing interface: ib7 not found on node node-a") && e.0[0].msg.contains("ib0"), "{e}");
+    let e = errs(&t.replace("netdev = \"ens1f0np0\"", "netdev = \"eno1\""));
+    assert!(e.0[0].msg.contains("no RDMA device behind it"), "{e}");
+}
+
+#[test]
+fn ipoib_mtu_above_datagram_limit() {
+    one_error(&BASE.replace("master = \"ib0\"", "master = \"ib0\"\nmtu = 9000"), 8, "above the IPoIB datagram limit 4092");
+    // Connected mode allows it...
+    parse_plan(&BASE.replace("master = \"ib0\"", "master = \"ib0\"\nmode = \"connected\"\nmtu = 9000"), "plan.toml", &examples())
+        .unwrap();
+    // ...but not above the master's MTU reported by detect (ib0: 4092).
+    let t = BASE.replace("master = \"ib0\"", "master = \"ib0\"\nmtu = 4092") + "\n[detect]\nnode-a = \"node-a.detect.json\"\n";
+    parse_plan(&t, "plan.toml", &examples()).unwrap();
+}
+
+#[test]
+fn path_needs_its_table_and_service_needs_pod() {
+    one_error(&BASE.replace("[roce]\nnetdev = \"ens1f0np0\"\nrange = \"192.168.160.0/24\"\n", ""), 3, "needs a [roce] table");
+    one_error(&BASE.replace("\"host\", \"pod\",", "\"host\", \"service\","), 3, "add \"pod\" to paths");
+}
+
+#[test]
+fn token_rules() {
+    one_error(&BASE.replace("0123456789abcdef0123", "short"), 4, "at least 16 characters");
+    let e = errs(&BASE.replace("token = \"0123456789abcdef0123\"", "token_file = \"no-such-token\""));
+    assert!(e.0[0].msg.contains("cannot read token_file"), "{e}");
+}
+
+#[test]
+fn cni_encapsulation_support() {
+    let t = format!(
+        "{BASE}\n[cni]\nplugins = [\"flannel\", \"calico\"]\nunderlay_mtu = 9000\nencapsulation = \"geneve\"\npod_cidr = \"10.244.0.0/16\"\n"
+    );
+    let e = errs(&t);
+    assert_eq!(e.0.len(), 2, "{e}");
+    assert!(e.0[0].msg.contains("flannel cannot use encapsulation geneve"), "{e}");
+    assert!(e.0[1].msg.contains("calico cannot use encapsulation geneve"), "{e}");
+}
+
+#[test]
+fn toml_syntax_error_has_location() {
+    one_error(&BASE.replace("[roce]", "[roce"), 10, "");
+}
+
+#[test]
+fn several_errors_reported_together() {
+    let t = BASE.replace("\"roce\"]", "\"roce\", \"x\"]").replace("0123456789abcdef0123", "short");
+    let e = errs(&t);
+    assert_eq!(e.0.len(), 2, "{e}");
+    assert!(e.to_string().starts_with("the plan has 2 problems:"));
+}
