@@ -1,0 +1,195 @@
+//! Thin, allocation-free socket helpers over libc.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+const SO_ZEROCOPY: libc::c_int = 60;
+
+fn setopt<T>(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: &T) -> io::Result<()> {
+    // SAFETY: `val` points to a live T of the given size for the duration of the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            val as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn getopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Result<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v and len are valid for writes of their sizes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            opt,
+            &mut v as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(v)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Set the receive or send buffer to `bytes`, past net.core.{r,w}mem_max
+/// when privileged (SO_*BUFFORCE), else as far as the sysctl allows.
+/// Returns the size the kernel reports afterwards (it doubles the request
+/// for bookkeeping; the figure is halved back).
+pub fn set_buffer(fd: RawFd, receive: bool, bytes: u64) -> io::Result<u64> {
+    let v = bytes.min(i32::MAX as u64 / 2) as libc::c_int;
+    let (force, plain) = if receive {
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
+    } else {
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
+    };
+    if setopt(fd, libc::SOL_SOCKET, force, &v).is_err() {
+        setopt(fd, libc::SOL_SOCKET, plain, &v)?;
+    }
+    Ok(getopt_int(fd, libc::SOL_SOCKET, plain)? as u64 / 2)
+}
+
+/// Current receive buffer size (as usable bytes).
+pub fn rcvbuf(fd: RawFd) -> u64 {
+    getopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)
+        .map(|v| v as u64 / 2)
+        .unwrap_or(0)
+}
+
+/// `tcpi_total_retrans` of a TCP socket.
+pub fn tcp_total_retrans(fd: RawFd) -> Option<u64> {
+    // SAFETY: tcp_info is plain old data; zeroed is a valid value.
+    let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: ti and len are valid for writes; the kernel writes at most len bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            &mut ti as *mut libc::tcp_info as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    Some(ti.tcpi_total_retrans as u64)
+}
+
+/// SO_BUSY_POLL in microseconds (raising it above net.core.busy_read needs
+/// CAP_NET_ADMIN).
+pub fn set_busy_poll(fd: RawFd, usec: u32) -> io::Result<()> {
+    let v = usec as libc::c_int;
+    setopt(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, &v)
+}
+
+pub fn enable_zerocopy(fd: RawFd) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    setopt(fd, libc::SOL_SOCKET, SO_ZEROCOPY, &one)
+}
+
+pub fn set_nodelay(fd: RawFd) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    setopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, &one)
+}
+
+/// Consume MSG_ZEROCOPY completion notifications from the error queue
+/// (non-blocking). Our send buffer's content never changes, so the ranges
+/// themselves need no bookkeeping: the notifications only have to be read
+/// so the socket's option memory does not fill up.
+pub fn drain_errqueue(fd: RawFd) -> usize {
+    let mut n = 0;
+    let mut ctrl = [0u64; 16];
+    loop {
+        // SAFETY: msghdr is plain old data; all pointers set below are valid
+        // for the duration of recvmsg.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&ctrl) as _;
+        // SAFETY: see above.
+        let rc = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if rc < 0 {
+            return n;
+        }
+        n += 1;
+    }
+}
+
+/// Wait until `fd` is readable (or has an error / hang-up) for at most
+/// `timeout`. Returns false on timeout.
+pub fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as libc::c_int;
+    loop {
+        // SAFETY: p is a valid pollfd array of length 1.
+        let rc = unsafe { libc::poll(&mut p, 1, ms) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(rc > 0);
+    }
+}
+
+/// One `send(2)` with MSG_NOSIGNAL (a dead peer gives EPIPE, never SIGPIPE).
+#[inline]
+pub fn send(fd: RawFd, buf: &[u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: buf is valid for reads of buf.len() bytes.
+    let rc = unsafe {
+        libc::send(
+            fd,
+            buf.as_ptr() as *const libc::c_void,
+            buf.len(),
+            flags | libc::MSG_NOSIGNAL,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+/// One `recv(2)`.
+#[inline]
+pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: buf is valid for writes of buf.len() bytes.
+    let rc = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), flags) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+pub fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// A timeout error for a stalled peer.
+pub fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "timed out")
+}

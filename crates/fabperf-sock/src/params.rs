@@ -1,0 +1,396 @@
+//! Test parameters (sent to the agent as JSON) and their validation.
+
+use serde::{Deserialize, Serialize};
+
+/// Bytes of fabperf's UDP datagram header (magic, type, flags, session,
+/// sequence number, send timestamp); the smallest UDP `--size`.
+pub const UDP_HEADER: u64 = 32;
+/// The largest UDP payload over IPv4 (65535 - 20 - 8).
+pub const UDP_MAX_SIZE: u64 = 65507;
+
+/// Largest TCP message (per send/recv call).
+pub const TCP_MAX_SIZE: u64 = 64 << 20;
+/// Most streams per tcp-bw test (the agent may have a lower limit).
+pub const MAX_STREAMS: u32 = 1024;
+
+/// Who sends data in a bandwidth test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// The client sends, the agent receives.
+    #[default]
+    Forward,
+    /// The agent sends, the client receives.
+    Reverse,
+    /// Both at once, on separate connections / threads.
+    Bidir,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Forward => "forward",
+            Direction::Reverse => "reverse",
+            Direction::Bidir => "bidir",
+        }
+    }
+    pub(crate) fn client_sends(self) -> bool {
+        matches!(self, Direction::Forward | Direction::Bidir)
+    }
+    pub(crate) fn agent_sends(self) -> bool {
+        matches!(self, Direction::Reverse | Direction::Bidir)
+    }
+}
+
+/// `tcp-bw` parameters. `Default` gives the CLI defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TcpBwParams {
+    /// Parallel TCP connections per direction, each on its own thread.
+    pub streams: u32,
+    /// Bytes per send/recv call.
+    pub size: u64,
+    /// Measured seconds (after the warm-up).
+    pub duration_s: f64,
+    /// Warm-up seconds excluded from the measurement.
+    pub omit_s: f64,
+    pub direction: Direction,
+    /// Send with MSG_ZEROCOPY.
+    pub zerocopy: bool,
+    /// SO_SNDBUF/SO_RCVBUF in bytes on both ends; `None` keeps the kernel's
+    /// autotuning (usually best).
+    pub window: Option<u64>,
+}
+
+impl Default for TcpBwParams {
+    fn default() -> Self {
+        TcpBwParams {
+            streams: 1,
+            size: 128 << 10,
+            duration_s: 10.0,
+            omit_s: 1.0,
+            direction: Direction::Forward,
+            zerocopy: false,
+            window: None,
+        }
+    }
+}
+
+/// `tcp-lat` parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TcpLatParams {
+    /// Bytes per request and per response.
+    pub size: u64,
+    /// Measured seconds (ignored when `iterations` is set).
+    pub duration_s: f64,
+    /// Measured round trips instead of a duration.
+    pub iterations: Option<u64>,
+    /// Round trips before the measurement starts (not recorded).
+    pub warmup: u64,
+    /// Report full round trips instead of half round trips.
+    pub rtt: bool,
+    /// Spin on non-blocking receives (and set SO_BUSY_POLL) on both ends.
+    pub busy_poll: bool,
+}
+
+impl Default for TcpLatParams {
+    fn default() -> Self {
+        TcpLatParams {
+            size: 64,
+            duration_s: 5.0,
+            iterations: None,
+            warmup: 1000,
+            rtt: false,
+            busy_poll: false,
+        }
+    }
+}
+
+/// `udp-bw` parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UdpBwParams {
+    /// UDP payload bytes per datagram (fabperf's 32-byte header included).
+    pub size: u64,
+    /// Offered rate in bits per second of UDP payload; `None` = as fast as
+    /// the sender can.
+    pub rate_bps: Option<u64>,
+    pub duration_s: f64,
+    pub omit_s: f64,
+    pub direction: Direction,
+    /// Receive (and send) buffer in bytes; the default is 8 MiB (forced
+    /// past net.core.rmem_max when running as root).
+    pub window: Option<u64>,
+}
+
+impl Default for UdpBwParams {
+    fn default() -> Self {
+        UdpBwParams {
+            size: 1472,
+            rate_bps: None,
+            duration_s: 10.0,
+            omit_s: 1.0,
+            direction: Direction::Forward,
+            window: None,
+        }
+    }
+}
+
+/// `udp-lat` parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UdpLatParams {
+    /// Datagram payload bytes (32-byte header included).
+    pub size: u64,
+    pub duration_s: f64,
+    pub iterations: Option<u64>,
+    pub warmup: u64,
+    /// A probe without a reply after this many milliseconds counts as lost.
+    pub probe_timeout_ms: u64,
+    pub rtt: bool,
+}
+
+impl Default for UdpLatParams {
+    fn default() -> Self {
+        UdpLatParams {
+            size: 64,
+            duration_s: 5.0,
+            iterations: None,
+            warmup: 100,
+            probe_timeout_ms: 200,
+            rtt: false,
+        }
+    }
+}
+
+fn check_secs(name: &str, v: f64, allow_zero: bool) -> Result<(), String> {
+    if !v.is_finite() || v < 0.0 || (!allow_zero && v == 0.0) {
+        return Err(format!(
+            "{name} must be a {} number of seconds, got {v}",
+            if allow_zero {
+                "non-negative"
+            } else {
+                "positive"
+            }
+        ));
+    }
+    if v > 7.0 * 86400.0 {
+        return Err(format!("{name} of {v} s is more than a week"));
+    }
+    Ok(())
+}
+
+fn check_size(v: u64, min: u64, max: u64) -> Result<(), String> {
+    if v < min || v > max {
+        return Err(format!(
+            "size must be between {min} and {max} bytes, got {v}"
+        ));
+    }
+    Ok(())
+}
+
+impl TcpBwParams {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.streams == 0 || self.streams > MAX_STREAMS {
+            return Err(format!(
+                "streams must be between 1 and {MAX_STREAMS}, got {}",
+                self.streams
+            ));
+        }
+        check_size(self.size, 1, TCP_MAX_SIZE)?;
+        check_secs("duration", self.duration_s, false)?;
+        check_secs("omit", self.omit_s, true)?;
+        if let Some(w) = self.window {
+            check_window(w)?;
+        }
+        Ok(())
+    }
+
+    /// Connections the test opens (both directions).
+    pub(crate) fn connections(&self) -> u32 {
+        match self.direction {
+            Direction::Bidir => self.streams * 2,
+            _ => self.streams,
+        }
+    }
+}
+
+pub(crate) fn check_window(w: u64) -> Result<(), String> {
+    if !(4096..=1 << 30).contains(&w) {
+        return Err(format!(
+            "window must be between 4 KiB and 1 GiB, got {w} bytes"
+        ));
+    }
+    Ok(())
+}
+
+impl TcpLatParams {
+    pub fn validate(&self) -> Result<(), String> {
+        check_size(self.size, 1, 1 << 20)?;
+        check_secs("duration", self.duration_s, false)?;
+        if self.iterations == Some(0) {
+            return Err("iterations must be at least 1".into());
+        }
+        if self.warmup > 10_000_000 {
+            return Err("warmup must be at most 10000000 round trips".into());
+        }
+        Ok(())
+    }
+}
+
+impl UdpBwParams {
+    pub fn validate(&self) -> Result<(), String> {
+        check_size(self.size, UDP_HEADER, UDP_MAX_SIZE)?;
+        check_secs("duration", self.duration_s, false)?;
+        check_secs("omit", self.omit_s, true)?;
+        if let Some(r) = self.rate_bps {
+            if r < 1000 {
+                return Err(format!(
+                    "rate must be at least 1 kbit/s (or `max`), got {r} bit/s"
+                ));
+            }
+        }
+        if let Some(w) = self.window {
+            check_window(w)?;
+        }
+        Ok(())
+    }
+}
+
+impl UdpLatParams {
+    pub fn validate(&self) -> Result<(), String> {
+        check_size(self.size, UDP_HEADER, UDP_MAX_SIZE)?;
+        check_secs("duration", self.duration_s, false)?;
+        if self.iterations == Some(0) {
+            return Err("iterations must be at least 1".into());
+        }
+        if self.probe_timeout_ms == 0 || self.probe_timeout_ms > 60_000 {
+            return Err(format!(
+                "probe timeout must be between 1 and 60000 ms, got {}",
+                self.probe_timeout_ms
+            ));
+        }
+        if self.warmup > 1_000_000 {
+            return Err("warmup must be at most 1000000 probes".into());
+        }
+        Ok(())
+    }
+}
+
+fn split_num(s: &str) -> Option<(f64, char)> {
+    let s = s.trim();
+    let (num, suf) = match s.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_uppercase()),
+        _ => (s, ' '),
+    };
+    let v: f64 = num.trim().parse().ok()?;
+    if !v.is_finite() || v < 0.0 {
+        return None;
+    }
+    Some((v, suf))
+}
+
+/// Parse a byte size: `1472`, `64K`, `1M`, `1G` (binary multiples).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let bad = || format!("bad size {s:?}: use bytes, optionally with K, M or G (x1024)");
+    let (v, suf) = split_num(s).ok_or_else(bad)?;
+    let mul = match suf {
+        ' ' | 'B' => 1u64,
+        'K' => 1 << 10,
+        'M' => 1 << 20,
+        'G' => 1 << 30,
+        _ => return Err(bad()),
+    };
+    let b = v * mul as f64;
+    if b.fract() != 0.0 || b > u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(b as u64)
+}
+
+/// Parse a rate in bits per second: `100M`, `2.5G`, `800K`, `max`
+/// (decimal multiples). `max` gives `None`.
+pub fn parse_rate(s: &str) -> Result<Option<u64>, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("max") || t == "0" {
+        return Ok(None);
+    }
+    let bad = || format!("bad rate {s:?}: use bits/s with K, M or G (x1000), or `max`");
+    let (v, suf) = split_num(t).ok_or_else(bad)?;
+    let mul = match suf {
+        ' ' => 1.0,
+        'K' => 1e3,
+        'M' => 1e6,
+        'G' => 1e9,
+        'T' => 1e12,
+        _ => return Err(bad()),
+    };
+    let r = (v * mul).round();
+    if r < 1.0 || r > u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(Some(r as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_rates() {
+        assert_eq!(parse_size("1472").unwrap(), 1472);
+        assert_eq!(parse_size("64K").unwrap(), 65536);
+        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("1.5").is_err());
+        assert_eq!(parse_rate("max").unwrap(), None);
+        assert_eq!(parse_rate("0").unwrap(), None);
+        assert_eq!(parse_rate("2.5G").unwrap(), Some(2_500_000_000));
+        assert_eq!(parse_rate("800k").unwrap(), Some(800_000));
+        assert!(parse_rate("fast").is_err());
+    }
+
+    #[test]
+    fn defaults_are_valid_and_bad_values_rejected() {
+        TcpBwParams::default().validate().unwrap();
+        TcpLatParams::default().validate().unwrap();
+        UdpBwParams::default().validate().unwrap();
+        UdpLatParams::default().validate().unwrap();
+        let bad = TcpBwParams {
+            streams: 0,
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("streams"));
+        let bad = UdpBwParams {
+            size: 65508,
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("65507"));
+        let bad = UdpBwParams {
+            size: 8,
+            ..Default::default()
+        };
+        assert!(bad.validate().is_err());
+        let bad = TcpLatParams {
+            duration_s: f64::NAN,
+            ..Default::default()
+        };
+        assert!(bad.validate().is_err());
+        let bad = UdpLatParams {
+            probe_timeout_ms: 0,
+            ..Default::default()
+        };
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let r: Result<TcpBwParams, _> = serde_json::from_str(r#"{"streams":2,"bogus":1}"#);
+        assert!(r.is_err());
+        let p: TcpBwParams = serde_json::from_str(r#"{"streams":2}"#).unwrap();
+        assert_eq!(p.streams, 2);
+        assert_eq!(p.size, 128 << 10);
+    }
+}

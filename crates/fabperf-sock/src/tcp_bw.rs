@@ -1,0 +1,608 @@
+//! `tcp-bw`: N TCP streams per direction, one thread per stream.
+//!
+//! Flow: the client sends `Start`; the agent validates, registers a data
+//! cookie and accepts. The client opens one data connection per stream and
+//! direction (to the agent's same port, `FBPD` + cookie + a 4-byte stream
+//! header). When the agent has them all it sends `Ready`; both ends start
+//! their threads. A sender sends for omit + duration, then shuts its side
+//! down; a receiver reads until end of stream. The bandwidth is the
+//! receiver's view: bytes received after its warm-up boundary over the time
+//! from that boundary to its last byte. Each side then reports its streams
+//! (client first), and the client builds the records.
+
+use crate::error::SockError;
+use crate::net;
+use crate::params::{Direction, TcpBwParams};
+use fabperf_proto::{
+    connect_data, connect_test, ClientConfig, Msg, ServeCtx, ServeError, TestKind,
+};
+use fabperf_results::{Record, Transport};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Data flows client -> agent on this connection.
+const C2A: u8 = 0;
+/// Data flows agent -> client.
+const A2C: u8 = 1;
+
+/// What one end measured on one connection.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct StreamReport {
+    pub idx: u32,
+    /// `C2A` or `A2C`.
+    pub dir: u8,
+    pub sender: bool,
+    pub total_bytes: u64,
+    /// Bytes inside the measured interval.
+    pub bytes: u64,
+    pub messages: u64,
+    /// Measured interval, seconds.
+    pub secs: f64,
+    /// Thread CPU seconds during the measured interval.
+    pub cpu_s: f64,
+    /// Retransmitted segments during the measured interval (senders).
+    pub retrans: Option<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum BwMsg {
+    Ready,
+    Report { streams: Vec<StreamReport> },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct AcceptInfo {
+    cookie: String,
+}
+
+/// A data connection with its role.
+struct Conn {
+    idx: u32,
+    dir: u8,
+    sender: bool,
+    stream: TcpStream,
+}
+
+struct Plan {
+    size: usize,
+    omit: Duration,
+    duration: Duration,
+    zerocopy: bool,
+}
+
+/// Run a sender until omit + duration has passed, or `abort` is set.
+fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport, SockError> {
+    let fd = c.stream.as_raw_fd();
+    let buf = vec![0x5au8; plan.size];
+    let mut flags = 0;
+    if plan.zerocopy {
+        net::enable_zerocopy(fd).map_err(|e| {
+            SockError::data(
+                "enabling SO_ZEROCOPY (MSG_ZEROCOPY needs Linux 4.14 or newer)",
+                e,
+            )
+        })?;
+        flags = libc::MSG_ZEROCOPY;
+    }
+    let start = Instant::now();
+    let boundary = start + plan.omit;
+    let end = boundary + plan.duration;
+    let mut total: u64 = 0;
+    let mut messages: u64 = 0;
+    let mut measuring = false;
+    let (mut m_bytes, mut m_msgs, mut m_t0, mut m_cpu0, mut m_retr0) =
+        (0u64, 0u64, start, Duration::ZERO, None);
+    let mut off = 0usize;
+    let mut since_drain = 0u32;
+    loop {
+        let now = Instant::now();
+        if !measuring && now >= boundary {
+            measuring = true;
+            m_bytes = total;
+            m_msgs = messages;
+            m_t0 = now;
+            m_cpu0 = fabperf_proto::cpu::thread_cpu_time();
+            m_retr0 = net::tcp_total_retrans(fd);
+        }
+        if now >= end && off == 0 {
+            break;
+        }
+        if abort.load(Ordering::Relaxed) {
+            return Err(SockError::PeerGone("stopped: another stream failed".into()));
+        }
+        match net::send(fd, &buf[off..], flags) {
+            Ok(n) => {
+                total += n as u64;
+                off += n;
+                if off == buf.len() {
+                    off = 0;
+                    messages += 1;
+                }
+                if flags != 0 {
+                    since_drain += 1;
+                    if since_drain >= 256 {
+                        since_drain = 0;
+                        net::drain_errqueue(fd);
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if flags != 0 && e.raw_os_error() == Some(libc::ENOBUFS) => {
+                // Too many zerocopy notifications outstanding: read them.
+                if net::drain_errqueue(fd) == 0 {
+                    let _ = net::wait_readable(fd, Duration::from_millis(1));
+                }
+            }
+            Err(e) => return Err(SockError::data(format!("stream {} send", c.idx), e)),
+        }
+    }
+    let t_end = Instant::now();
+    let cpu = fabperf_proto::cpu::thread_cpu_time().saturating_sub(m_cpu0);
+    let retrans = match (m_retr0, net::tcp_total_retrans(fd)) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let _ = c.stream.shutdown(Shutdown::Write);
+    Ok(StreamReport {
+        idx: c.idx,
+        dir: c.dir,
+        sender: true,
+        total_bytes: total,
+        bytes: total - m_bytes,
+        messages: messages - m_msgs,
+        secs: t_end.duration_since(m_t0).as_secs_f64(),
+        cpu_s: cpu.as_secs_f64(),
+        retrans,
+    })
+}
+
+/// Read until end of stream. The warm-up boundary is `omit` after the
+/// first byte; the interval ends at the last byte.
+fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
+    let fd = c.stream.as_raw_fd();
+    let mut buf = vec![0u8; plan.size];
+    let mut total: u64 = 0;
+    let mut reads: u64 = 0;
+    let mut first: Option<Instant> = None;
+    let mut boundary = Instant::now();
+    let mut measuring = false;
+    let (mut m_bytes, mut m_reads, mut m_t0, mut m_cpu0) = (0u64, 0u64, boundary, Duration::ZERO);
+    let mut last = boundary;
+    loop {
+        let n = match net::recv(fd, &mut buf, 0) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(SockError::data(format!("stream {} receive", c.idx), e)),
+        };
+        let now = Instant::now();
+        if first.is_none() {
+            first = Some(now);
+            boundary = now + plan.omit;
+        }
+        if !measuring && now >= boundary {
+            measuring = true;
+            m_bytes = total;
+            m_reads = reads;
+            m_t0 = now;
+            m_cpu0 = fabperf_proto::cpu::thread_cpu_time();
+        }
+        total += n as u64;
+        reads += 1;
+        last = now;
+    }
+    let cpu = if measuring {
+        fabperf_proto::cpu::thread_cpu_time().saturating_sub(m_cpu0)
+    } else {
+        Duration::ZERO
+    };
+    let (bytes, secs) = if measuring {
+        (total - m_bytes, last.duration_since(m_t0).as_secs_f64())
+    } else {
+        (0, 0.0)
+    };
+    let size = plan.size as u64;
+    Ok(StreamReport {
+        idx: c.idx,
+        dir: c.dir,
+        sender: false,
+        total_bytes: total,
+        bytes,
+        // Receivers see a byte stream; report whole messages' worth.
+        messages: if measuring {
+            bytes / size
+        } else {
+            reads - m_reads
+        },
+        secs,
+        cpu_s: cpu.as_secs_f64(),
+        retrans: None,
+    })
+}
+
+/// Run every connection on its own thread; on the first failure shut all
+/// connections down so the other threads end at once.
+fn run_streams(conns: &[Conn], plan: &Plan) -> Result<Vec<StreamReport>, SockError> {
+    let abort = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<Result<StreamReport, SockError>>();
+    let mut reports = Vec::with_capacity(conns.len());
+    let mut first_err: Option<SockError> = None;
+    std::thread::scope(|s| {
+        for c in conns {
+            let tx = tx.clone();
+            let abort = &abort;
+            std::thread::Builder::new()
+                .name(format!("fabperf-tcp-{}", c.idx))
+                .spawn_scoped(s, move || {
+                    let r = if c.sender {
+                        run_sender(c, plan, abort)
+                    } else {
+                        run_receiver(c, plan)
+                    };
+                    let _ = tx.send(r);
+                })
+                .expect("spawning a stream thread");
+        }
+        drop(tx);
+        for r in rx.iter() {
+            match r {
+                Ok(rep) => reports.push(rep),
+                Err(e) => {
+                    if first_err.is_none() {
+                        abort.store(true, Ordering::Relaxed);
+                        for c in conns {
+                            let _ = c.stream.shutdown(Shutdown::Both);
+                        }
+                        first_err = Some(e);
+                    }
+                }
+            }
+        }
+    });
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(reports),
+    }
+}
+
+fn prepare(stream: &TcpStream, window: Option<u64>, timeout: Duration) -> std::io::Result<()> {
+    let fd = stream.as_raw_fd();
+    if let Some(w) = window {
+        net::set_buffer(fd, true, w)?;
+        net::set_buffer(fd, false, w)?;
+    }
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    Ok(())
+}
+
+fn plan_of(p: &TcpBwParams) -> Plan {
+    Plan {
+        size: p.size as usize,
+        omit: Duration::from_secs_f64(p.omit_s),
+        duration: Duration::from_secs_f64(p.duration_s),
+        zerocopy: p.zerocopy,
+    }
+}
+
+/// Client side of `tcp-bw`.
+pub fn run_tcp_bw(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &TcpBwParams,
+) -> Result<Vec<Record>, SockError> {
+    p.validate().map_err(SockError::BadParams)?;
+    let params = serde_json::to_value(p).expect("params serialize");
+    let started_at = fabperf_results::now_rfc3339();
+    let (mut ctl, info) = connect_test(addr, cfg, "tcp-bw", params)?;
+    let info: AcceptInfo = serde_json::from_value(info)
+        .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
+    let mut conns = Vec::new();
+    let mut plan_dirs = Vec::new();
+    if p.direction.client_sends() {
+        plan_dirs.push(C2A);
+    }
+    if p.direction.agent_sends() {
+        plan_dirs.push(A2C);
+    }
+    let mut local = None;
+    for &dir in &plan_dirs {
+        for idx in 0..p.streams {
+            let mut s = connect_data(addr, &info.cookie, cfg.timeout)?;
+            prepare(&s, p.window, cfg.timeout)
+                .map_err(|e| SockError::data("setting data socket options", e))?;
+            let mut hdr = [0u8; 8];
+            hdr[..4].copy_from_slice(&idx.to_be_bytes());
+            hdr[4] = dir;
+            s.write_all(&hdr)
+                .map_err(|e| SockError::data("sending stream header", e))?;
+            local = local.or_else(|| s.local_addr().ok());
+            conns.push(Conn {
+                idx,
+                dir,
+                sender: dir == C2A,
+                stream: s,
+            });
+        }
+    }
+    match ctl.recv_test::<BwMsg>("the agent's ready")? {
+        BwMsg::Ready => {}
+        other => {
+            return Err(SockError::Protocol(format!(
+                "expected ready, got {other:?}"
+            )))
+        }
+    }
+    let plan = plan_of(p);
+    let mine = match run_streams(&conns, &plan) {
+        Ok(r) => r,
+        Err(e) => {
+            ctl.send_error(
+                fabperf_proto::ErrorCode::TestFailed,
+                &format!("client: {e}"),
+            );
+            return Err(e);
+        }
+    };
+    ctl.send_test(&BwMsg::Report {
+        streams: mine.clone(),
+    })?;
+    let theirs = match ctl.recv_test::<BwMsg>("the agent's stream report")? {
+        BwMsg::Report { streams } => streams,
+        other => {
+            return Err(SockError::Protocol(format!(
+                "expected report, got {other:?}"
+            )))
+        }
+    };
+    let _ = ctl.send(&Msg::Bye);
+    build_records(p, &mine, &theirs, &started_at, local, addr)
+}
+
+fn find(v: &[StreamReport], idx: u32, dir: u8) -> Option<&StreamReport> {
+    v.iter().find(|r| r.idx == idx && r.dir == dir)
+}
+
+fn build_records(
+    p: &TcpBwParams,
+    mine: &[StreamReport],
+    theirs: &[StreamReport],
+    started_at: &str,
+    local: Option<SocketAddr>,
+    remote: SocketAddr,
+) -> Result<Vec<Record>, SockError> {
+    let mut dirs = Vec::new();
+    if p.direction.client_sends() {
+        dirs.push(C2A);
+    }
+    if p.direction.agent_sends() {
+        dirs.push(A2C);
+    }
+    let base = |stream: Option<u32>, direction: &str| {
+        let mut r = Record::new("tcp-bw", Transport::Tcp, p.size, p.streams);
+        r.started_at = started_at.to_string();
+        r.direction = Some(direction.to_string());
+        r.stream = stream;
+        r.local = local.map(|a| a.to_string());
+        r.remote = Some(remote.to_string());
+        r
+    };
+    // (bytes, rate bits/s, msgs, local cpu s, remote cpu s, retrans, local secs, remote secs)
+    struct Agg {
+        bytes: u64,
+        rate: f64,
+        msgs: u64,
+        cpu_l: f64,
+        cpu_r: f64,
+        secs_l: f64,
+        secs_r: f64,
+        retrans: Option<u64>,
+        warnings: Vec<String>,
+    }
+    impl Agg {
+        fn new() -> Agg {
+            Agg {
+                bytes: 0,
+                rate: 0.0,
+                msgs: 0,
+                cpu_l: 0.0,
+                cpu_r: 0.0,
+                secs_l: 0.0,
+                secs_r: 0.0,
+                retrans: Some(0),
+                warnings: Vec::new(),
+            }
+        }
+        fn add(&mut self, o: &Agg) {
+            self.bytes += o.bytes;
+            self.rate += o.rate;
+            self.msgs += o.msgs;
+            self.cpu_l += o.cpu_l;
+            self.cpu_r += o.cpu_r;
+            self.secs_l = self.secs_l.max(o.secs_l);
+            self.secs_r = self.secs_r.max(o.secs_r);
+            self.retrans = match (self.retrans, o.retrans) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+            for w in &o.warnings {
+                if !self.warnings.contains(w) {
+                    self.warnings.push(w.clone());
+                }
+            }
+        }
+        fn fill(&self, r: &mut Record) {
+            let secs = if self.rate > 0.0 {
+                self.bytes as f64 * 8.0 / self.rate
+            } else {
+                0.0
+            };
+            r.set_throughput(self.bytes, secs, Some(self.msgs));
+            if self.secs_l > 0.0 {
+                r.cpu_local_pct = Some(self.cpu_l / self.secs_l * 100.0);
+            }
+            if self.secs_r > 0.0 {
+                r.cpu_remote_pct = Some(self.cpu_r / self.secs_r * 100.0);
+            }
+            r.retransmits = self.retrans;
+            r.warnings = self.warnings.clone();
+        }
+    }
+    let mut total = Agg::new();
+    let mut per_dir = Vec::new();
+    let mut rows = Vec::new();
+    for &dir in &dirs {
+        let dname = if dir == C2A { "forward" } else { "reverse" };
+        let mut dsum = Agg::new();
+        for idx in 0..p.streams {
+            let (l, r) = match (find(mine, idx, dir), find(theirs, idx, dir)) {
+                (Some(l), Some(r)) => (l, r),
+                _ => {
+                    return Err(SockError::Protocol(format!(
+                        "stream {idx} ({dname}) missing from a report"
+                    )))
+                }
+            };
+            let (snd, rcv) = if l.sender { (l, r) } else { (r, l) };
+            let mut a = Agg::new();
+            a.bytes = rcv.bytes;
+            a.rate = if rcv.secs > 0.0 {
+                rcv.bytes as f64 * 8.0 / rcv.secs
+            } else {
+                0.0
+            };
+            a.msgs = rcv.messages;
+            a.cpu_l = l.cpu_s;
+            a.cpu_r = r.cpu_s;
+            a.secs_l = l.secs;
+            a.secs_r = r.secs;
+            a.retrans = snd.retrans;
+            if rcv.bytes == 0 || rcv.secs <= 0.0 {
+                a.warnings.push(format!(
+                    "stream {idx} ({dname}) received nothing after the warm-up: raise --duration or lower --omit"
+                ));
+            }
+            if rcv.secs > 0.0 && rcv.secs < 0.5 {
+                a.warnings.push(format!(
+                    "measured interval of {:.3} s is short; use --duration 2 or more for a stable figure",
+                    rcv.secs
+                ));
+            }
+            for (who, rep) in [("sender", snd), ("receiver", rcv)] {
+                if rep.secs > 0.0 && rep.cpu_s / rep.secs > 0.95 {
+                    let side = if std::ptr::eq(rep, l) {
+                        "client"
+                    } else {
+                        "agent"
+                    };
+                    a.warnings.push(format!(
+                        "the {who} thread ({side}) used {:.0}% of a core: the figure may be limited by host CPU, not the network; try more --streams",
+                        rep.cpu_s / rep.secs * 100.0
+                    ));
+                }
+            }
+            if p.streams > 1 || p.direction == Direction::Bidir {
+                let mut rec = base(Some(idx), dname);
+                a.fill(&mut rec);
+                rows.push(rec);
+            }
+            dsum.add(&a);
+        }
+        per_dir.push((dname, dsum));
+    }
+    let mut out = Vec::new();
+    if p.direction == Direction::Bidir {
+        for (_, d) in &per_dir {
+            total.add(d);
+        }
+        let mut rec = base(None, "bidir");
+        total.fill(&mut rec);
+        out.push(rec);
+        for (dname, d) in &per_dir {
+            let mut rec = base(None, dname);
+            d.fill(&mut rec);
+            out.push(rec);
+        }
+    } else {
+        let (dname, d) = &per_dir[0];
+        let mut rec = base(None, dname);
+        d.fill(&mut rec);
+        out.push(rec);
+    }
+    out.extend(rows);
+    Ok(out)
+}
+
+/// Agent side of `tcp-bw`.
+pub struct TcpBw;
+
+impl TestKind for TcpBw {
+    fn name(&self) -> &'static str {
+        "tcp-bw"
+    }
+
+    fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
+        let p: TcpBwParams = serde_json::from_value(params)
+            .map_err(|e| ServeError::bad_request(format!("tcp-bw parameters: {e}")))?;
+        p.validate().map_err(ServeError::bad_request)?;
+        ctx.limits.check_streams(p.streams)?;
+        ctx.limits.check_duration(p.duration_s + p.omit_s)?;
+        let nconn = p.connections();
+        ctx.limits
+            .check_memory(p.size * nconn as u64, "tcp-bw buffers (size x connections)")?;
+        let io = ctx.limits.io_timeout;
+        let waiter = ctx.data.register(nconn as usize);
+        ctx.ctl.send(&Msg::Accept {
+            info: serde_json::to_value(AcceptInfo {
+                cookie: waiter.cookie_hex(),
+            })
+            .expect("accept info serializes"),
+        })?;
+        let mut conns: Vec<Conn> = Vec::with_capacity(nconn as usize);
+        for _ in 0..nconn {
+            let mut s = waiter.accept(io)?;
+            prepare(&s, p.window, io)
+                .map_err(|e| ServeError::failed(format!("data socket options: {e}")))?;
+            let mut hdr = [0u8; 8];
+            s.read_exact(&mut hdr)
+                .map_err(|e| ServeError::failed(format!("reading stream header: {e}")))?;
+            let idx = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+            let dir = hdr[4];
+            let dir_ok = (dir == C2A && p.direction.client_sends())
+                || (dir == A2C && p.direction.agent_sends());
+            if idx >= p.streams || !dir_ok || conns.iter().any(|c| c.idx == idx && c.dir == dir) {
+                return Err(ServeError::bad_request(format!(
+                    "unexpected data connection (stream {idx}, direction {dir})"
+                )));
+            }
+            conns.push(Conn {
+                idx,
+                dir,
+                sender: dir == A2C,
+                stream: s,
+            });
+        }
+        drop(waiter);
+        ctx.ctl.send_test(&BwMsg::Ready)?;
+        let plan = plan_of(&p);
+        let mine = run_streams(&conns, &plan)?;
+        // The client reports when its threads are done; they end at most
+        // one timeout after ours.
+        match ctx.ctl.recv_test::<BwMsg>("the client's stream report")? {
+            BwMsg::Report { .. } => {}
+            other => {
+                return Err(ServeError::bad_request(format!(
+                    "expected report, got {other:?}"
+                )))
+            }
+        }
+        ctx.ctl.send_test(&BwMsg::Report { streams: mine })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,337 @@
+//! `tcp-lat`: request/response ping-pong over one TCP connection with
+//! TCP_NODELAY (netperf TCP_RR, sockperf ping-pong --tcp).
+//!
+//! The client sends `size` bytes, the agent reads exactly `size` bytes and
+//! sends them back; the client times each round trip with the monotonic
+//! clock and records every sample in an HdrHistogram (halved for the
+//! default half-RTT report). With `busy_poll` both ends spin on
+//! non-blocking receives (and set SO_BUSY_POLL), trading a core per end for
+//! lower latency.
+
+use crate::error::SockError;
+use crate::net;
+use crate::params::TcpLatParams;
+use fabperf_proto::{
+    connect_data, connect_test, ClientConfig, ErrorCode, Msg, ServeCtx, ServeError, TestKind,
+};
+use fabperf_results::{LatencyHistogram, LatencyKind, Record, Transport};
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct AcceptInfo {
+    cookie: String,
+    /// Whether the agent could set SO_BUSY_POLL.
+    busy_poll_set: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum LatMsg {
+    Ready,
+    /// Client -> agent after the last round trip.
+    Done {
+        round_trips: u64,
+    },
+    /// Agent -> client: its CPU over the measured interval.
+    Report {
+        echoed: u64,
+        cpu_s: f64,
+        secs: f64,
+    },
+}
+
+/// How a receive waits.
+#[derive(Clone, Copy)]
+struct RecvMode {
+    spin: bool,
+    timeout: Duration,
+}
+
+/// Receive exactly `buf.len()` bytes. `Ok(false)` on a clean end of stream
+/// before the first byte.
+#[inline]
+fn recv_exact(fd: RawFd, buf: &mut [u8], mode: RecvMode) -> io::Result<bool> {
+    let mut off = 0;
+    let mut spins: u32 = 0;
+    let mut spin_start: Option<Instant> = None;
+    while off < buf.len() {
+        let flags = if mode.spin { libc::MSG_DONTWAIT } else { 0 };
+        match net::recv(fd, &mut buf[off..], flags) {
+            Ok(0) => {
+                if off == 0 {
+                    return Ok(false);
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed the connection in the middle of a message",
+                ));
+            }
+            Ok(n) => off += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if mode.spin && e.kind() == io::ErrorKind::WouldBlock => {
+                spins = spins.wrapping_add(1);
+                if spins & 0x3ff == 0 {
+                    let t0 = *spin_start.get_or_insert_with(Instant::now);
+                    if t0.elapsed() > mode.timeout {
+                        return Err(net::timed_out());
+                    }
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+#[inline]
+fn send_all(fd: RawFd, buf: &[u8]) -> io::Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        match net::send(fd, &buf[off..], 0) {
+            Ok(n) => off += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn prepare(s: &TcpStream, busy: bool, timeout: Duration) -> io::Result<bool> {
+    let fd = s.as_raw_fd();
+    net::set_nodelay(fd)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    if busy {
+        return Ok(net::set_busy_poll(fd, 50).is_ok());
+    }
+    Ok(false)
+}
+
+/// Client side of `tcp-lat`.
+pub fn run_tcp_lat(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &TcpLatParams,
+) -> Result<Vec<Record>, SockError> {
+    p.validate().map_err(SockError::BadParams)?;
+    let params = serde_json::to_value(p).expect("params serialize");
+    let started_at = fabperf_results::now_rfc3339();
+    let (mut ctl, info) = connect_test(addr, cfg, "tcp-lat", params)?;
+    let info: AcceptInfo = serde_json::from_value(info)
+        .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
+    let s = connect_data(addr, &info.cookie, cfg.timeout)?;
+    let busy_local = prepare(&s, p.busy_poll, cfg.timeout)
+        .map_err(|e| SockError::data("setting data socket options", e))?;
+    let local = s.local_addr().ok();
+    match ctl.recv_test::<LatMsg>("the agent's ready")? {
+        LatMsg::Ready => {}
+        other => {
+            return Err(SockError::Protocol(format!(
+                "expected ready, got {other:?}"
+            )))
+        }
+    }
+    let kind = if p.rtt {
+        LatencyKind::Rtt
+    } else {
+        LatencyKind::HalfRtt
+    };
+    let mut hist = LatencyHistogram::new(kind);
+    let fd = s.as_raw_fd();
+    let size = p.size as usize;
+    let mut out = vec![0x5au8; size];
+    let mut inb = vec![0u8; size];
+    let mode = RecvMode {
+        spin: p.busy_poll,
+        timeout: cfg.timeout,
+    };
+    let rt = |out: &mut [u8], inb: &mut [u8], i: u64| -> Result<(), SockError> {
+        // A changing first byte catches a confused peer without extra cost.
+        out[0] = i as u8;
+        send_all(fd, out).map_err(|e| SockError::data("tcp-lat request", e))?;
+        match recv_exact(fd, inb, mode) {
+            Ok(true) if inb[0] == out[0] => Ok(()),
+            Ok(true) => Err(SockError::Protocol(
+                "the agent's reply does not match the request".into(),
+            )),
+            Ok(false) => Err(SockError::PeerGone(
+                "the agent closed the data connection mid-test (did it stop? see its log)".into(),
+            )),
+            Err(e) => Err(SockError::data("tcp-lat reply", e)),
+        }
+    };
+    let res = (|| -> Result<(u64, f64, Duration), SockError> {
+        for i in 0..p.warmup {
+            rt(&mut out, &mut inb, i)?;
+        }
+        let cpu0 = fabperf_proto::cpu::thread_cpu_time();
+        let t0 = Instant::now();
+        let end = t0 + Duration::from_secs_f64(p.duration_s);
+        let limit = p.iterations.unwrap_or(u64::MAX);
+        let mut n: u64 = 0;
+        let mut prev = t0;
+        while n < limit {
+            let t = Instant::now();
+            rt(&mut out, &mut inb, n)?;
+            let now = Instant::now();
+            hist.record_rtt_ns(now.duration_since(t).as_nanos() as u64);
+            prev = now;
+            n += 1;
+            if p.iterations.is_none() && now >= end {
+                break;
+            }
+        }
+        let secs = prev.duration_since(t0).as_secs_f64();
+        Ok((
+            n,
+            secs,
+            fabperf_proto::cpu::thread_cpu_time().saturating_sub(cpu0),
+        ))
+    })();
+    let (n, secs, cpu) = match res {
+        Ok(v) => v,
+        Err(e) => {
+            ctl.send_error(ErrorCode::TestFailed, &format!("client: {e}"));
+            return Err(e);
+        }
+    };
+    let _ = s.shutdown(Shutdown::Write);
+    ctl.send_test(&LatMsg::Done { round_trips: n })?;
+    let (echoed, rcpu, rsecs) = match ctl.recv_test::<LatMsg>("the agent's report")? {
+        LatMsg::Report {
+            echoed,
+            cpu_s,
+            secs,
+        } => (echoed, cpu_s, secs),
+        other => {
+            return Err(SockError::Protocol(format!(
+                "expected report, got {other:?}"
+            )))
+        }
+    };
+    let mut r = Record::new("tcp-lat", Transport::Tcp, p.size, 1);
+    r.started_at = started_at;
+    r.op = Some("ping-pong".into());
+    r.local = local.map(|a| a.to_string());
+    r.remote = Some(addr.to_string());
+    // Payload moved: request and response.
+    r.set_throughput(n * p.size * 2, secs, Some(n));
+    r.lat_us = hist.summary();
+    if secs > 0.0 {
+        r.cpu_local_pct = Some(cpu.as_secs_f64() / secs * 100.0);
+    }
+    if rsecs > 0.0 {
+        r.cpu_remote_pct = Some(rcpu / rsecs * 100.0);
+    }
+    if echoed != n + p.warmup {
+        r.warnings.push(format!(
+            "the agent echoed {echoed} messages, the client counted {}",
+            n + p.warmup
+        ));
+    }
+    if n < 1000 {
+        r.warnings.push(format!(
+            "only {n} round trips: tail percentiles (p99.9 and up) need many more samples"
+        ));
+    }
+    if p.busy_poll && (!busy_local || !info.busy_poll_set) {
+        r.warnings.push(
+            "SO_BUSY_POLL could not be set on both ends (needs CAP_NET_ADMIN above net.core.busy_read); both ends still spin on non-blocking receives".into(),
+        );
+    }
+    Ok(vec![r])
+}
+
+/// Agent side of `tcp-lat`.
+pub struct TcpLat;
+
+impl TestKind for TcpLat {
+    fn name(&self) -> &'static str {
+        "tcp-lat"
+    }
+
+    fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
+        let p: TcpLatParams = serde_json::from_value(params)
+            .map_err(|e| ServeError::bad_request(format!("tcp-lat parameters: {e}")))?;
+        p.validate().map_err(ServeError::bad_request)?;
+        if p.iterations.is_none() {
+            ctx.limits.check_duration(p.duration_s)?;
+        }
+        ctx.limits.check_memory(p.size, "tcp-lat buffer")?;
+        let io = ctx.limits.io_timeout;
+        let waiter = ctx.data.register(1);
+        // Busy-poll capability is only known once the socket exists; report
+        // what a probe socket allows.
+        let busy_ok = p.busy_poll && probe_busy_poll();
+        ctx.ctl.send(&Msg::Accept {
+            info: serde_json::to_value(AcceptInfo {
+                cookie: waiter.cookie_hex(),
+                busy_poll_set: busy_ok,
+            })
+            .expect("accept info serializes"),
+        })?;
+        let s = waiter.accept(io)?;
+        drop(waiter);
+        prepare(&s, p.busy_poll, io)
+            .map_err(|e| ServeError::failed(format!("data socket options: {e}")))?;
+        ctx.ctl.send_test(&LatMsg::Ready)?;
+        let fd = s.as_raw_fd();
+        let mut buf = vec![0u8; p.size as usize];
+        let mode = RecvMode {
+            spin: p.busy_poll,
+            timeout: io,
+        };
+        // The longest the echo may run, whatever the client asks.
+        let hard_end = Instant::now() + ctx.limits.max_duration + io;
+        let cpu0 = fabperf_proto::cpu::thread_cpu_time();
+        let t0 = Instant::now();
+        let mut echoed: u64 = 0;
+        loop {
+            match recv_exact(fd, &mut buf, mode) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    return Err(ServeError::failed(format!(
+                        "tcp-lat receive after {echoed} messages: {e}"
+                    )))
+                }
+            }
+            send_all(fd, &buf).map_err(|e| ServeError::failed(format!("tcp-lat reply: {e}")))?;
+            echoed += 1;
+            if echoed & 0xfff == 0 && Instant::now() > hard_end {
+                return Err(ServeError::new(
+                    ErrorCode::LimitExceeded,
+                    "tcp-lat ran past its duration; stopping",
+                ));
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let cpu = fabperf_proto::cpu::thread_cpu_time().saturating_sub(cpu0);
+        match ctx.ctl.recv_test::<LatMsg>("the client's done")? {
+            LatMsg::Done { .. } => {}
+            other => {
+                return Err(ServeError::bad_request(format!(
+                    "expected done, got {other:?}"
+                )))
+            }
+        }
+        ctx.ctl.send_test(&LatMsg::Report {
+            echoed,
+            cpu_s: cpu.as_secs_f64(),
+            secs,
+        })?;
+        Ok(())
+    }
+}
+
+fn probe_busy_poll() -> bool {
+    match std::net::UdpSocket::bind("127.0.0.1:0") {
+        Ok(u) => net::set_busy_poll(u.as_raw_fd(), 50).is_ok(),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,412 @@
+//! Pieces shared by the UDP tests: the datagram header, the receiver's
+//! accounting (loss, reordering, duplicates, RFC 3550 jitter), the UDP
+//! handshake over the agent's same IP and port number, and waiting on the
+//! control channel with heartbeats.
+
+use crate::error::SockError;
+use crate::net;
+use fabperf_proto::Control;
+use serde::de::DeserializeOwned;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+pub(crate) const MAGIC: [u8; 4] = *b"FBPU";
+pub(crate) const T_HELLO: u8 = 1;
+pub(crate) const T_DATA: u8 = 2;
+pub(crate) const T_PROBE: u8 = 3;
+pub(crate) const T_REPLY: u8 = 4;
+pub(crate) const F_MEASURED: u8 = 1;
+
+/// The fixed 32-byte header at the start of every fabperf datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub kind: u8,
+    pub flags: u8,
+    pub session: u32,
+    pub seq: u64,
+    /// Sender's monotonic clock, nanoseconds since its own start.
+    pub ts_ns: u64,
+}
+
+impl Header {
+    #[inline]
+    pub fn write(&self, b: &mut [u8]) {
+        b[0..4].copy_from_slice(&MAGIC);
+        b[4] = self.kind;
+        b[5] = self.flags;
+        b[6] = 0;
+        b[7] = 0;
+        b[8..12].copy_from_slice(&self.session.to_be_bytes());
+        b[12..16].copy_from_slice(&[0; 4]);
+        b[16..24].copy_from_slice(&self.seq.to_be_bytes());
+        b[24..32].copy_from_slice(&self.ts_ns.to_be_bytes());
+    }
+
+    #[inline]
+    pub fn read(b: &[u8]) -> Option<Header> {
+        if b.len() < 32 || b[0..4] != MAGIC {
+            return None;
+        }
+        let u64at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_be_bytes(a)
+        };
+        Some(Header {
+            kind: b[4],
+            flags: b[5],
+            session: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
+            seq: u64at(16),
+            ts_ns: u64at(24),
+        })
+    }
+}
+
+/// Which sequence numbers were seen, over a sliding window below the
+/// highest one (allocated once; no allocation per datagram).
+pub(crate) struct SeenWindow {
+    bits: Vec<u64>,
+    /// Highest sequence number seen so far, plus one (0 = none yet).
+    top: u64,
+    window: u64,
+}
+
+/// What [`SeenWindow::mark`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// First time, in order (the highest so far).
+    New,
+    /// First time, but after a higher sequence number.
+    Reordered,
+    /// Already seen.
+    Duplicate,
+    /// Older than the window; counted as reordered (a duplicate this old
+    /// cannot be told apart).
+    TooOld,
+}
+
+impl SeenWindow {
+    /// Sequence numbers tracked below the highest one.
+    pub const WINDOW: u64 = 1 << 22;
+
+    pub fn new() -> SeenWindow {
+        SeenWindow::with_window(Self::WINDOW)
+    }
+
+    /// A window of `window` sequence numbers (a multiple of 64).
+    pub fn with_window(window: u64) -> SeenWindow {
+        let window = window.max(64) / 64 * 64;
+        SeenWindow {
+            bits: vec![0u64; (window / 64) as usize],
+            top: 0,
+            window,
+        }
+    }
+
+    #[inline]
+    fn bit(&mut self, s: u64) -> (&mut u64, u64) {
+        let i = (s % self.window) as usize;
+        (&mut self.bits[i / 64], 1u64 << (i % 64))
+    }
+
+    #[inline]
+    pub fn mark(&mut self, s: u64) -> Seen {
+        if s >= self.top {
+            // Clear the slots the window slides over.
+            let from = self.top;
+            let to = s + 1;
+            if to - from >= self.window {
+                self.bits.iter_mut().for_each(|w| *w = 0);
+            } else {
+                for x in from..to {
+                    let (w, m) = self.bit(x);
+                    *w &= !m;
+                }
+            }
+            self.top = to;
+            let (w, m) = self.bit(s);
+            *w |= m;
+            return Seen::New;
+        }
+        if self.top - s > self.window {
+            return Seen::TooOld;
+        }
+        let (w, m) = self.bit(s);
+        if *w & m != 0 {
+            Seen::Duplicate
+        } else {
+            *w |= m;
+            Seen::Reordered
+        }
+    }
+}
+
+/// Receiver-side accounting of measured datagrams.
+pub(crate) struct RxAccount {
+    seen: SeenWindow,
+    pub received: u64,
+    pub bytes: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
+    jitter_ns: f64,
+    prev_transit: Option<i64>,
+    pub first_arrival: Option<Instant>,
+    pub last_arrival: Option<Instant>,
+}
+
+impl RxAccount {
+    pub fn new() -> RxAccount {
+        RxAccount {
+            seen: SeenWindow::new(),
+            received: 0,
+            bytes: 0,
+            reordered: 0,
+            duplicates: 0,
+            jitter_ns: 0.0,
+            prev_transit: None,
+            first_arrival: None,
+            last_arrival: None,
+        }
+    }
+
+    /// Account one measured datagram: `arrival_ns` on the receiver's clock,
+    /// `send_ns` on the sender's (the offset between the clocks cancels in
+    /// the jitter estimate).
+    #[inline]
+    pub fn on_datagram(
+        &mut self,
+        seq: u64,
+        len: usize,
+        send_ns: u64,
+        arrival_ns: u64,
+        now: Instant,
+    ) {
+        match self.seen.mark(seq) {
+            Seen::Duplicate => {
+                self.duplicates += 1;
+                return;
+            }
+            Seen::Reordered | Seen::TooOld => self.reordered += 1,
+            Seen::New => {}
+        }
+        self.received += 1;
+        self.bytes += len as u64;
+        if self.first_arrival.is_none() {
+            self.first_arrival = Some(now);
+        }
+        self.last_arrival = Some(now);
+        // RFC 3550 section 6.4.1: J += (|D| - J) / 16, D from successive
+        // arrivals' transit times.
+        let transit = arrival_ns as i64 - send_ns as i64;
+        if let Some(p) = self.prev_transit {
+            let d = (transit - p).unsigned_abs() as f64;
+            self.jitter_ns += (d - self.jitter_ns) / 16.0;
+        }
+        self.prev_transit = Some(transit);
+    }
+
+    pub fn jitter_us(&self) -> f64 {
+        self.jitter_ns / 1000.0
+    }
+}
+
+/// A UDP socket of the right family, bound and with buffers sized.
+pub(crate) fn client_socket(agent: SocketAddr) -> Result<UdpSocket, SockError> {
+    let any: IpAddr = match agent.ip() {
+        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let s = UdpSocket::bind(SocketAddr::new(any, 0))
+        .map_err(|e| SockError::data("binding a local UDP socket", e))?;
+    s.connect(agent)
+        .map_err(|e| SockError::data(format!("connecting the UDP socket to {agent}"), e))?;
+    Ok(s)
+}
+
+/// The agent's UDP socket on the same IP and port number as its control
+/// connection.
+pub(crate) fn agent_socket(local: SocketAddr) -> Result<UdpSocket, fabperf_proto::ServeError> {
+    UdpSocket::bind(local).map_err(|e| {
+        fabperf_proto::ServeError::failed(format!(
+            "cannot bind UDP {local} (the agent's port number over UDP): {e}; another program holds that UDP port"
+        ))
+    })
+}
+
+/// Agent: wait for the client's hello on `sock`, then connect to its
+/// address (as seen through any NAT).
+pub(crate) fn agent_wait_hello(
+    sock: &UdpSocket,
+    session: u32,
+    timeout: Duration,
+) -> Result<SocketAddr, fabperf_proto::ServeError> {
+    let deadline = Instant::now() + timeout;
+    let mut buf = [0u8; 64];
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
+    while Instant::now() < deadline {
+        match sock.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                if let Some(h) = Header::read(&buf[..n]) {
+                    if h.kind == T_HELLO && h.session == session {
+                        sock.connect(from).map_err(|e| {
+                            fabperf_proto::ServeError::failed(format!(
+                                "connecting UDP socket to {from}: {e}"
+                            ))
+                        })?;
+                        return Ok(from);
+                    }
+                }
+            }
+            Err(e) if net::is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(fabperf_proto::ServeError::failed(format!(
+                    "waiting for the client's UDP hello: {e}"
+                )))
+            }
+        }
+    }
+    Err(fabperf_proto::ServeError::new(
+        fabperf_proto::ErrorCode::Timeout,
+        format!(
+            "no UDP datagram from the client within {:.1} s: a firewall probably blocks UDP to this port",
+            timeout.as_secs_f64()
+        ),
+    ))
+}
+
+/// Client: send hellos every 50 ms until the agent confirms on the control
+/// channel that one arrived.
+pub(crate) fn client_hello<T: DeserializeOwned>(
+    sock: &UdpSocket,
+    ctl: &mut Control,
+    session: u32,
+    timeout: Duration,
+    agent: SocketAddr,
+) -> Result<T, SockError> {
+    let deadline = Instant::now() + timeout;
+    let mut buf = [0u8; 32];
+    Header {
+        kind: T_HELLO,
+        flags: 0,
+        session,
+        seq: 0,
+        ts_ns: 0,
+    }
+    .write(&mut buf);
+    let fd = ctl.stream().as_raw_fd();
+    loop {
+        // A refused hello (ICMP port unreachable) shows up on a later send;
+        // keep trying until the deadline.
+        let _ = sock.send(&buf);
+        let ready = net::wait_readable(fd, Duration::from_millis(50))
+            .map_err(|e| SockError::data("waiting on the control connection", e))?;
+        if ready {
+            return Ok(ctl.recv_test("the agent's UDP confirmation")?);
+        }
+        if Instant::now() >= deadline {
+            return Err(SockError::PeerGone(format!(
+                "the agent at {agent} got no UDP datagram from this host within {:.1} s: a firewall probably blocks UDP to port {}",
+                timeout.as_secs_f64(),
+                agent.port()
+            )));
+        }
+    }
+}
+
+/// Set both buffers of a UDP socket; returns the receive buffer obtained.
+pub(crate) fn size_buffers(sock: &UdpSocket, bytes: u64) -> u64 {
+    let fd = sock.as_raw_fd();
+    let _ = net::set_buffer(fd, false, bytes);
+    net::set_buffer(fd, true, bytes).unwrap_or_else(|_| net::rcvbuf(fd))
+}
+
+/// A random session number for the datagram headers.
+pub(crate) fn new_session() -> u32 {
+    u32::from_be_bytes(fabperf_proto::auth::random_bytes::<4>())
+}
+
+/// Test helpers: drive the agent's `udp-bw` receiver with a scripted
+/// sequence of datagrams (reordered, dropped, duplicated) to check its
+/// accounting end to end. Not for measurements.
+pub mod test_support {
+    pub use crate::udp_bw::run_udp_bw_scripted;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip() {
+        let h = Header {
+            kind: T_DATA,
+            flags: F_MEASURED,
+            session: 0xdeadbeef,
+            seq: 1 << 40,
+            ts_ns: 123456789,
+        };
+        let mut b = [0u8; 64];
+        h.write(&mut b);
+        assert_eq!(Header::read(&b), Some(h));
+        assert_eq!(Header::read(&b[..31]), None);
+        b[0] = b'X';
+        assert_eq!(Header::read(&b), None);
+    }
+
+    #[test]
+    fn seen_window_classifies() {
+        let mut w = SeenWindow::new();
+        assert_eq!(w.mark(0), Seen::New);
+        assert_eq!(w.mark(2), Seen::New);
+        assert_eq!(w.mark(1), Seen::Reordered);
+        assert_eq!(w.mark(1), Seen::Duplicate);
+        assert_eq!(w.mark(2), Seen::Duplicate);
+        // A jump past the whole window forgets everything below it.
+        let far = 10 + SeenWindow::WINDOW * 3;
+        assert_eq!(w.mark(far), Seen::New);
+        assert_eq!(w.mark(3), Seen::TooOld);
+        assert_eq!(w.mark(far - 1), Seen::Reordered);
+        assert_eq!(w.mark(far - 1), Seen::Duplicate);
+        // Slots reused after the window slides are clear again.
+        let mut w = SeenWindow::new();
+        assert_eq!(w.mark(5), Seen::New);
+        assert_eq!(w.mark(5 + SeenWindow::WINDOW), Seen::New);
+        assert_eq!(w.mark(5 + SeenWindow::WINDOW - 1), Seen::Reordered);
+    }
+
+    #[test]
+    fn reordered_are_not_lost() {
+        let mut a = RxAccount::new();
+        let now = Instant::now();
+        // 0..10 sent; 3 dropped, 5 and 6 swapped, 8 duplicated.
+        for (i, s) in [0u64, 1, 2, 4, 6, 5, 7, 8, 8, 9].iter().enumerate() {
+            a.on_datagram(*s, 100, *s * 1000, i as u64 * 1000, now);
+        }
+        assert_eq!(a.received, 9);
+        assert_eq!(a.reordered, 1);
+        assert_eq!(a.duplicates, 1);
+        assert_eq!(a.bytes, 900);
+        let lost = 10 - a.received;
+        assert_eq!(lost, 1);
+    }
+
+    #[test]
+    fn jitter_follows_rfc3550() {
+        let mut a = RxAccount::new();
+        let now = Instant::now();
+        // Constant transit: zero jitter.
+        for s in 0..100u64 {
+            a.on_datagram(s, 10, s * 1000, s * 1000 + 500, now);
+        }
+        assert!(a.jitter_us() < 1e-9);
+        // Alternating transit of 0 and 2000 ns: |D| = 2000 every time, so J
+        // converges to 2 us.
+        let mut a = RxAccount::new();
+        for s in 0..2000u64 {
+            let extra = if s % 2 == 0 { 0 } else { 2000 };
+            a.on_datagram(s, 10, s * 10_000, s * 10_000 + extra, now);
+        }
+        assert!((a.jitter_us() - 2.0).abs() < 0.01, "{}", a.jitter_us());
+    }
+}

@@ -1,0 +1,715 @@
+//! `udp-bw`: a paced UDP sender with sequence numbers and send timestamps;
+//! the receiver counts lost, reordered (not lost), duplicated datagrams
+//! and the RFC 3550 jitter, and its view is the reported figure.
+//!
+//! Flow: `Start` -> `Accept {session}`; the agent binds UDP on its own IP
+//! and port number; the client sends hellos until the agent confirms on the
+//! control channel (`Seen`), which also teaches the agent the client's
+//! address as NAT rewrote it. Then the senders run for omit + duration
+//! (datagrams after the warm-up carry the "measured" flag). Over the
+//! control channel each side sends `Alive` twice a second (so a dead peer is
+//! noticed within the timeout even when no datagram comes back), then
+//! `SenderDone` when its sender ends and `RxReport` when its receiver has
+//! drained (100 ms without a datagram after the peer's `SenderDone`). The
+//! client ends with `Finished`.
+
+use crate::error::SockError;
+use crate::net;
+use crate::params::{Direction, UdpBwParams};
+use crate::udp::{self, Header, RxAccount, F_MEASURED, T_DATA};
+use fabperf_proto::{
+    connect_test, ClientConfig, Control, ErrorCode, Msg, ServeCtx, ServeError, TestKind,
+};
+use fabperf_results::{Record, Transport, UdpStats};
+use serde::{Deserialize, Serialize};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+/// Default socket buffers for UDP tests.
+const DEFAULT_WINDOW: u64 = 8 << 20;
+/// A receiver stops this long after the last datagram once the peer's
+/// sender is done.
+const DRAIN_IDLE: Duration = Duration::from_millis(100);
+/// ... and at the latest this long after the peer's sender is done.
+const DRAIN_MAX: Duration = Duration::from_secs(1);
+const ALIVE_EVERY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct AcceptInfo {
+    session: u32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct SenderStats {
+    pub sent_total: u64,
+    /// Datagrams sent after the warm-up.
+    pub sent: u64,
+    pub bytes: u64,
+    pub secs: f64,
+    pub cpu_s: f64,
+    /// Sends refused with ENOBUFS (local queue full), retried.
+    pub enobufs: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct RxStats {
+    pub received: u64,
+    pub bytes: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
+    pub jitter_us: f64,
+    pub secs: f64,
+    pub cpu_s: f64,
+    /// Receive buffer the kernel granted.
+    pub rcvbuf: u64,
+    /// Datagrams that were not this test's (ignored).
+    pub foreign: u64,
+    /// Datagrams from the warm-up (ignored).
+    pub warmup: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum UdpMsg {
+    Seen,
+    Alive,
+    SenderDone(SenderStats),
+    RxReport(RxStats),
+    Finished,
+}
+
+struct SendPlan<'a> {
+    session: u32,
+    size: usize,
+    rate_bps: Option<u64>,
+    omit: Duration,
+    duration: Duration,
+    /// Test only: send these sequence numbers in this order instead.
+    script: Option<&'a [u64]>,
+}
+
+fn run_sender(
+    sock: &UdpSocket,
+    plan: &SendPlan,
+    abort: &AtomicBool,
+) -> Result<SenderStats, SockError> {
+    let fd = sock.as_raw_fd();
+    let mut buf = vec![0x5au8; plan.size];
+    let start = Instant::now();
+    let boundary = start + plan.omit;
+    let end = boundary + plan.duration;
+    // Nanoseconds between datagrams at the target rate.
+    let gap_ns = plan
+        .rate_bps
+        .map(|r| (plan.size as f64 * 8.0 * 1e9 / r as f64).max(1.0));
+    let mut st = SenderStats::default();
+    let mut measuring = plan.omit.is_zero();
+    let mut m_t0 = start;
+    let mut cpu0 = fabperf_proto::cpu::thread_cpu_time();
+    let mut seq: u64 = 0;
+    let mut idx: usize = 0;
+    let mut h = Header {
+        kind: T_DATA,
+        flags: 0,
+        session: plan.session,
+        seq: 0,
+        ts_ns: 0,
+    };
+    loop {
+        let mut now = Instant::now();
+        if let Some(script) = plan.script {
+            if idx >= script.len() {
+                break;
+            }
+            measuring = true;
+        } else {
+            if now >= end {
+                break;
+            }
+            if !measuring && now >= boundary {
+                measuring = true;
+                m_t0 = now;
+                cpu0 = fabperf_proto::cpu::thread_cpu_time();
+            }
+        }
+        if abort.load(Ordering::Relaxed) {
+            return Err(SockError::PeerGone("stopped: the test was aborted".into()));
+        }
+        if let Some(gap) = gap_ns {
+            // Paced: the datagram `seq` is due at start + seq * gap.
+            let due = start + Duration::from_nanos((seq as f64 * gap) as u64);
+            if due > now {
+                let wait = due - now;
+                if wait > Duration::from_micros(60) {
+                    std::thread::sleep(wait - Duration::from_micros(50));
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            now = Instant::now();
+        }
+        h.seq = match plan.script {
+            Some(s) => s[idx],
+            None => seq,
+        };
+        h.flags = if measuring { F_MEASURED } else { 0 };
+        h.ts_ns = now.duration_since(start).as_nanos() as u64;
+        h.write(&mut buf);
+        match net::send(fd, &buf, 0) {
+            Ok(_) => {
+                seq += 1;
+                idx += 1;
+                st.sent_total += 1;
+                if measuring {
+                    st.sent += 1;
+                    st.bytes += plan.size as u64;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                // The local queue is full: retry this datagram.
+                st.enobufs += 1;
+                std::thread::yield_now();
+            }
+            Err(e) => return Err(SockError::data("UDP send", e)),
+        }
+    }
+    let t_end = Instant::now();
+    st.secs = t_end.duration_since(m_t0).as_secs_f64();
+    if plan.script.is_some() {
+        st.secs = t_end.duration_since(start).as_secs_f64();
+    }
+    st.cpu_s = fabperf_proto::cpu::thread_cpu_time()
+        .saturating_sub(cpu0)
+        .as_secs_f64();
+    Ok(st)
+}
+
+struct RxCtl {
+    abort: AtomicBool,
+    /// Set when the peer's sender is done.
+    drain: AtomicBool,
+}
+
+fn run_receiver(
+    sock: &UdpSocket,
+    session: u32,
+    ctl: &RxCtl,
+    rcvbuf: u64,
+) -> Result<RxStats, SockError> {
+    let fd = sock.as_raw_fd();
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .map_err(|e| SockError::data("setting UDP receive timeout", e))?;
+    let mut buf = vec![0u8; 65536];
+    let base = Instant::now();
+    let mut acc = RxAccount::new();
+    let mut st = RxStats {
+        rcvbuf,
+        ..Default::default()
+    };
+    let mut cpu0: Option<Duration> = None;
+    let mut last_any = base;
+    let mut drain_since: Option<Instant> = None;
+    loop {
+        match net::recv(fd, &mut buf, 0) {
+            Ok(n) => {
+                let now = Instant::now();
+                last_any = now;
+                match Header::read(&buf[..n]) {
+                    Some(h) if h.session == session && h.kind == T_DATA => {
+                        if h.flags & F_MEASURED != 0 {
+                            if cpu0.is_none() {
+                                cpu0 = Some(fabperf_proto::cpu::thread_cpu_time());
+                            }
+                            let arrival = now.duration_since(base).as_nanos() as u64;
+                            acc.on_datagram(h.seq, n, h.ts_ns, arrival, now);
+                        } else {
+                            st.warmup += 1;
+                        }
+                    }
+                    _ => st.foreign += 1,
+                }
+            }
+            Err(e) if net::is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+            // An ICMP error for our own sends (bidir) surfaces here too;
+            // the sender reports it.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            Err(e) => return Err(SockError::data("UDP receive", e)),
+        }
+        if ctl.abort.load(Ordering::Relaxed) {
+            return Err(SockError::PeerGone("stopped: the test was aborted".into()));
+        }
+        if ctl.drain.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            let since = *drain_since.get_or_insert(now);
+            if now.duration_since(last_any) >= DRAIN_IDLE || now.duration_since(since) >= DRAIN_MAX
+            {
+                break;
+            }
+        }
+    }
+    st.received = acc.received;
+    st.bytes = acc.bytes;
+    st.reordered = acc.reordered;
+    st.duplicates = acc.duplicates;
+    st.jitter_us = acc.jitter_us();
+    if let (Some(a), Some(b)) = (acc.first_arrival, acc.last_arrival) {
+        st.secs = b.duration_since(a).as_secs_f64();
+    }
+    if let Some(c0) = cpu0 {
+        st.cpu_s = fabperf_proto::cpu::thread_cpu_time()
+            .saturating_sub(c0)
+            .as_secs_f64();
+    }
+    Ok(st)
+}
+
+/// What one side learned by the end.
+#[derive(Default)]
+struct Outcome {
+    my_send: Option<SenderStats>,
+    my_rx: Option<RxStats>,
+    peer_send: Option<SenderStats>,
+    peer_rx: Option<RxStats>,
+}
+
+/// Run this side's sender and receiver threads and the control exchange.
+#[allow(clippy::too_many_arguments)]
+fn exchange(
+    ctl: &mut Control,
+    is_agent: bool,
+    sock: &UdpSocket,
+    plan: &SendPlan,
+    sends: bool,
+    receives: bool,
+    rcvbuf: u64,
+    timeout: Duration,
+) -> Result<Outcome, SockError> {
+    let rx_ctl = RxCtl {
+        abort: AtomicBool::new(false),
+        drain: AtomicBool::new(false),
+    };
+    let peer_sends = receives;
+    let peer_receives = sends;
+    std::thread::scope(|s| {
+        let (stx, srx) = mpsc::channel();
+        let (rtx, rrx) = mpsc::channel();
+        if sends {
+            let abort = &rx_ctl.abort;
+            std::thread::Builder::new()
+                .name("fabperf-udp-tx".into())
+                .spawn_scoped(s, move || {
+                    let _ = stx.send(run_sender(sock, plan, abort));
+                })
+                .expect("spawning the UDP sender");
+        }
+        if receives {
+            let c = &rx_ctl;
+            std::thread::Builder::new()
+                .name("fabperf-udp-rx".into())
+                .spawn_scoped(s, move || {
+                    let _ = rtx.send(run_receiver(sock, plan.session, c, rcvbuf));
+                })
+                .expect("spawning the UDP receiver");
+        }
+        let r = control_loop(
+            ctl,
+            is_agent,
+            &rx_ctl,
+            srx,
+            rrx,
+            sends,
+            receives,
+            peer_sends,
+            peer_receives,
+            timeout,
+        );
+        if r.is_err() {
+            rx_ctl.abort.store(true, Ordering::Relaxed);
+        }
+        r
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn control_loop(
+    ctl: &mut Control,
+    is_agent: bool,
+    rx_ctl: &RxCtl,
+    srx: Receiver<Result<SenderStats, SockError>>,
+    rrx: Receiver<Result<RxStats, SockError>>,
+    sends: bool,
+    receives: bool,
+    peer_sends: bool,
+    peer_receives: bool,
+    timeout: Duration,
+) -> Result<Outcome, SockError> {
+    let peer = if is_agent { "the client" } else { "the agent" };
+    let mut out = Outcome::default();
+    let mut finished_peer = false; // agent: client said Finished
+    let mut last_heard = Instant::now();
+    let mut last_alive = Instant::now();
+    let fd = ctl.stream().as_raw_fd();
+    // The agent's framework reports a failed serve to the client itself.
+    let fail = |ctl: &mut Control, e: SockError| -> SockError {
+        if !is_agent {
+            ctl.send_error(ErrorCode::TestFailed, &format!("client: {e}"));
+        }
+        e
+    };
+    loop {
+        if sends && out.my_send.is_none() {
+            match srx.try_recv() {
+                Ok(Ok(st)) => {
+                    ctl.send_test(&UdpMsg::SenderDone(st.clone()))?;
+                    out.my_send = Some(st);
+                }
+                Ok(Err(e)) => return Err(fail(ctl, e)),
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => {
+                    return Err(SockError::Protocol("the UDP sender thread vanished".into()))
+                }
+            }
+        }
+        if receives && out.my_rx.is_none() {
+            match rrx.try_recv() {
+                Ok(Ok(st)) => {
+                    ctl.send_test(&UdpMsg::RxReport(st.clone()))?;
+                    out.my_rx = Some(st);
+                }
+                Ok(Err(e)) => return Err(fail(ctl, e)),
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => {
+                    return Err(SockError::Protocol(
+                        "the UDP receiver thread vanished".into(),
+                    ))
+                }
+            }
+        }
+        let mine_done = (!sends || out.my_send.is_some()) && (!receives || out.my_rx.is_some());
+        let theirs_done =
+            (!peer_sends || out.peer_send.is_some()) && (!peer_receives || out.peer_rx.is_some());
+        if mine_done && theirs_done {
+            if !is_agent {
+                ctl.send_test(&UdpMsg::Finished)?;
+                return Ok(out);
+            }
+            if finished_peer {
+                return Ok(out);
+            }
+        }
+        let now = Instant::now();
+        if now.duration_since(last_alive) >= ALIVE_EVERY {
+            ctl.send_test(&UdpMsg::Alive)?;
+            last_alive = now;
+        }
+        if now.duration_since(last_heard) > timeout {
+            return Err(SockError::PeerGone(format!(
+                "{peer} sent nothing on the control connection for {:.1} s: it stalled, died or the path is down",
+                timeout.as_secs_f64()
+            )));
+        }
+        let readable = net::wait_readable(fd, Duration::from_millis(20))
+            .map_err(|e| SockError::data("waiting on the control connection", e))?;
+        if !readable {
+            continue;
+        }
+        last_heard = Instant::now();
+        match ctl.recv_test::<UdpMsg>("a udp-bw control message")? {
+            UdpMsg::Alive => {}
+            UdpMsg::SenderDone(st) if peer_sends => {
+                rx_ctl.drain.store(true, Ordering::Relaxed);
+                out.peer_send = Some(st);
+            }
+            UdpMsg::RxReport(st) if peer_receives => out.peer_rx = Some(st),
+            UdpMsg::Finished if is_agent => finished_peer = true,
+            other => {
+                return Err(SockError::Protocol(format!(
+                    "unexpected udp-bw message {other:?}"
+                )))
+            }
+        }
+    }
+}
+
+/// Client side of `udp-bw`.
+pub fn run_udp_bw(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &UdpBwParams,
+) -> Result<Vec<Record>, SockError> {
+    client(addr, cfg, p, None)
+}
+
+/// Like [`run_udp_bw`] (forward direction) but the client sends exactly
+/// the sequence numbers of `script`, in order (to exercise the receiver's
+/// accounting with drops, reordering and duplicates). The record's `sent`
+/// is `intended`: how many distinct datagrams a correct sender would have
+/// sent. For tests only.
+pub fn run_udp_bw_scripted(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &UdpBwParams,
+    script: &[u64],
+    intended: u64,
+) -> Result<Vec<Record>, SockError> {
+    if p.direction != Direction::Forward {
+        return Err(SockError::BadParams(
+            "scripted sending is forward only".into(),
+        ));
+    }
+    client(addr, cfg, p, Some((script, intended)))
+}
+
+fn client(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &UdpBwParams,
+    script: Option<(&[u64], u64)>,
+) -> Result<Vec<Record>, SockError> {
+    p.validate().map_err(SockError::BadParams)?;
+    let params = serde_json::to_value(p).expect("params serialize");
+    let started_at = fabperf_results::now_rfc3339();
+    let sock = udp::client_socket(addr)?;
+    let want = p.window.unwrap_or(DEFAULT_WINDOW);
+    let rcvbuf = udp::size_buffers(&sock, want);
+    let local = sock.local_addr().ok();
+    let (mut ctl, info) = connect_test(addr, cfg, "udp-bw", params)?;
+    let info: AcceptInfo = serde_json::from_value(info)
+        .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
+    match udp::client_hello::<UdpMsg>(&sock, &mut ctl, info.session, cfg.timeout, addr)? {
+        UdpMsg::Seen => {}
+        other => return Err(SockError::Protocol(format!("expected seen, got {other:?}"))),
+    }
+    let plan = SendPlan {
+        session: info.session,
+        size: p.size as usize,
+        rate_bps: p.rate_bps,
+        omit: Duration::from_secs_f64(p.omit_s),
+        duration: Duration::from_secs_f64(p.duration_s),
+        script: script.map(|s| s.0),
+    };
+    let mut out = exchange(
+        &mut ctl,
+        false,
+        &sock,
+        &plan,
+        p.direction.client_sends(),
+        p.direction.agent_sends(),
+        rcvbuf,
+        cfg.timeout,
+    )?;
+    let _ = ctl.send(&Msg::Bye);
+    if let (Some((_, intended)), Some(s)) = (script, out.my_send.as_mut()) {
+        s.sent = intended;
+    }
+    let base = |direction: &str| {
+        let mut r = Record::new("udp-bw", Transport::Udp, p.size, 1);
+        r.started_at = started_at.clone();
+        r.direction = Some(direction.to_string());
+        r.local = local.map(|a| a.to_string());
+        r.remote = Some(addr.to_string());
+        r
+    };
+    let mut recs = Vec::new();
+    if let (Some(tx), Some(rx)) = (&out.my_send, &out.peer_rx) {
+        let mut r = base("forward");
+        fill(&mut r, p, tx, rx, "client", "agent", want);
+        r.cpu_local_pct = pct(tx.cpu_s, tx.secs);
+        r.cpu_remote_pct = pct(rx.cpu_s, rx.secs);
+        recs.push(r);
+    }
+    if let (Some(tx), Some(rx)) = (&out.peer_send, &out.my_rx) {
+        let mut r = base("reverse");
+        fill(&mut r, p, tx, rx, "agent", "client", want);
+        r.cpu_local_pct = pct(rx.cpu_s, rx.secs);
+        r.cpu_remote_pct = pct(tx.cpu_s, tx.secs);
+        recs.push(r);
+    }
+    if p.direction == Direction::Bidir && recs.len() == 2 {
+        let mut t = base("bidir");
+        let (a, b) = (&recs[0], &recs[1]);
+        let bytes = a.bytes + b.bytes;
+        let gbps = a.bw_gbps.unwrap_or(0.0) + b.bw_gbps.unwrap_or(0.0);
+        let secs = if gbps > 0.0 {
+            bytes as f64 * 8.0 / (gbps * 1e9)
+        } else {
+            0.0
+        };
+        let msgs = a.iterations.unwrap_or(0) + b.iterations.unwrap_or(0);
+        t.set_throughput(bytes, secs, Some(msgs));
+        let (ua, ub) = (
+            a.udp.clone().unwrap_or_default(),
+            b.udp.clone().unwrap_or_default(),
+        );
+        let sent = ua.sent + ub.sent;
+        let lost = ua.lost + ub.lost;
+        t.udp = Some(UdpStats {
+            sent,
+            received: ua.received + ub.received,
+            lost,
+            reordered: ua.reordered + ub.reordered,
+            duplicates: ua.duplicates + ub.duplicates,
+            loss_pct: if sent > 0 {
+                lost as f64 * 100.0 / sent as f64
+            } else {
+                0.0
+            },
+            jitter_us: ua.jitter_us.max(ub.jitter_us),
+        });
+        t.cpu_local_pct = sum_opt(a.cpu_local_pct, b.cpu_local_pct);
+        t.cpu_remote_pct = sum_opt(a.cpu_remote_pct, b.cpu_remote_pct);
+        for w in a.warnings.iter().chain(b.warnings.iter()) {
+            t.warnings.push(w.clone());
+        }
+        recs.insert(0, t);
+    }
+    if recs.is_empty() {
+        return Err(SockError::Protocol(
+            "the agent's reports were incomplete".into(),
+        ));
+    }
+    Ok(recs)
+}
+
+fn sum_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        _ => a.or(b),
+    }
+}
+
+fn pct(cpu: f64, secs: f64) -> Option<f64> {
+    (secs > 0.0).then(|| cpu / secs * 100.0)
+}
+
+fn fill(
+    r: &mut Record,
+    p: &UdpBwParams,
+    tx: &SenderStats,
+    rx: &RxStats,
+    txs: &str,
+    rxs: &str,
+    want: u64,
+) {
+    // The receiver's bytes over the sender's measured interval.
+    r.set_throughput(rx.bytes, tx.secs, Some(rx.received));
+    let lost = tx.sent.saturating_sub(rx.received);
+    r.udp = Some(UdpStats {
+        sent: tx.sent,
+        received: rx.received,
+        lost,
+        reordered: rx.reordered,
+        duplicates: rx.duplicates,
+        loss_pct: if tx.sent > 0 {
+            lost as f64 * 100.0 / tx.sent as f64
+        } else {
+            0.0
+        },
+        jitter_us: rx.jitter_us,
+    });
+    if rx.received > tx.sent {
+        r.warnings.push(format!(
+            "the receiver counted {} datagrams but the sender reported {}: datagrams from the warm-up boundary or a confused peer",
+            rx.received, tx.sent
+        ));
+    }
+    if tx.sent == 0 {
+        r.warnings
+            .push("nothing was sent after the warm-up: raise --duration".into());
+    } else if rx.received == 0 {
+        r.warnings.push(format!(
+            "no datagram reached the {rxs}: UDP from the {txs} to the {rxs} is blocked (firewall, NAT, security group)"
+        ));
+    }
+    // A paced sender spins between datagrams, so its CPU says nothing then.
+    if p.rate_bps.is_none() && tx.secs > 0.0 && tx.cpu_s / tx.secs > 0.95 {
+        r.warnings.push(format!(
+            "the sender ({txs}) used {:.0}% of a core: it may be the limit, not the network",
+            tx.cpu_s / tx.secs * 100.0
+        ));
+    }
+    if rx.secs > 0.0 && rx.cpu_s / rx.secs > 0.95 && lost > 0 {
+        r.warnings.push(format!(
+            "the receiver ({rxs}) used {:.0}% of a core and lost datagrams: loss is the receiving host's, not the network's",
+            rx.cpu_s / rx.secs * 100.0
+        ));
+    }
+    if rx.rcvbuf + 4096 < want {
+        r.warnings.push(format!(
+            "the {rxs}'s receive buffer is {} bytes, not the {want} asked for: raise net.core.rmem_max (or run as root) to avoid drops",
+            rx.rcvbuf
+        ));
+    }
+    if let Some(rate) = p.rate_bps {
+        let offered = tx.bytes as f64 * 8.0 / tx.secs.max(1e-9);
+        if tx.sent > 0 && offered < rate as f64 * 0.9 {
+            r.warnings.push(format!(
+                "the sender reached only {:.3} Gbit/s of the {:.3} Gbit/s asked for",
+                offered / 1e9,
+                rate as f64 / 1e9
+            ));
+        }
+    }
+    if tx.enobufs > 0 {
+        r.warnings.push(format!(
+            "the {txs}'s send queue was full {} times (ENOBUFS); those datagrams were retried",
+            tx.enobufs
+        ));
+    }
+    if tx.secs > 0.0 && tx.secs < 0.5 && p.duration_s >= 0.5 {
+        r.warnings
+            .push(format!("measured interval of {:.3} s is short", tx.secs));
+    }
+}
+
+/// Agent side of `udp-bw`.
+pub struct UdpBw;
+
+impl TestKind for UdpBw {
+    fn name(&self) -> &'static str {
+        "udp-bw"
+    }
+
+    fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
+        let p: UdpBwParams = serde_json::from_value(params)
+            .map_err(|e| ServeError::bad_request(format!("udp-bw parameters: {e}")))?;
+        p.validate().map_err(ServeError::bad_request)?;
+        ctx.limits.check_duration(p.duration_s + p.omit_s)?;
+        let want = p.window.unwrap_or(DEFAULT_WINDOW);
+        ctx.limits
+            .check_memory(want * 2 + (1 << 20), "udp-bw socket buffers and window")?;
+        let io = ctx.limits.io_timeout;
+        let sock = udp::agent_socket(ctx.local())?;
+        let rcvbuf = udp::size_buffers(&sock, want);
+        let session = udp::new_session();
+        ctx.ctl.send(&Msg::Accept {
+            info: serde_json::to_value(AcceptInfo { session }).expect("accept info serializes"),
+        })?;
+        udp::agent_wait_hello(&sock, session, io)?;
+        ctx.ctl.send_test(&UdpMsg::Seen)?;
+        let plan = SendPlan {
+            session,
+            size: p.size as usize,
+            rate_bps: p.rate_bps,
+            omit: Duration::from_secs_f64(p.omit_s),
+            duration: Duration::from_secs_f64(p.duration_s),
+            script: None,
+        };
+        exchange(
+            ctx.ctl,
+            true,
+            &sock,
+            &plan,
+            p.direction.agent_sends(),
+            p.direction.client_sends(),
+            rcvbuf,
+            io,
+        )?;
+        Ok(())
+    }
+}

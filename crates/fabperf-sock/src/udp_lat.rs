@@ -1,0 +1,374 @@
+//! `udp-lat`: request/response over UDP with loss-tolerant timeouts.
+//!
+//! The client sends one probe (sequence number + timestamp) and waits for
+//! its reply for at most the probe timeout; a probe without a reply by then
+//! is counted lost and the next one goes out. A reply that turns up after
+//! its probe was given up is counted late (reported as `reordered`) and is
+//! never mistaken for the reply to the current probe, because replies are
+//! matched by sequence number. If no reply at all arrives for the client's
+//! `--timeout`, the agent is declared gone.
+
+use crate::error::SockError;
+use crate::net;
+use crate::params::UdpLatParams;
+use crate::udp::{self, Header, Seen, SeenWindow, T_PROBE, T_REPLY};
+use fabperf_proto::{connect_test, ClientConfig, ErrorCode, Msg, ServeCtx, ServeError, TestKind};
+use fabperf_results::{LatencyHistogram, LatencyKind, Record, Transport, UdpStats};
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const LAT_WINDOW: u64 = 1 << 20;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct AcceptInfo {
+    session: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum LatMsg {
+    Seen,
+    Done { probes: u64 },
+    Report { echoed: u64, cpu_s: f64, secs: f64 },
+}
+
+#[derive(Default)]
+struct Counts {
+    sent: u64,
+    received: u64,
+    lost: u64,
+    late: u64,
+    duplicates: u64,
+}
+
+enum Probe {
+    Reply(Duration),
+    Lost,
+}
+
+struct Prober<'a> {
+    sock: &'a UdpSocket,
+    session: u32,
+    probe_timeout: Duration,
+    peer_timeout: Duration,
+    buf: Vec<u8>,
+    rbuf: Vec<u8>,
+    seen: SeenWindow,
+    base: Instant,
+    last_reply: Instant,
+}
+
+impl Prober<'_> {
+    fn probe(&mut self, seq: u64, c: &mut Counts) -> Result<Probe, SockError> {
+        let fd = self.sock.as_raw_fd();
+        let t0 = Instant::now();
+        Header {
+            kind: T_PROBE,
+            flags: 0,
+            session: self.session,
+            seq,
+            ts_ns: t0.duration_since(self.base).as_nanos() as u64,
+        }
+        .write(&mut self.buf);
+        loop {
+            match net::send(fd, &self.buf, 0) {
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => std::thread::yield_now(),
+                Err(e) => return Err(SockError::data("udp-lat probe", e)),
+            }
+        }
+        c.sent += 1;
+        let deadline = t0 + self.probe_timeout;
+        loop {
+            match net::recv(fd, &mut self.rbuf, 0) {
+                Ok(n) => {
+                    let now = Instant::now();
+                    let Some(h) = Header::read(&self.rbuf[..n]) else {
+                        continue;
+                    };
+                    if h.session != self.session || h.kind != T_REPLY {
+                        continue;
+                    }
+                    if h.seq == seq {
+                        self.seen.mark(seq);
+                        self.last_reply = now;
+                        c.received += 1;
+                        return Ok(Probe::Reply(now.duration_since(t0)));
+                    }
+                    if h.seq < seq {
+                        // A reply to a probe already given up (late) or
+                        // answered (duplicate): never the current one.
+                        match self.seen.mark(h.seq) {
+                            Seen::Duplicate => c.duplicates += 1,
+                            _ => c.late += 1,
+                        }
+                    }
+                    if now >= deadline {
+                        break;
+                    }
+                }
+                Err(e) if net::is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                }
+                Err(e) => return Err(SockError::data("udp-lat reply", e)),
+            }
+        }
+        c.lost += 1;
+        if self.last_reply.elapsed() > self.peer_timeout {
+            return Err(SockError::PeerGone(format!(
+                "no UDP reply from the agent for {:.1} s: it stopped, or the path drops UDP",
+                self.peer_timeout.as_secs_f64()
+            )));
+        }
+        Ok(Probe::Lost)
+    }
+}
+
+/// Client side of `udp-lat`.
+pub fn run_udp_lat(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &UdpLatParams,
+) -> Result<Vec<Record>, SockError> {
+    p.validate().map_err(SockError::BadParams)?;
+    let params = serde_json::to_value(p).expect("params serialize");
+    let started_at = fabperf_results::now_rfc3339();
+    let sock = udp::client_socket(addr)?;
+    udp::size_buffers(&sock, 1 << 20);
+    let local = sock.local_addr().ok();
+    let (mut ctl, info) = connect_test(addr, cfg, "udp-lat", params)?;
+    let info: AcceptInfo = serde_json::from_value(info)
+        .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
+    match udp::client_hello::<LatMsg>(&sock, &mut ctl, info.session, cfg.timeout, addr)? {
+        LatMsg::Seen => {}
+        other => return Err(SockError::Protocol(format!("expected seen, got {other:?}"))),
+    }
+    let probe_timeout = Duration::from_millis(p.probe_timeout_ms);
+    // Each receive waits at most the probe timeout (bounded, no per-probe
+    // setsockopt).
+    sock.set_read_timeout(Some(probe_timeout))
+        .map_err(|e| SockError::data("setting the UDP receive timeout", e))?;
+    let kind = if p.rtt {
+        LatencyKind::Rtt
+    } else {
+        LatencyKind::HalfRtt
+    };
+    let mut hist = LatencyHistogram::new(kind);
+    let now = Instant::now();
+    let mut pr = Prober {
+        sock: &sock,
+        session: info.session,
+        probe_timeout,
+        peer_timeout: cfg.timeout,
+        buf: vec![0x5au8; p.size as usize],
+        rbuf: vec![0u8; 65536],
+        seen: SeenWindow::with_window(LAT_WINDOW),
+        base: now,
+        last_reply: now,
+    };
+    let mut c = Counts::default();
+    let mut jitter_ns = 0.0f64;
+    let div = if p.rtt { 1 } else { 2 };
+    let res = (|| -> Result<(f64, Duration), SockError> {
+        let mut seq = 0u64;
+        for _ in 0..p.warmup {
+            pr.probe(seq, &mut c)?;
+            seq += 1;
+        }
+        c = Counts::default();
+        let cpu0 = fabperf_proto::cpu::thread_cpu_time();
+        let t0 = Instant::now();
+        let end = t0 + Duration::from_secs_f64(p.duration_s);
+        let limit = p.iterations.unwrap_or(u64::MAX);
+        let mut prev: Option<u64> = None;
+        while c.sent < limit {
+            if let Probe::Reply(rtt) = pr.probe(seq, &mut c)? {
+                let ns = rtt.as_nanos() as u64;
+                hist.record_rtt_ns(ns);
+                let v = ns / div;
+                if let Some(pv) = prev {
+                    let d = v.abs_diff(pv) as f64;
+                    jitter_ns += (d - jitter_ns) / 16.0;
+                }
+                prev = Some(v);
+            }
+            seq += 1;
+            if p.iterations.is_none() && Instant::now() >= end {
+                break;
+            }
+        }
+        Ok((
+            t0.elapsed().as_secs_f64(),
+            fabperf_proto::cpu::thread_cpu_time().saturating_sub(cpu0),
+        ))
+    })();
+    let (secs, cpu) = match res {
+        Ok(v) => v,
+        Err(e) => {
+            ctl.send_error(ErrorCode::TestFailed, &format!("client: {e}"));
+            return Err(e);
+        }
+    };
+    ctl.send_test(&LatMsg::Done { probes: c.sent })?;
+    let (_echoed, rcpu, rsecs) = match ctl.recv_test::<LatMsg>("the agent's report")? {
+        LatMsg::Report {
+            echoed,
+            cpu_s,
+            secs,
+        } => (echoed, cpu_s, secs),
+        other => {
+            return Err(SockError::Protocol(format!(
+                "expected report, got {other:?}"
+            )))
+        }
+    };
+    let _ = ctl.send(&Msg::Bye);
+    let mut r = Record::new("udp-lat", Transport::Udp, p.size, 1);
+    r.started_at = started_at;
+    r.op = Some("ping-pong".into());
+    r.local = local.map(|a| a.to_string());
+    r.remote = Some(addr.to_string());
+    r.set_throughput(c.received * p.size * 2, secs, Some(c.received));
+    r.lat_us = hist.summary();
+    r.cpu_local_pct = (secs > 0.0).then(|| cpu.as_secs_f64() / secs * 100.0);
+    r.cpu_remote_pct = (rsecs > 0.0).then(|| rcpu / rsecs * 100.0);
+    r.udp = Some(UdpStats {
+        sent: c.sent,
+        received: c.received,
+        lost: c.lost,
+        reordered: c.late,
+        duplicates: c.duplicates,
+        loss_pct: if c.sent > 0 {
+            c.lost as f64 * 100.0 / c.sent as f64
+        } else {
+            0.0
+        },
+        jitter_us: jitter_ns / 1000.0,
+    });
+    if c.lost > 0 {
+        r.warnings.push(format!(
+            "{} of {} probes got no reply within {} ms (counted lost{})",
+            c.lost,
+            c.sent,
+            p.probe_timeout_ms,
+            if c.late > 0 {
+                format!("; {} replies came later", c.late)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if c.received < 1000 {
+        r.warnings.push(format!(
+            "only {} replies: tail percentiles (p99.9 and up) need many more samples",
+            c.received
+        ));
+    }
+    Ok(vec![r])
+}
+
+/// Agent side of `udp-lat`.
+pub struct UdpLat;
+
+fn echo(sock: &UdpSocket, session: u32, stop: &AtomicBool) -> io::Result<(u64, f64, f64)> {
+    let fd = sock.as_raw_fd();
+    sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+    let mut buf = vec![0u8; 65536];
+    let mut echoed = 0u64;
+    let cpu0 = fabperf_proto::cpu::thread_cpu_time();
+    let t0 = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        match net::recv(fd, &mut buf, 0) {
+            Ok(n) => {
+                if let Some(h) = Header::read(&buf[..n]) {
+                    if h.session == session && h.kind == T_PROBE {
+                        buf[4] = T_REPLY;
+                        match net::send(fd, &buf[..n], 0) {
+                            Ok(_) => echoed += 1,
+                            // A full queue or a vanished client loses this
+                            // reply; the client counts it lost.
+                            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+            }
+            Err(e) if net::is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let cpu = fabperf_proto::cpu::thread_cpu_time().saturating_sub(cpu0);
+    Ok((echoed, cpu.as_secs_f64(), t0.elapsed().as_secs_f64()))
+}
+
+impl TestKind for UdpLat {
+    fn name(&self) -> &'static str {
+        "udp-lat"
+    }
+
+    fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
+        let p: UdpLatParams = serde_json::from_value(params)
+            .map_err(|e| ServeError::bad_request(format!("udp-lat parameters: {e}")))?;
+        p.validate().map_err(ServeError::bad_request)?;
+        if p.iterations.is_none() {
+            ctx.limits.check_duration(p.duration_s)?;
+        }
+        let io = ctx.limits.io_timeout;
+        let sock = udp::agent_socket(ctx.local())?;
+        udp::size_buffers(&sock, 1 << 20);
+        let session = udp::new_session();
+        ctx.ctl.send(&Msg::Accept {
+            info: serde_json::to_value(AcceptInfo { session }).expect("accept info serializes"),
+        })?;
+        udp::agent_wait_hello(&sock, session, io)?;
+        ctx.ctl.send_test(&LatMsg::Seen)?;
+        // The client reports within the test's length (warm-up probes may
+        // each wait a probe timeout) plus the I/O timeout; it can never
+        // keep the agent longer than the agent's own duration limit.
+        let max = ctx.limits.max_duration;
+        let expected = if p.iterations.is_some() {
+            max
+        } else {
+            let warm = Duration::from_millis(p.probe_timeout_ms).saturating_mul(p.warmup as u32);
+            (Duration::from_secs_f64(p.duration_s) + warm).min(max)
+        } + io * 2;
+        let stop = AtomicBool::new(false);
+        let (res, done) = std::thread::scope(|s| {
+            let h = std::thread::Builder::new()
+                .name("fabperf-udp-echo".into())
+                .spawn_scoped(s, || echo(&sock, session, &stop))
+                .expect("spawning the UDP echo thread");
+            let done = ctx
+                .ctl
+                .recv_test_within::<LatMsg>(expected, "the client's done");
+            stop.store(true, Ordering::Relaxed);
+            (h.join(), done)
+        });
+        let done = done?;
+        if !matches!(done, LatMsg::Done { .. }) {
+            return Err(ServeError::bad_request(format!(
+                "expected done, got {done:?}"
+            )));
+        }
+        let (echoed, cpu_s, secs) = match res {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(ServeError::failed(format!("udp-lat echo: {e}"))),
+            Err(_) => return Err(ServeError::failed("the udp-lat echo thread panicked")),
+        };
+        ctx.ctl.send_test(&LatMsg::Report {
+            echoed,
+            cpu_s,
+            secs,
+        })?;
+        Ok(())
+    }
+}
