@@ -1,12 +1,129 @@
-// Temporary: replaced by the detect/doctor work (issue 4).
+//! `fabperf detect` and `fabperf doctor`: a thin layer over fabperf-detect.
+
+use fabperf_detect::capture::{capture, CaptureError};
+use fabperf_detect::{detect, doctor, render, DetectOptions, Inventory};
+use std::net::IpAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// Exit status for bad usage or unreadable input.
+const EXIT_BAD_INPUT: u8 = 2;
+
 #[derive(clap::Args)]
-pub struct DetectArgs {}
-#[derive(clap::Args)]
-pub struct DoctorArgs {}
-pub fn run_detect(_: DetectArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("detect is being built")
+pub struct DetectArgs {
+    /// Read a snapshot directory (from --capture, or a hand-written fixture) instead of the live
+    /// host: DIR/sys/..., DIR/proc/..., DIR/ip-addr.json, DIR/ip-route.json.
+    #[arg(long, value_name = "DIR", conflicts_with = "capture")]
+    pub root: Option<PathBuf>,
+    /// The node address kubelet is given with --node-ip (default: the address of the
+    /// default-route interface, which is what kubelet picks when --node-ip is unset).
+    #[arg(long, value_name = "IP")]
+    pub node_ip: Option<IpAddr>,
+    /// Print the inventory as JSON (schema fabperf.detect/1).
+    #[arg(long)]
+    pub json: bool,
+    /// Write a snapshot of this host into DIR (new or empty): the sysfs/procfs files read, the
+    /// output of `ip -j addr show` / `ip -j route show table main`, detect.json and doctor.json.
+    /// Read it back with --root DIR; `tar czf node.tgz -C DIR .` makes a support bundle.
+    #[arg(long, value_name = "DIR")]
+    pub capture: Option<PathBuf>,
 }
-pub fn run_doctor(_: DoctorArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("doctor is being built")
+
+#[derive(clap::Args)]
+pub struct DoctorArgs {
+    /// Diagnose a snapshot directory instead of the live host (see `fabperf detect --capture`).
+    #[arg(long, value_name = "DIR", conflicts_with = "inventory")]
+    pub root: Option<PathBuf>,
+    /// Diagnose a `fabperf detect --json` file (e.g. from another node) instead of this host.
+    #[arg(long, value_name = "FILE")]
+    pub inventory: Option<PathBuf>,
+    /// The node address kubelet is given with --node-ip (default: the default-route address).
+    #[arg(long, value_name = "IP", conflicts_with = "inventory")]
+    pub node_ip: Option<IpAddr>,
+    /// Print the findings as JSON (schema fabperf.doctor/1).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn bad_input(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("fabperf: error: {msg}");
+    ExitCode::from(EXIT_BAD_INPUT)
+}
+
+pub fn run_detect(a: DetectArgs) -> anyhow::Result<ExitCode> {
+    let opts = DetectOptions { node_ip: a.node_ip };
+    if let Some(dir) = &a.capture {
+        let rep = match capture(dir, &opts) {
+            Ok(r) => r,
+            Err(e @ (CaptureError::NotEmpty(_) | CaptureError::Detect(_))) => {
+                return Ok(bad_input(e))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if a.json {
+            println!("{}", rep.inventory.to_json_pretty());
+        } else {
+            print!("{}", render::inventory_text(&rep.inventory));
+            println!();
+            println!(
+                "Captured {} sysfs/procfs files into {} (addresses: {})",
+                rep.files,
+                rep.dir.display(),
+                rep.ip_source
+            );
+            if !rep.vanished.is_empty() {
+                println!(
+                    "  {} paths vanished while copying: {}",
+                    rep.vanished.len(),
+                    rep.vanished.join(", ")
+                );
+            }
+            println!(
+                "Read it back: fabperf detect --root {d} ; fabperf doctor --root {d}",
+                d = rep.dir.display()
+            );
+            println!(
+                "Support bundle: tar czf {}.tgz -C {} .",
+                rep.inventory.hostname,
+                rep.dir.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let inv = match detect(a.root.as_deref(), &opts) {
+        Ok(i) => i,
+        Err(e) => return Ok(bad_input(e)),
+    };
+    if a.json {
+        println!("{}", inv.to_json_pretty());
+    } else {
+        print!("{}", render::inventory_text(&inv));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let inv = if let Some(file) = &a.inventory {
+        match Inventory::from_json_file(file) {
+            Ok(i) => i,
+            Err(e) => return Ok(bad_input(e)),
+        }
+    } else {
+        let opts = DetectOptions { node_ip: a.node_ip };
+        match detect(a.root.as_deref(), &opts) {
+            Ok(i) => i,
+            Err(e) => return Ok(bad_input(e)),
+        }
+    };
+    let report = doctor::diagnose(&inv);
+    if a.json {
+        println!("{}", report.to_json_pretty());
+    } else {
+        print!("{}", render::doctor_text(&report));
+    }
+    Ok(if report.has_error() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

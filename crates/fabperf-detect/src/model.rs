@@ -1,0 +1,309 @@
+//! The inventory of a node: what `fabperf detect --json` prints (schema `fabperf.detect/1`).
+//!
+//! Field names are a contract with other tools (`fabperf k8s` reads these files): add fields
+//! freely, never rename or remove one. Unknown values are `null`, never guessed.
+
+use crate::memlock::MemlockStatus;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Value of the `schema` field.
+pub const SCHEMA: &str = "fabperf.detect/1";
+
+/// Everything `fabperf detect` knows about one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// From `/proc/sys/kernel/hostname` (`"unknown"` if unreadable).
+    pub hostname: String,
+    /// Where it was read: `{"mode": "live", "root": "/"}` or `{"mode": "snapshot", "root": DIR}`.
+    pub source: Source,
+    /// False when the host has no RDMA device (no driver, no `/sys/class/infiniband`).
+    pub rdma_available: bool,
+    /// Why RDMA is unavailable, in plain words (null when available).
+    pub rdma_note: Option<String>,
+    /// RDMA subsystem network-namespace mode: `shared`, `exclusive`, or null when unreadable.
+    pub rdma_netns_mode: Option<String>,
+    /// RDMA devices (`/sys/class/infiniband/*`), sorted by name.
+    pub rdma_devices: Vec<RdmaDevice>,
+    /// Network interfaces (`/sys/class/net/*`), sorted by name.
+    pub netdevs: Vec<Netdev>,
+    /// The interface that carries the node address (what kubelet advertises), or null.
+    pub node_ip: Option<NodeIp>,
+    /// IPv4 routes of the main table that matter (default routes), in kernel order.
+    pub default_routes: Vec<RouteInfo>,
+    /// `net.ipv4.conf.{all,IF}.{rp_filter,arp_ignore,arp_announce}`.
+    pub sysctl: Sysctls,
+    /// The reading process's locked-memory limit and CAP_IPC_LOCK (null when unreadable).
+    pub memlock: Option<MemlockStatus>,
+    /// Inputs that could not be read or parsed (the affected values are null).
+    pub warnings: Vec<String>,
+}
+
+/// Where an inventory was read from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Source {
+    /// `live` or `snapshot`.
+    pub mode: String,
+    /// `/` or the snapshot directory.
+    pub root: String,
+    /// Where addresses and routes came from: `netlink`, or the snapshot's iproute2 JSON files.
+    pub addresses: String,
+}
+
+/// One RDMA device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RdmaDevice {
+    /// Device name, e.g. `mlx5_0`, `rocep59s0f0`, `rxe0`.
+    pub name: String,
+    /// Kernel driver (`mlx5_core`, `rdma_rxe`, `siw`, ...), null if unknown.
+    pub driver: Option<String>,
+    /// True for software devices (rxe, siw) that have no PCI function.
+    pub software: bool,
+    /// Product family: `ConnectX-5`, `BlueField-3`, `Soft-RoCE (rxe)`, ... (null if unknown).
+    pub model: Option<String>,
+    /// `node_guid` as printed by the kernel (`0c42:a103:0065:3f5c`).
+    pub node_guid: Option<String>,
+    pub sys_image_guid: Option<String>,
+    pub fw_ver: Option<String>,
+    pub hca_type: Option<String>,
+    pub board_id: Option<String>,
+    /// `node_type` text, e.g. `1: CA` or `4: RNIC` (iWARP).
+    pub node_type: Option<String>,
+    /// NUMA node of the PCI function (null when unknown or -1).
+    pub numa_node: Option<i32>,
+    /// For rxe/siw: the netdev it is layered on.
+    pub parent_netdev: Option<String>,
+    /// The PCI function (null for software devices).
+    pub pci: Option<PciInfo>,
+    pub ports: Vec<RdmaPort>,
+}
+
+/// A PCI function and its PCIe link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PciInfo {
+    /// Domain:bus:device.function, e.g. `0000:3b:00.0`.
+    pub address: String,
+    /// Lowercase hex without `0x`.
+    pub vendor_id: String,
+    pub device_id: String,
+    /// Product family from the vendor/device ID (null when not in fabperf's table).
+    pub model: Option<String>,
+    /// Virtual function (SR-IOV).
+    pub is_vf: bool,
+    /// PCI class, lowercase hex without `0x` (e.g. `020700` InfiniBand, `020000` Ethernet).
+    pub class: Option<String>,
+    pub driver: Option<String>,
+    pub numa_node: Option<i32>,
+    /// Raw `current_link_speed` text, e.g. `8.0 GT/s PCIe` (null when the file is absent).
+    pub current_link_speed: Option<String>,
+    pub max_link_speed: Option<String>,
+    /// Parsed transfer rate per lane, GT/s.
+    pub current_speed_gts: Option<f64>,
+    pub max_speed_gts: Option<f64>,
+    /// PCIe generation (1..6) of the current / maximum speed.
+    pub current_gen: Option<u8>,
+    pub max_gen: Option<u8>,
+    pub current_width: Option<u32>,
+    pub max_width: Option<u32>,
+    /// Usable bandwidth of the current link, Gbit/s, as the kernel computes it (encoding only).
+    pub ceiling_gbps: Option<f64>,
+    /// Usable bandwidth the function is capable of at max speed and width.
+    pub max_ceiling_gbps: Option<f64>,
+}
+
+/// One port of an RDMA device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RdmaPort {
+    pub port: u32,
+    /// `Ethernet` | `InfiniBand` | `Unknown`.
+    pub link_layer: String,
+    /// `DOWN` | `INIT` | `ARMED` | `ACTIVE` | `ACTIVE_DEFER` | `NOP` | `UNKNOWN`.
+    pub state: String,
+    /// Physical state text, e.g. `LinkUp`, `Polling`, `Disabled` (null if unreadable).
+    pub phys_state: Option<String>,
+    /// Raw `rate` text, e.g. `100 Gb/sec (4X EDR)`.
+    pub rate: Option<String>,
+    pub rate_gbps: Option<f64>,
+    pub lanes: Option<u32>,
+    /// Lane generation name: `SDR` .. `XDR` (null when the kernel prints none).
+    pub lane_speed: Option<String>,
+    /// InfiniBand LID / subnet-manager LID (hex text, IB only).
+    pub lid: Option<String>,
+    pub sm_lid: Option<String>,
+    /// Non-empty GID table entries.
+    pub gids: Vec<GidEntry>,
+    /// First RoCE v2 GID that encodes an IPv4 address (Ethernet ports).
+    pub roce_v2_ipv4_gid_index: Option<u32>,
+    /// GID index fabperf uses: RoCE v2 + IPv4 first, then RoCE v2 global IPv6, then RoCE v1;
+    /// never an all-zero or link-local entry. For InfiniBand ports: the first valid entry.
+    pub preferred_gid_index: Option<u32>,
+    /// Netdevs bound to this port (from GID ndevs, the rxe parent or the IPoIB address rule).
+    pub netdevs: Vec<String>,
+}
+
+/// One GID table entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GidEntry {
+    pub index: u32,
+    /// As the kernel prints it (`fe80:0000:...`).
+    pub gid: String,
+    /// `IB/RoCE v1`, `RoCE v2`, or null when unreadable.
+    #[serde(rename = "type")]
+    pub gid_type: Option<String>,
+    /// The netdev of the entry (null on IB ports or when unreadable).
+    pub netdev: Option<String>,
+    /// The IPv4 address an IPv4-mapped GID encodes.
+    pub ipv4: Option<String>,
+    /// True for fe80::/10 entries.
+    pub link_local: bool,
+}
+
+/// One network interface.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Netdev {
+    pub name: String,
+    /// `ethernet` | `ipoib` | `loopback` | `other`.
+    pub kind: String,
+    /// ARPHRD type number from `type` (1 Ethernet, 32 InfiniBand, 772 loopback).
+    pub arphrd: Option<u32>,
+    pub mtu: Option<u32>,
+    /// Mb/s; null when unknown or the link is down.
+    pub speed_mbps: Option<u64>,
+    pub operstate: Option<String>,
+    /// Hardware address as printed by the kernel.
+    pub address: Option<String>,
+    /// CIDR strings.
+    pub ipv4: Vec<String>,
+    pub ipv6: Vec<String>,
+    /// `datagram` | `connected` for IPoIB, else null.
+    pub ipoib_mode: Option<String>,
+    /// IPoIB partition key, e.g. `0xffff`.
+    pub ipoib_pkey: Option<String>,
+    /// RDMA device and port behind this netdev.
+    pub rdma_device: Option<String>,
+    pub rdma_port: Option<u32>,
+    /// Driver of the underlying device (`mlx5_core`, `virtio_net`, `veth`, ...).
+    pub driver: Option<String>,
+    /// PCI function behind the netdev (walking up from virtio and similar buses), or null.
+    pub pci_address: Option<String>,
+    /// That PCI function and its PCIe link (null without one; link fields null when the bus
+    /// reports none, e.g. legacy PCI in a VM).
+    pub pci: Option<PciInfo>,
+    /// True when the netdev lives under /sys/devices/virtual (veth, bridge, vxlan, ...).
+    pub virtual_device: bool,
+}
+
+/// The node address and the interface carrying it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeIp {
+    pub address: String,
+    pub interface: String,
+    /// `node-ip-flag` or `default-route`.
+    pub source: String,
+    /// The route that selects it, e.g. `default via 192.0.2.1 dev eth0`.
+    pub route: Option<String>,
+    /// The subnet of the address on that interface, e.g. `192.0.2.0/24`.
+    pub subnet: Option<String>,
+}
+
+/// A route of the main table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteInfo {
+    /// `default` or a CIDR.
+    pub dst: String,
+    pub gateway: Option<String>,
+    pub dev: Option<String>,
+    pub prefsrc: Option<String>,
+    pub metric: Option<u32>,
+}
+
+/// The IPv4 conf sysctls relevant to multi-homed RDMA/RoCE hosts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Sysctls {
+    pub all: ConfValues,
+    /// Per interface (only interfaces whose conf directory exists).
+    pub interfaces: BTreeMap<String, ConfValues>,
+}
+
+/// `rp_filter`, `arp_ignore`, `arp_announce` of one conf directory (null when unreadable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ConfValues {
+    pub rp_filter: Option<u32>,
+    pub arp_ignore: Option<u32>,
+    pub arp_announce: Option<u32>,
+}
+
+/// Errors loading an inventory file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a fabperf detect JSON file: {source}")]
+    Json {
+        path: String,
+        source: serde_json::Error,
+    },
+    #[error("{path} has schema {found:?}; this fabperf reads {SCHEMA:?} (re-run `fabperf detect --json` with this version)")]
+    Schema { path: String, found: String },
+}
+
+impl Inventory {
+    /// Parse the output of `fabperf detect --json`.
+    pub fn from_json_str(text: &str, what: &str) -> Result<Inventory, LoadError> {
+        let inv: Inventory = serde_json::from_str(text).map_err(|e| LoadError::Json {
+            path: what.to_string(),
+            source: e,
+        })?;
+        if inv.schema != SCHEMA {
+            return Err(LoadError::Schema {
+                path: what.to_string(),
+                found: inv.schema,
+            });
+        }
+        Ok(inv)
+    }
+
+    /// Load a file written from `fabperf detect --json`.
+    pub fn from_json_file(path: impl AsRef<Path>) -> Result<Inventory, LoadError> {
+        let p = path.as_ref();
+        let text = std::fs::read_to_string(p).map_err(|e| LoadError::Io {
+            path: p.display().to_string(),
+            source: e,
+        })?;
+        Self::from_json_str(&text, &p.display().to_string())
+    }
+
+    /// Pretty JSON (the `--json` output).
+    pub fn to_json_pretty(&self) -> String {
+        serde_json::to_string_pretty(self).expect("inventory serializes")
+    }
+
+    /// The netdev with this name.
+    pub fn netdev(&self, name: &str) -> Option<&Netdev> {
+        self.netdevs.iter().find(|n| n.name == name)
+    }
+
+    /// The RDMA device with this name.
+    pub fn rdma_device(&self, name: &str) -> Option<&RdmaDevice> {
+        self.rdma_devices.iter().find(|d| d.name == name)
+    }
+
+    /// Path as read for this inventory (prefixes the snapshot root), for evidence.
+    pub fn path(&self, host_path: &str) -> String {
+        if self.source.root == "/" {
+            host_path.to_string()
+        } else {
+            format!(
+                "{}/{}",
+                self.source.root.trim_end_matches('/'),
+                host_path.trim_start_matches('/')
+            )
+        }
+    }
+}
