@@ -1,12 +1,325 @@
-// Temporary: replaced by the RDMA work (issue 3).
+//! `fabperf rdma-bw` and `fabperf rdma-lat`: RDMA verbs tests (perftest
+//! methods and columns) against a `fabperf server` agent.
+
+use crate::cmd::common::{emit, ClientOpts, OutputOpts, TableStyle};
+use anyhow::Context;
+use fabperf_rdma::{all_sizes, BwParams, LatParams, Op};
+use fabperf_results::{Record, Table};
 use std::process::ExitCode;
-#[derive(clap::Args)]
-pub struct BwArgs {}
-#[derive(clap::Args)]
-pub struct LatArgs {}
-pub fn run_bw(_: BwArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("rdma-bw is being built")
+
+/// Parse a size: `65536`, `64K`, `1M` (binary units).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1u64 << 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 1u64 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (examples: 2, 65536, 64K, 1M)"))?;
+    n.checked_mul(mul)
+        .ok_or_else(|| format!("size '{s}' is too large"))
 }
-pub fn run_lat(_: LatArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("rdma-lat is being built")
+
+fn parse_sizes(s: &str) -> Result<Vec<u64>, String> {
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(parse_size)
+        .collect()
+}
+
+fn parse_op(s: &str) -> Result<Op, String> {
+    s.parse()
+}
+
+/// Device and addressing options shared by both commands.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DevOpts {
+    /// RDMA device on this end (default: $FABPERF_RDMA_DEVICE, else the first
+    /// ACTIVE port, preferring the NIC that carries the address used to reach HOST).
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// Port of the device (default: its first ACTIVE port).
+    #[arg(long, value_name = "N")]
+    pub ib_port: Option<u8>,
+    /// GID index on this end (default by rule: RoCE v2 + IPv4 + not link-local).
+    #[arg(long, value_name = "N")]
+    pub gid_index: Option<u32>,
+    /// Path MTU in bytes (default: the smaller active MTU of both ends).
+    #[arg(long, value_name = "BYTES")]
+    pub mtu: Option<u32>,
+}
+
+impl DevOpts {
+    fn device(&self) -> Option<String> {
+        self.device.clone().or_else(|| {
+            std::env::var("FABPERF_RDMA_DEVICE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
+    }
+}
+
+/// RDMA bandwidth (like ib_write_bw / ib_read_bw / ib_send_bw).
+#[derive(clap::Args, Debug)]
+pub struct BwArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// RDMA operation: write, read or send.
+    #[arg(long, default_value = "write", value_parser = parse_op)]
+    pub op: Op,
+    /// Message size in bytes (64K, 1M accepted).
+    #[arg(long, value_parser = parse_size, conflicts_with_all = ["sizes", "all_sizes"])]
+    pub size: Option<u64>,
+    /// Comma-separated message sizes, e.g. 2,64,65536.
+    #[arg(long, value_parser = parse_sizes, conflicts_with = "all_sizes")]
+    pub sizes: Option<Vec<u64>>,
+    /// Every power of two from 2 B to 8 MiB (perftest -a).
+    #[arg(long)]
+    pub all_sizes: bool,
+    /// Queue pairs (streams).
+    #[arg(long, default_value_t = 1)]
+    pub qps: u32,
+    /// Outstanding requests per QP.
+    #[arg(long, default_value_t = 128)]
+    pub tx_depth: u32,
+    /// Signal one completion every N requests.
+    #[arg(long, default_value_t = 100)]
+    pub cq_mod: u32,
+    /// Send messages up to N bytes inline (if the device allows).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub inline: u32,
+    /// Both directions at once (the agent sends too).
+    #[arg(long)]
+    pub bidir: bool,
+    /// Measure for SECS seconds (after --warmup) instead of a fixed count.
+    #[arg(long, value_name = "SECS", conflicts_with = "iterations")]
+    pub duration: Option<f64>,
+    /// Messages per QP (default 5000, like ib_write_bw).
+    #[arg(long, value_name = "N")]
+    pub iterations: Option<u64>,
+    /// Seconds of traffic excluded before measuring (default 1 with --duration, else 0).
+    #[arg(long, value_name = "SECS")]
+    pub warmup: Option<f64>,
+    #[command(flatten)]
+    pub dev: DevOpts,
+    /// Report MiB/s instead of Gbit/s in the table.
+    #[arg(long)]
+    pub mib: bool,
+    #[command(flatten)]
+    pub out: OutputOpts,
+}
+
+/// RDMA latency (like ib_send_lat / ib_write_lat / ib_read_lat).
+#[derive(clap::Args, Debug)]
+pub struct LatArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// RDMA operation: send (completion-driven), write (polls the last byte) or read (round trip).
+    #[arg(long, default_value = "send", value_parser = parse_op)]
+    pub op: Op,
+    /// Message size in bytes.
+    #[arg(long, value_parser = parse_size, conflicts_with_all = ["sizes", "all_sizes"])]
+    pub size: Option<u64>,
+    /// Comma-separated message sizes.
+    #[arg(long, value_parser = parse_sizes, conflicts_with = "all_sizes")]
+    pub sizes: Option<Vec<u64>>,
+    /// Every power of two from 2 B to 8 MiB.
+    #[arg(long)]
+    pub all_sizes: bool,
+    /// Ping-pongs per size (default 1000, like perftest).
+    #[arg(long, value_name = "N", conflicts_with = "duration")]
+    pub iterations: Option<u64>,
+    /// Ping-pong for SECS seconds instead (percentiles still reported).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Seconds excluded before recording (default 1 with --duration, else 0).
+    #[arg(long, value_name = "SECS")]
+    pub warmup: Option<f64>,
+    /// Inline limit in bytes (default: up to 236 as the device allows).
+    #[arg(long, value_name = "N")]
+    pub inline: Option<u32>,
+    #[command(flatten)]
+    pub dev: DevOpts,
+    #[command(flatten)]
+    pub out: OutputOpts,
+}
+
+fn sizes(size: Option<u64>, sizes: &Option<Vec<u64>>, all: bool, default: u64) -> Vec<u64> {
+    if all {
+        all_sizes()
+    } else if let Some(s) = sizes {
+        s.clone()
+    } else {
+        vec![size.unwrap_or(default)]
+    }
+}
+
+fn header(records: &[Record], what: &str, extra: &str) -> String {
+    let Some(r) = records.iter().find(|r| r.stream.is_none()) else {
+        return String::new();
+    };
+    format!(
+        "{what}{extra}\n local:  {}\n remote: {}\n link {}, path MTU {}\n",
+        r.local.as_deref().unwrap_or("?"),
+        r.remote.as_deref().unwrap_or("?"),
+        r.link_layer.as_deref().unwrap_or("?"),
+        r.mtu.map(|m| m.to_string()).unwrap_or_else(|| "?".into())
+    )
+}
+
+fn cpu_table(records: &[Record]) -> String {
+    let mut t = Table::new(["#bytes", "CPU local[%]", "CPU remote[%]"]);
+    for r in records.iter().filter(|r| r.stream.is_none()) {
+        let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+        t.row([r.size.to_string(), f(r.cpu_local_pct), f(r.cpu_remote_pct)]);
+    }
+    t.render()
+}
+
+pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
+    let p = BwParams {
+        op: a.op,
+        sizes: sizes(a.size, &a.sizes, a.all_sizes, 65536),
+        qps: a.qps,
+        tx_depth: a.tx_depth,
+        cq_mod: a.cq_mod,
+        inline: a.inline,
+        bidir: a.bidir,
+        duration: a.duration,
+        iterations: a.iterations.unwrap_or(5000),
+        warmup: a.warmup,
+        device: a.dev.device(),
+        ib_port: a.dev.ib_port,
+        gid_index: a.dev.gid_index,
+        mtu: a.dev.mtu,
+    };
+    p.validate().map_err(anyhow::Error::msg)?;
+    let addr = a.client.addr()?;
+    let cfg = a.client.config()?;
+    let records = fabperf_rdma::run_bw(addr, &cfg, &p)
+        .with_context(|| format!("rdma-bw --op {} against {addr}", p.op.as_str()))?;
+    if !a.out.json {
+        let mode = match p.duration {
+            Some(d) => format!("{d} s after {} s warm-up", p.warmup_secs()),
+            None => format!("{} iterations", p.iterations),
+        };
+        print!(
+            "{}",
+            header(
+                &records,
+                &format!(
+                    "RDMA {} bandwidth{}",
+                    p.op.as_str(),
+                    if p.bidir { ", bidirectional" } else { "" }
+                ),
+                &format!(
+                    " — {} QP(s), tx-depth {}, cq-mod {}, {mode}",
+                    p.qps,
+                    p.tx_depth,
+                    p.effective_cq_mod()
+                ),
+            )
+        );
+        let totals: Vec<Record> = records
+            .iter()
+            .filter(|r| r.stream.is_none())
+            .cloned()
+            .collect();
+        emit(&totals, &a.out, TableStyle::PerftestBw { mib: a.mib })?;
+        let per_qp: Vec<Record> = records
+            .iter()
+            .filter(|r| r.stream.is_some())
+            .cloned()
+            .collect();
+        if !per_qp.is_empty() {
+            println!("per QP:");
+            let mut t = Table::new(["#bytes", "QP", "BW average[Gb/sec]", "MsgRate[Mpps]"]);
+            for r in &per_qp {
+                t.row([
+                    r.size.to_string(),
+                    r.stream.unwrap_or(0).to_string(),
+                    format!("{:.2}", r.bw_gbps.unwrap_or(0.0)),
+                    format!("{:.6}", r.msg_rate_mpps.unwrap_or(0.0)),
+                ]);
+            }
+            print!("{}", t.render());
+        }
+        print!("{}", cpu_table(&records));
+        if let Some(path) = &a.out.csv {
+            // emit() wrote the totals; add the per-QP rows too.
+            if !per_qp.is_empty() {
+                let f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("opening CSV file {}", path.display()))?;
+                fabperf_results::write_csv(f, &per_qp, false)?;
+            }
+        }
+    } else {
+        emit(&records, &a.out, TableStyle::PerftestBw { mib: a.mib })?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_lat(a: LatArgs) -> anyhow::Result<ExitCode> {
+    let p = LatParams {
+        op: a.op,
+        sizes: sizes(a.size, &a.sizes, a.all_sizes, 2),
+        iterations: a.iterations.unwrap_or(1000),
+        duration: a.duration,
+        warmup: a.warmup,
+        inline: a.inline,
+        device: a.dev.device(),
+        ib_port: a.dev.ib_port,
+        gid_index: a.dev.gid_index,
+        mtu: a.dev.mtu,
+    };
+    p.validate().map_err(anyhow::Error::msg)?;
+    let addr = a.client.addr()?;
+    let cfg = a.client.config()?;
+    let records = fabperf_rdma::run_lat(addr, &cfg, &p)
+        .with_context(|| format!("rdma-lat --op {} against {addr}", p.op.as_str()))?;
+    if !a.out.json {
+        let kind = if p.op == Op::Read {
+            "full round trip (RTT), like ib_read_lat"
+        } else {
+            "half round trip (RTT/2), like ib_send_lat/ib_write_lat"
+        };
+        let mode = match p.duration {
+            Some(d) => format!("{d} s after {} s warm-up", p.warmup_secs()),
+            None => format!("{} iterations", p.iterations),
+        };
+        print!(
+            "{}",
+            header(
+                &records,
+                &format!("RDMA {} latency, {kind}", p.op.as_str()),
+                &format!(" — {mode}"),
+            )
+        );
+    }
+    emit(&records, &a.out, TableStyle::PerftestLat)?;
+    if !a.out.json {
+        print!("{}", cpu_table(&records));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("64K").unwrap(), 65536);
+        assert_eq!(parse_size("2").unwrap(), 2);
+        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
+        assert!(parse_size("x").unwrap_err().contains("not a size"));
+        assert_eq!(parse_sizes("2,64,64K").unwrap(), vec![2, 64, 65536]);
+        assert_eq!(sizes(None, &None, false, 65536), vec![65536]);
+        assert_eq!(sizes(None, &None, true, 65536).len(), 23);
+    }
 }

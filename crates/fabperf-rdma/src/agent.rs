@@ -1,0 +1,242 @@
+//! Agent side: the `rdma-bw` and `rdma-lat` test kinds.
+
+use crate::client::{LAT_RX_DEPTH, LAT_TX_DEPTH};
+use crate::engine::{bw_side, lat_responder, passive_wait, recv_step, with_peer, Plan};
+use crate::error::RdmaError;
+use crate::msg::{AcceptInfo, Report, Request, Step};
+use crate::select::path_mtu;
+use crate::verbs::{open_device, Endpoint, EpConfig, Op};
+use crate::{slot_for, BwParams, LatParams};
+use fabperf_proto::{cpu, Control, Msg, ServeCtx, ServeError, TestKind};
+use std::time::{Duration, Instant};
+
+/// The agent's own RDMA device choice (`fabperf server --rdma-*`).
+#[derive(Debug, Clone, Default)]
+pub struct AgentRdmaOpts {
+    pub device: Option<String>,
+    pub ib_port: Option<u8>,
+    pub gid_index: Option<u32>,
+}
+
+/// The RDMA test kinds the agent serves: `rdma-bw` and `rdma-lat`.
+pub fn kinds(opts: AgentRdmaOpts) -> Vec<Box<dyn TestKind>> {
+    vec![
+        Box::new(BwKind { opts: opts.clone() }),
+        Box::new(LatKind { opts }),
+    ]
+}
+
+struct BwKind {
+    opts: AgentRdmaOpts,
+}
+
+struct LatKind {
+    opts: AgentRdmaOpts,
+}
+
+fn parse<P: serde::de::DeserializeOwned>(
+    params: serde_json::Value,
+) -> Result<Request<P>, ServeError> {
+    serde_json::from_value(params)
+        .map_err(|e| ServeError::bad_request(format!("malformed RDMA request: {e}")))
+}
+
+/// Open the device, build and connect the endpoint, send `Accept`.
+fn setup<P>(
+    ctx: &mut ServeCtx<'_>,
+    opts: &AgentRdmaOpts,
+    req: &Request<P>,
+    cfg: EpConfig,
+    forced_mtu: Option<u32>,
+) -> Result<Endpoint, RdmaError> {
+    let bytes = 2 * cfg.slot as u64 * cfg.qps as u64;
+    ctx.limits.check_memory(bytes, "the RDMA buffers")?;
+    let dev = open_device(
+        opts.device.as_deref(),
+        opts.ib_port,
+        opts.gid_index,
+        Some(ctx.local().ip()),
+        req.client.gid_type,
+    )?;
+    if let Some(n) = &dev.note {
+        eprintln!("fabperf agent: {n}");
+    }
+    let mtu = path_mtu(dev.port.active_mtu, req.client.active_mtu, forced_mtu)
+        .map_err(RdmaError::BadRequest)?;
+    let mut ep = Endpoint::new(dev, cfg)?;
+    ep.connect(&req.client, mtu)?;
+    let info = serde_json::to_value(AcceptInfo {
+        agent: ep.info(),
+        path_mtu: mtu,
+    })
+    .map_err(|e| RdmaError::Setup(e.to_string()))?;
+    ctx.ctl.send(&Msg::Accept { info })?;
+    Ok(ep)
+}
+
+/// Serve sizes until the client's `Finish`.
+fn size_loop(
+    ctl: &mut Control,
+    timeout: Duration,
+    mut one: impl FnMut(&mut Control, u64) -> Result<Report, RdmaError>,
+) -> Result<(), RdmaError> {
+    loop {
+        match recv_step(ctl, timeout, "the client's next step")? {
+            Step::Go { size } => {
+                let report = one(ctl, size)?;
+                ctl.send_test(&Step::Report(report))?;
+            }
+            Step::Finish => return Ok(()),
+            other => {
+                return Err(RdmaError::Proto(fabperf_proto::ProtoError::Unexpected {
+                    expected: "go or finish".into(),
+                    got: format!("{other:?}"),
+                }))
+            }
+        }
+    }
+}
+
+fn check_size(size: u64, slot: usize) -> Result<(), RdmaError> {
+    if size == 0 || size > slot as u64 {
+        return Err(RdmaError::BadRequest(format!(
+            "size {size} outside the announced sizes (largest {slot})"
+        )));
+    }
+    Ok(())
+}
+
+impl TestKind for BwKind {
+    fn name(&self) -> &'static str {
+        "rdma-bw"
+    }
+
+    fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
+        let req: Request<BwParams> = parse(params)?;
+        let p = &req.params;
+        p.validate().map_err(ServeError::bad_request)?;
+        ctx.limits.check_streams(p.qps)?;
+        if let Some(d) = p.duration {
+            ctx.limits.check_duration(d + p.warmup_secs())?;
+        }
+        if req.client.qps.len() != p.qps as usize {
+            return Err(ServeError::bad_request(
+                "client QP list does not match --qps",
+            ));
+        }
+        let recv = p.op == Op::Send;
+        let rx_depth = if recv { p.tx_depth.max(512) } else { 0 };
+        let slot = slot_for(p.max_size());
+        let cfg = EpConfig {
+            qps: p.qps,
+            slot,
+            tx_depth: p.tx_depth,
+            rx_depth,
+            inline: p.inline,
+        };
+        let timeout = ctx.limits.io_timeout;
+        let mut ep = setup(ctx, &self.opts, &req, cfg, p.mtu).map_err(|e| e.to_serve())?;
+        if recv {
+            for q in 0..ep.nqps() {
+                ep.post_recvs(q, rx_depth).map_err(|e| e.to_serve())?;
+            }
+        }
+        let r = size_loop(ctx.ctl, timeout, |ctl, size| {
+            check_size(size, slot)?;
+            ctl.send_test(&Step::GoAck)?;
+            if !recv && !p.bidir {
+                // Writes land in (or reads come from) our memory: no CPU needed.
+                let t = Instant::now();
+                let c = cpu::thread_cpu_time();
+                passive_wait(ctl, timeout)?;
+                return Ok(Report {
+                    cpu_pct: cpu::percent(cpu::thread_cpu_time().saturating_sub(c), t.elapsed()),
+                    sent: None,
+                });
+            }
+            let plan = p.bidir.then(|| Plan {
+                op: p.op,
+                size: size as u32,
+                iters: if p.duration.is_some() {
+                    None
+                } else {
+                    Some(p.iterations)
+                },
+                warmup: Duration::from_secs_f64(p.warmup_secs()),
+                duration: p.duration.map(Duration::from_secs_f64),
+                tx_depth: p.tx_depth,
+                cq_mod: p.effective_cq_mod(),
+                inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
+            });
+            let o = with_peer(ctl, timeout, |beat| {
+                bw_side(&mut ep, plan, recv, rx_depth, beat, timeout)
+            })?;
+            Ok(Report {
+                cpu_pct: o.cpu_pct,
+                sent: o.stats,
+            })
+        });
+        r.map_err(|e| e.to_serve())
+    }
+}
+
+impl TestKind for LatKind {
+    fn name(&self) -> &'static str {
+        "rdma-lat"
+    }
+
+    fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
+        let req: Request<LatParams> = parse(params)?;
+        let p = &req.params;
+        p.validate().map_err(ServeError::bad_request)?;
+        if let Some(d) = p.duration {
+            ctx.limits.check_duration(d + p.warmup_secs())?;
+        }
+        if req.client.qps.len() != 1 {
+            return Err(ServeError::bad_request("latency tests use exactly one QP"));
+        }
+        let rx_depth = if p.op == Op::Send { LAT_RX_DEPTH } else { 0 };
+        let slot = slot_for(p.max_size());
+        let inline = if p.op == Op::Read {
+            0
+        } else {
+            p.inline.unwrap_or(236)
+        };
+        let cfg = EpConfig {
+            qps: 1,
+            slot,
+            tx_depth: LAT_TX_DEPTH,
+            rx_depth,
+            inline,
+        };
+        let timeout = ctx.limits.io_timeout;
+        let mut ep = setup(ctx, &self.opts, &req, cfg, p.mtu).map_err(|e| e.to_serve())?;
+        if rx_depth > 0 {
+            ep.post_recvs(0, rx_depth).map_err(|e| e.to_serve())?;
+        }
+        let op = p.op;
+        let r = size_loop(ctx.ctl, timeout, |ctl, size| {
+            check_size(size, slot)?;
+            ep.dst.fill_range(0, size as usize, 0);
+            ctl.send_test(&Step::GoAck)?;
+            if op == Op::Read {
+                let t = Instant::now();
+                let c = cpu::thread_cpu_time();
+                passive_wait(ctl, timeout)?;
+                return Ok(Report {
+                    cpu_pct: cpu::percent(cpu::thread_cpu_time().saturating_sub(c), t.elapsed()),
+                    sent: None,
+                });
+            }
+            let inline = size <= ep.max_inline as u64 && ep.max_inline > 0;
+            let cpu_pct = with_peer(ctl, timeout, |beat| {
+                lat_responder(&mut ep, op, size as u32, inline, beat)
+            })?;
+            Ok(Report {
+                cpu_pct,
+                sent: None,
+            })
+        });
+        r.map_err(|e| e.to_serve())
+    }
+}

@@ -1,0 +1,204 @@
+//! What the two ends exchange over fabperf's control channel: the queue
+//! pair information (instead of perftest's separate TCP exchange) and the
+//! per-size steps of a test.
+
+use crate::select::{GidKind, LinkLayer};
+use serde::{Deserialize, Serialize};
+use std::net::Ipv6Addr;
+
+/// One queue pair's connection data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpInfo {
+    pub qpn: u32,
+    pub psn: u32,
+}
+
+/// Everything the peer needs to connect to and address this end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointInfo {
+    pub device: String,
+    pub ib_port: u8,
+    pub link_layer: LinkLayer,
+    pub lid: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<Ipv6Addr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid_index: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid_type: Option<GidKind>,
+    /// RoCE: GRH with the GID; InfiniBand: LID routing.
+    pub use_grh: bool,
+    /// Active MTU of the port, bytes.
+    pub active_mtu: u32,
+    /// RDMA reads this end accepts in flight per QP.
+    pub max_rd_atomic: u8,
+    /// Bytes per QP slot in each buffer.
+    pub slot: u64,
+    /// Source buffer (peers may RDMA-read it).
+    pub src_addr: u64,
+    pub src_rkey: u32,
+    /// Destination buffer (peers RDMA-write into it).
+    pub dst_addr: u64,
+    pub dst_rkey: u32,
+    pub qps: Vec<QpInfo>,
+}
+
+impl EndpointInfo {
+    /// e.g. `rxe0 port 1, GID index 1 (RoCE v2) ::ffff:10.77.0.1` or
+    /// `mlx5_0 port 1, LID 7`.
+    pub fn describe(&self) -> String {
+        if self.use_grh {
+            format!(
+                "{} port {}, GID index {} ({}) {}",
+                self.device,
+                self.ib_port,
+                self.gid_index
+                    .map(|i| i.to_string())
+                    .unwrap_or_else(|| "?".into()),
+                self.gid_type.map(|k| k.as_str()).unwrap_or("?"),
+                self.gid
+                    .map(|g| g.to_string())
+                    .unwrap_or_else(|| "?".into())
+            )
+        } else {
+            format!(
+                "{} port {}, LID {} (InfiniBand, no GRH)",
+                self.device, self.ib_port, self.lid
+            )
+        }
+    }
+}
+
+/// The client's start parameters: test parameters plus its endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request<P> {
+    pub params: P,
+    pub client: EndpointInfo,
+}
+
+/// The agent's `Accept` info.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AcceptInfo {
+    pub agent: EndpointInfo,
+    /// Path MTU both ends use, bytes.
+    pub path_mtu: u32,
+}
+
+/// Bandwidth figures of one sending side over its measured interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SideStats {
+    pub bytes: u64,
+    pub secs: f64,
+    pub msgs: u64,
+    pub peak_gbps: Option<f64>,
+    pub per_qp_msgs: Vec<u64>,
+}
+
+impl SideStats {
+    pub fn gbps(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.bytes as f64 * 8.0 / self.secs / 1e9
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The agent's account of one size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Agent CPU over its active interval, percent of one core.
+    pub cpu_pct: f64,
+    /// The agent's own sending (bidirectional tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<SideStats>,
+}
+
+/// Per-size steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum Step {
+    /// Client: run `size` now.
+    Go { size: u64 },
+    /// Agent: receives posted, ready.
+    GoAck,
+    /// Either side: still working (sent every second while a side runs).
+    Progress,
+    /// Either side: my sending (or my part) is complete.
+    SideDone,
+    /// Agent: its figures for the size.
+    Report(Report),
+    /// Client: no more sizes.
+    Finish,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep() -> EndpointInfo {
+        EndpointInfo {
+            device: "rxe0".into(),
+            ib_port: 1,
+            link_layer: LinkLayer::Ethernet,
+            lid: 0,
+            gid: Some("::ffff:10.77.0.1".parse().unwrap()),
+            gid_index: Some(1),
+            gid_type: Some(GidKind::RoceV2),
+            use_grh: true,
+            active_mtu: 1024,
+            max_rd_atomic: 16,
+            slot: 65536,
+            src_addr: 0x7f00_0000_0000,
+            src_rkey: 0x1234,
+            dst_addr: 0x7f00_0001_0000,
+            dst_rkey: 0x5678,
+            qps: vec![QpInfo {
+                qpn: 17,
+                psn: 0xabcdef,
+            }],
+        }
+    }
+
+    #[test]
+    fn endpoint_round_trips_and_reads_well() {
+        let e = ep();
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["gid_type"], "RoCE v2");
+        assert_eq!(v["gid"], "::ffff:10.77.0.1");
+        assert_eq!(v["link_layer"], "Ethernet");
+        let back: EndpointInfo = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e);
+        assert_eq!(
+            e.describe(),
+            "rxe0 port 1, GID index 1 (RoCE v2) ::ffff:10.77.0.1"
+        );
+        let mut ib = e.clone();
+        ib.use_grh = false;
+        ib.lid = 7;
+        assert!(ib.describe().contains("LID 7"));
+    }
+
+    #[test]
+    fn steps_are_tagged() {
+        let s = serde_json::to_value(Step::Go { size: 65536 }).unwrap();
+        assert_eq!(s, serde_json::json!({"step": "go", "size": 65536}));
+        let r = Step::Report(Report {
+            cpu_pct: 1.5,
+            sent: Some(SideStats {
+                bytes: 10,
+                secs: 1.0,
+                msgs: 1,
+                peak_gbps: None,
+                per_qp_msgs: vec![1],
+            }),
+        });
+        let back: Step = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(
+            serde_json::from_value::<Step>(serde_json::json!({"step": "side_done"})).unwrap(),
+            Step::SideDone
+        );
+        assert!(serde_json::from_value::<Step>(serde_json::json!({"step": "bogus"})).is_err());
+    }
+}

@@ -1,0 +1,685 @@
+//! Safe layer over sideway: device discovery, and an `Endpoint` (PD, CQ,
+//! RC queue pairs, registered buffers) with the few operations the tests
+//! need.
+
+use crate::error::{register_error, wc_hint, RdmaError, RdmaUnavailable};
+use crate::msg::{EndpointInfo, QpInfo};
+use crate::select::{
+    mtu_bytes, pick_gid, pick_port, Addressing, DevSnap, GidEntry, GidKind, LinkLayer, PortSnap,
+};
+use crate::sys::{self, RegBuf};
+use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
+use sideway::ibverbs::completion::{
+    CreateCompletionQueueWorkCompletionFlags, GenericCompletionQueue, PollCompletionQueueError,
+};
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::{DeviceContext, Mtu};
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{
+    GenericQueuePair, PostSendGuard, QueuePair, QueuePairAttribute, QueuePairState, SetInlineData,
+    WorkRequestFlags,
+};
+use sideway::ibverbs::AccessFlags;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// RDMA operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Write,
+    Read,
+    Send,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Write => "write",
+            Op::Read => "read",
+            Op::Send => "send",
+        }
+    }
+}
+
+impl std::str::FromStr for Op {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Op, String> {
+        match s {
+            "write" => Ok(Op::Write),
+            "read" => Ok(Op::Read),
+            "send" => Ok(Op::Send),
+            _ => Err(format!(
+                "unknown RDMA operation '{s}': use write, read or send"
+            )),
+        }
+    }
+}
+
+fn port_state_name(v: u32) -> &'static str {
+    match v {
+        0 => "NOP",
+        1 => "DOWN",
+        2 => "INIT",
+        3 => "ARMED",
+        4 => "ACTIVE",
+        5 => "ACTIVE_DEFER",
+        _ => "UNKNOWN",
+    }
+}
+
+fn gid_kind(t: GidType) -> GidKind {
+    match t {
+        GidType::InfiniBand => GidKind::Ib,
+        GidType::RoceV1 => GidKind::RoceV1,
+        GidType::RoceV2 => GidKind::RoceV2,
+    }
+}
+
+/// The valid GID entries of one port (tables may be sparse).
+fn gid_table(
+    ctx: &DeviceContext,
+    port: u8,
+    len: i32,
+    all: &Option<Vec<GidEntry>>,
+) -> Vec<GidEntry> {
+    if let Some(all) = all {
+        return all.clone();
+    }
+    let mut out = Vec::new();
+    for i in 0..len.max(0) as u32 {
+        if let Ok(e) = ctx.query_gid_ex(port, i) {
+            let g = e.gid();
+            if !g.is_zero() {
+                out.push(GidEntry {
+                    index: i,
+                    gid: g.into(),
+                    kind: gid_kind(e.gid_type()),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// An opened device with the chosen port and addressing.
+pub struct Device {
+    pub ctx: Arc<DeviceContext>,
+    pub name: String,
+    pub port: PortSnap,
+    pub addressing: Addressing,
+    /// min(max_qp_rd_atom, max_qp_init_rd_atom, 16).
+    pub max_rd_atomic: u8,
+    /// Set when the pick was automatic among several ports.
+    pub note: Option<String>,
+}
+
+/// List devices: snapshots plus their open contexts.
+pub fn snapshot() -> Result<Vec<(DevSnap, Arc<DeviceContext>, u8)>, RdmaUnavailable> {
+    let list = DeviceList::new().map_err(|e| {
+        let io = match e.0 {
+            sideway::ibverbs::device::GetDeviceListErrorKind::Ibverbs(io) => io,
+            other => std::io::Error::other(other.to_string()),
+        };
+        crate::error::device_list_error(io.raw_os_error(), &io.to_string())
+    })?;
+    let mut out = Vec::new();
+    for dev in list.iter() {
+        let name = dev.name();
+        let ctx = dev
+            .open()
+            .map_err(|e| RdmaUnavailable::Other(format!("opening RDMA device {name}: {e:?}")))?;
+        let attr = ctx
+            .query_device()
+            .map_err(|e| RdmaUnavailable::Other(format!("querying RDMA device {name}: {e:?}")))?;
+        let rd = attr
+            .attr
+            .orig_attr
+            .max_qp_rd_atom
+            .min(attr.attr.orig_attr.max_qp_init_rd_atom)
+            .clamp(1, 16) as u8;
+        // The whole table at once when the library supports it.
+        let table: Option<Vec<(u32, GidEntry)>> = ctx.query_gid_table().ok().map(|t| {
+            t.iter()
+                .filter(|e| !e.gid().is_zero())
+                .map(|e| {
+                    (
+                        e.port_num(),
+                        GidEntry {
+                            index: e.gid_index(),
+                            gid: e.gid().into(),
+                            kind: gid_kind(e.gid_type()),
+                        },
+                    )
+                })
+                .collect()
+        });
+        let mut ports = Vec::new();
+        for p in 1..=attr.phys_port_cnt() {
+            let pa = ctx
+                .query_port(p)
+                .map_err(|e| RdmaUnavailable::Other(format!("querying {name} port {p}: {e:?}")))?;
+            let raw = &pa.attr;
+            let state = raw.state;
+            let link_layer = if raw.link_layer == rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET {
+                LinkLayer::Ethernet
+            } else {
+                LinkLayer::InfiniBand
+            };
+            let for_port = table.as_ref().map(|t| {
+                t.iter()
+                    .filter(|(pn, _)| *pn == p as u32)
+                    .map(|(_, g)| g.clone())
+                    .collect::<Vec<_>>()
+            });
+            ports.push(PortSnap {
+                port: p,
+                active: state == 4,
+                state: port_state_name(state).to_string(),
+                link_layer,
+                active_mtu: mtu_bytes(raw.active_mtu),
+                lid: raw.lid,
+                gids: gid_table(&ctx, p, raw.gid_tbl_len, &for_port),
+            });
+        }
+        out.push((DevSnap { name, ports }, ctx, rd));
+    }
+    Ok(out)
+}
+
+/// Open the device and port to use, and pick the GID.
+pub fn open_device(
+    device: Option<&str>,
+    ib_port: Option<u8>,
+    gid_index: Option<u32>,
+    prefer_ip: Option<IpAddr>,
+    peer_kind: Option<GidKind>,
+) -> Result<Device, RdmaUnavailable> {
+    let mut all = snapshot()?;
+    let snaps: Vec<DevSnap> = all.iter().map(|(s, _, _)| s.clone()).collect();
+    let choice = pick_port(&snaps, device, ib_port, prefer_ip)?;
+    let (snap, ctx, rd) = all.swap_remove(choice.dev);
+    let port = snap.ports[choice.port].clone();
+    let addressing = pick_gid(&snap.name, &port, gid_index, prefer_ip, peer_kind)?;
+    Ok(Device {
+        ctx,
+        name: snap.name,
+        port,
+        addressing,
+        max_rd_atomic: rd,
+        note: choice.note,
+    })
+}
+
+/// Sizes of an endpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct EpConfig {
+    pub qps: u32,
+    /// Bytes per QP slot (largest message).
+    pub slot: usize,
+    pub tx_depth: u32,
+    /// Receive queue depth (0: no sends expected).
+    pub rx_depth: u32,
+    /// Requested inline size.
+    pub inline: u32,
+}
+
+/// wr_id layout: bit 63 receive flag, bits 32..63 QP index, low 32 bits a
+/// count (how many requests a signaled completion stands for).
+pub const RECV_FLAG: u64 = 1 << 63;
+
+pub fn wr_id(qp: usize, count: u32) -> u64 {
+    ((qp as u64) << 32) | count as u64
+}
+
+pub fn wr_qp(id: u64) -> usize {
+    ((id & !RECV_FLAG) >> 32) as usize
+}
+
+pub fn wr_count(id: u64) -> u32 {
+    id as u32
+}
+
+/// One work completion, copied out of the CQ.
+#[derive(Debug, Clone, Copy)]
+pub struct Wc {
+    pub wr_id: u64,
+    pub status: u32,
+    pub vendor_err: u32,
+}
+
+/// PD, one CQ, RC QPs and two buffers (source: local only + remote read;
+/// destination: remote write). Field order matters: QPs are destroyed
+/// first (flushing every work request), then the CQ, then the buffers.
+pub struct Endpoint {
+    qps: Vec<GenericQueuePair>,
+    cq: GenericCompletionQueue,
+    pub src: RegBuf,
+    pub dst: RegBuf,
+    _pd: Arc<ProtectionDomain>,
+    pub dev: Device,
+    pub slot: usize,
+    pub psns: Vec<u32>,
+    /// Inline size the QPs accept.
+    pub max_inline: u32,
+    /// Filled by `connect`.
+    pub remote: Option<EndpointInfo>,
+    pub path_mtu: u32,
+    pub tx_depth: u32,
+}
+
+fn psn_seed(i: usize) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (t ^ (std::process::id() << 8) ^ ((i as u32) * 0x9e37)) & 0xff_ffff
+}
+
+impl Endpoint {
+    pub fn new(dev: Device, cfg: EpConfig) -> Result<Endpoint, RdmaError> {
+        let setup = |what: &str, e: &dyn std::fmt::Debug| {
+            RdmaError::Setup(format!("{what} on {}: {e:?}", dev.name))
+        };
+        let pd = dev.ctx.alloc_pd().map_err(|e| setup("ibv_alloc_pd", &e))?;
+        let cqe = cfg.qps * (cfg.tx_depth + cfg.rx_depth) + 16;
+        let mut b = dev.ctx.create_cq_builder();
+        b.setup_cqe(cqe);
+        b.setup_wc_flags(CreateCompletionQueueWorkCompletionFlags::ByteLength);
+        let cq: GenericCompletionQueue = match b.build_ex() {
+            Ok(cq) => cq.into(),
+            Err(_) => b.build().map_err(|e| setup("ibv_create_cq", &e))?.into(),
+        };
+        let len = cfg.slot * cfg.qps as usize;
+        let mut src = RegBuf::new(len).map_err(RdmaError::Setup)?;
+        let mut dst = RegBuf::new(len).map_err(RdmaError::Setup)?;
+        src.fill(0x5a);
+        let memlock = sys::memlock_limit();
+        src.register(&pd, AccessFlags::LocalWrite | AccessFlags::RemoteRead)
+            .map_err(|e| {
+                RdmaError::Register(register_error(e.bytes, "source buffer", &e.source, memlock))
+            })?;
+        dst.register(
+            &pd,
+            AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+        )
+        .map_err(|e| {
+            RdmaError::Register(register_error(
+                e.bytes + src.len(),
+                "destination buffer",
+                &e.source,
+                memlock,
+            ))
+        })?;
+        let mut qps = Vec::new();
+        let mut max_inline = cfg.inline;
+        for _ in 0..cfg.qps {
+            let qp = loop {
+                let mut qb = pd.create_qp_builder();
+                qb.setup_max_send_wr(cfg.tx_depth)
+                    .setup_max_recv_wr(cfg.rx_depth.max(1))
+                    .setup_max_send_sge(1)
+                    .setup_max_recv_sge(1)
+                    .setup_max_inline_data(max_inline)
+                    .setup_send_cq(cq.clone())
+                    .setup_recv_cq(cq.clone());
+                let built: Result<GenericQueuePair, String> = match qb.build_ex() {
+                    Ok(q) => Ok(q.into()),
+                    Err(_) => qb.build().map(Into::into).map_err(|e| format!("{e:?}")),
+                };
+                match built {
+                    Ok(q) => break q,
+                    // The device may not take that much inline data: halve.
+                    Err(_) if max_inline > 0 => max_inline /= 2,
+                    Err(e) => {
+                        return Err(RdmaError::Setup(format!(
+                            "ibv_create_qp on {} (send depth {}, receive depth {}): {e}; lower --tx-depth",
+                            dev.name, cfg.tx_depth, cfg.rx_depth
+                        )))
+                    }
+                }
+            };
+            qps.push(qp);
+        }
+        let mut ep = Endpoint {
+            qps,
+            cq,
+            src,
+            dst,
+            _pd: pd,
+            slot: cfg.slot,
+            psns: (0..cfg.qps as usize).map(psn_seed).collect(),
+            max_inline,
+            remote: None,
+            path_mtu: dev.port.active_mtu,
+            tx_depth: cfg.tx_depth,
+            dev,
+        };
+        let port = ep.dev.port.port;
+        for q in &mut ep.qps {
+            let mut a = QueuePairAttribute::new();
+            a.setup_state(QueuePairState::Init)
+                .setup_pkey_index(0)
+                .setup_port(port)
+                .setup_access_flags(
+                    AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+                );
+            q.modify(&a)
+                .map_err(|e| RdmaError::Setup(format!("moving QP to INIT: {e}")))?;
+        }
+        Ok(ep)
+    }
+
+    pub fn nqps(&self) -> usize {
+        self.qps.len()
+    }
+
+    /// What the peer needs.
+    pub fn info(&self) -> EndpointInfo {
+        let d = &self.dev;
+        let g = d.addressing.gid.as_ref();
+        EndpointInfo {
+            device: d.name.clone(),
+            ib_port: d.port.port,
+            link_layer: d.port.link_layer,
+            lid: d.port.lid,
+            gid: g.map(|g| g.gid),
+            gid_index: g.map(|g| g.index),
+            gid_type: g.map(|g| g.kind),
+            use_grh: d.addressing.use_grh,
+            active_mtu: d.port.active_mtu,
+            max_rd_atomic: d.max_rd_atomic,
+            slot: self.slot as u64,
+            src_addr: self.src.addr(),
+            src_rkey: self.src.rkey(),
+            dst_addr: self.dst.addr(),
+            dst_rkey: self.dst.rkey(),
+            qps: self
+                .qps
+                .iter()
+                .zip(&self.psns)
+                .map(|(q, &psn)| QpInfo {
+                    qpn: q.qp_number(),
+                    psn,
+                })
+                .collect(),
+        }
+    }
+
+    /// Move every QP to RTR and RTS against `remote`.
+    pub fn connect(&mut self, remote: &EndpointInfo, path_mtu: u32) -> Result<(), RdmaError> {
+        if remote.qps.len() != self.qps.len() {
+            return Err(RdmaError::BadRequest(format!(
+                "peer has {} QPs, this end {}",
+                remote.qps.len(),
+                self.qps.len()
+            )));
+        }
+        if remote.link_layer != self.dev.port.link_layer {
+            return Err(RdmaError::Connect(format!(
+                "link layers differ: this end {} is {}, the peer {} is {}; both ends must be RoCE or both InfiniBand",
+                self.dev.name,
+                self.dev.port.link_layer.as_str(),
+                remote.device,
+                remote.link_layer.as_str()
+            )));
+        }
+        let mtu = match crate::select::mtu_enum(path_mtu) {
+            Some(v) => Mtu::from(v),
+            None => return Err(RdmaError::BadRequest(format!("bad path MTU {path_mtu}"))),
+        };
+        let local = self.info();
+        let rd = self.dev.max_rd_atomic.min(remote.max_rd_atomic).max(1);
+        for (i, q) in self.qps.iter_mut().enumerate() {
+            let r = remote.qps[i];
+            let mut av = AddressHandleAttribute::new();
+            av.setup_port(self.dev.port.port).setup_service_level(0);
+            if self.dev.addressing.use_grh {
+                let (Some(rg), Some(li)) = (remote.gid, local.gid_index) else {
+                    return Err(RdmaError::Connect(format!(
+                        "RoCE needs a GID on both ends: this end {}, peer {}",
+                        local.describe(),
+                        remote.describe()
+                    )));
+                };
+                av.setup_grh(&Gid::from(rg), 0, li as u8, 64, 0);
+            } else {
+                av.setup_dest_lid(remote.lid);
+            }
+            let mut a = QueuePairAttribute::new();
+            a.setup_state(QueuePairState::ReadyToReceive)
+                .setup_path_mtu(mtu)
+                .setup_dest_qp_num(r.qpn)
+                .setup_rq_psn(r.psn)
+                .setup_max_dest_read_atomic(self.dev.max_rd_atomic)
+                .setup_min_rnr_timer(12)
+                .setup_address_vector(&av);
+            q.modify(&a)
+                .map_err(|e| RdmaError::Connect(connect_error("RTR", &e, &local, remote)))?;
+            let mut a = QueuePairAttribute::new();
+            a.setup_state(QueuePairState::ReadyToSend)
+                .setup_sq_psn(self.psns[i])
+                .setup_timeout(14)
+                .setup_retry_cnt(7)
+                .setup_rnr_retry(7)
+                .setup_max_read_atomic(rd);
+            q.modify(&a)
+                .map_err(|e| RdmaError::Connect(connect_error("RTS", &e, &local, remote)))?;
+        }
+        self.remote = Some(remote.clone());
+        self.path_mtu = path_mtu;
+        Ok(())
+    }
+
+    /// Post `n` operations of `size` bytes on QP `qp`; only the last is
+    /// signaled, and its wr_id says it stands for `n` requests.
+    pub fn post(
+        &mut self,
+        qp: usize,
+        op: Op,
+        n: u32,
+        size: u32,
+        inline: bool,
+    ) -> Result<(), RdmaError> {
+        let remote = self
+            .remote
+            .as_ref()
+            .ok_or_else(|| RdmaError::Setup("posting before connect".into()))?;
+        let off = qp * self.slot;
+        let rslot = qp as u64 * remote.slot;
+        let q = &mut self.qps[qp];
+        let mut g = q.start_post_send();
+        for i in 0..n {
+            let mut flags = if i + 1 == n {
+                WorkRequestFlags::Signaled
+            } else {
+                WorkRequestFlags::none()
+            };
+            let use_inline = inline && op != Op::Read;
+            if use_inline {
+                flags |= WorkRequestFlags::Inline;
+            }
+            let h = g.construct_wr(wr_id(qp, n), flags);
+            match op {
+                Op::Write => {
+                    let h = h.setup_write(remote.dst_rkey, remote.dst_addr + rslot);
+                    if use_inline {
+                        h.setup_inline_data(self.src.local_bytes(off, size as usize));
+                    } else {
+                        sys::send_sge(h, &self.src, off, size);
+                    }
+                }
+                Op::Send => {
+                    let h = h.setup_send();
+                    if use_inline {
+                        h.setup_inline_data(self.src.local_bytes(off, size as usize));
+                    } else {
+                        sys::send_sge(h, &self.src, off, size);
+                    }
+                }
+                Op::Read => {
+                    let h = h.setup_read(remote.src_rkey, remote.src_addr + rslot);
+                    sys::send_sge(h, &self.dst, off, size);
+                }
+            }
+        }
+        g.post().map_err(|e| {
+            RdmaError::Setup(format!(
+                "posting {n} {} request(s) on QP {qp}: {e} ({:?})",
+                op.as_str(),
+                std::error::Error::source(&e)
+            ))
+        })
+    }
+
+    /// Post `n` receives of a whole slot on QP `qp`.
+    pub fn post_recvs(&mut self, qp: usize, n: u32) -> Result<(), RdmaError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let off = qp * self.slot;
+        let slot = self.slot as u32;
+        let q = &mut self.qps[qp];
+        let mut g = q.start_post_recv();
+        for _ in 0..n {
+            sys::recv_sge(
+                g.construct_wr(RECV_FLAG | wr_id(qp, 1)),
+                &self.dst,
+                off,
+                slot,
+            );
+        }
+        g.post()
+            .map_err(|e| RdmaError::Setup(format!("posting {n} receive(s) on QP {qp}: {e}")))
+    }
+
+    /// Poll the CQ once; completions go to `f`. Returns how many.
+    #[inline]
+    pub fn poll(&self, out: &mut Vec<Wc>) -> Result<usize, RdmaError> {
+        out.clear();
+        match self.cq.start_poll() {
+            Ok(p) => {
+                for wc in p {
+                    out.push(Wc {
+                        wr_id: wc.wr_id(),
+                        status: wc.status(),
+                        vendor_err: wc.vendor_err(),
+                    });
+                    if out.len() >= 64 {
+                        break;
+                    }
+                }
+                Ok(out.len())
+            }
+            Err(PollCompletionQueueError::CompletionQueueEmpty) => Ok(0),
+            Err(e) => Err(RdmaError::Setup(format!(
+                "polling the completion queue: {e}"
+            ))),
+        }
+    }
+
+    /// The error for a failed completion.
+    pub fn completion_error(&self, wc: &Wc, what: &str) -> RdmaError {
+        let text = sys::wc_status_str(wc.status);
+        let hint = wc_hint(wc.status);
+        let qp = wr_qp(wc.wr_id);
+        let local = self.info();
+        let pair = match &self.remote {
+            Some(r) => format!(" This end: {}; peer: {}.", local.describe(), r.describe()),
+            None => String::new(),
+        };
+        RdmaError::Completion(format!(
+            "{what} on QP {qp} completed with error: {text} (status {}, vendor error 0x{:x}){}{}{pair}",
+            wc.status,
+            wc.vendor_err,
+            if hint.is_empty() { "" } else { ": " },
+            hint
+        ))
+    }
+}
+
+/// The message for a QP that cannot reach RTR/RTS.
+pub fn connect_error(
+    stage: &str,
+    err: &dyn std::fmt::Display,
+    local: &EndpointInfo,
+    remote: &EndpointInfo,
+) -> String {
+    let mut m = format!(
+        "failed to modify QP to {stage}: {err}. This end: {}; peer: {}.",
+        local.describe(),
+        remote.describe()
+    );
+    if local.use_grh || remote.use_grh {
+        m.push_str(
+            " Both ends must use the same GID type with reachable addresses: use the RoCE v2 GID \
+             that carries the IPv4 address of the tested interface (client --gid-index, agent \
+             --rdma-gid-index; `show_gids` or /sys/class/infiniband/DEV/ports/1/gids lists them)",
+        );
+        if local.gid_type != remote.gid_type {
+            m.push_str(&format!(
+                "; here the GID types differ ({} vs {})",
+                local.gid_type.map(|k| k.as_str()).unwrap_or("?"),
+                remote.gid_type.map(|k| k.as_str()).unwrap_or("?")
+            ));
+        }
+    } else {
+        m.push_str(" On InfiniBand check that both ports are ACTIVE with a LID assigned by the subnet manager.");
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::select::LinkLayer;
+
+    #[test]
+    fn wr_id_encoding() {
+        let id = wr_id(5, 100);
+        assert_eq!(wr_qp(id), 5);
+        assert_eq!(wr_count(id), 100);
+        let r = RECV_FLAG | wr_id(3, 1);
+        assert_eq!(wr_qp(r), 3);
+        assert!(r & RECV_FLAG != 0);
+    }
+
+    #[test]
+    fn op_parsing() {
+        assert_eq!("read".parse::<Op>().unwrap(), Op::Read);
+        assert!("atomic"
+            .parse::<Op>()
+            .unwrap_err()
+            .contains("write, read or send"));
+    }
+
+    #[test]
+    fn rtr_failure_names_both_ends_and_suggests_roce_v2() {
+        let mk = |dev: &str, idx: u32, kind: GidKind, gid: &str| EndpointInfo {
+            device: dev.into(),
+            ib_port: 1,
+            link_layer: LinkLayer::Ethernet,
+            lid: 0,
+            gid: Some(gid.parse().unwrap()),
+            gid_index: Some(idx),
+            gid_type: Some(kind),
+            use_grh: true,
+            active_mtu: 1024,
+            max_rd_atomic: 16,
+            slot: 4096,
+            src_addr: 0,
+            src_rkey: 0,
+            dst_addr: 0,
+            dst_rkey: 0,
+            qps: vec![],
+        };
+        let a = mk("mlx5_0", 0, GidKind::RoceV1, "fe80::1");
+        let b = mk("mlx5_1", 3, GidKind::RoceV2, "::ffff:10.0.0.2");
+        let m = connect_error("RTR", &"Connection timed out", &a, &b);
+        assert!(m.contains("GID index 0 (RoCE v1) fe80::1"), "{m}");
+        assert!(m.contains("GID index 3 (RoCE v2) ::ffff:10.0.0.2"), "{m}");
+        assert!(m.contains("RoCE v2 GID"), "{m}");
+        assert!(m.contains("differ"), "{m}");
+        assert!(m.contains("Connection timed out"));
+    }
+}
