@@ -29,7 +29,11 @@ impl Cidr {
     pub fn bounds(&self) -> (u128, u128) {
         let (_, v) = to_u128(self.addr);
         let host_bits = self.bits() - self.prefix as u32;
-        let mask: u128 = if host_bits >= 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+        let mask: u128 = if host_bits >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << host_bits) - 1
+        };
         (v & !mask, v | mask)
     }
     pub fn is_v6(&self) -> bool {
@@ -60,11 +64,15 @@ impl Cidr {
 impl FromStr for Cidr {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (a, p) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not in CIDR form ADDRESS/PREFIX (e.g. 192.168.50.0/24)"))?;
-        let addr: IpAddr = a.parse().map_err(|_| format!("{a:?} in {s:?} is not an IP address"))?;
-        let prefix: u8 = p.parse().map_err(|_| format!("prefix {p:?} in {s:?} is not a number"))?;
+        let (a, p) = s.split_once('/').ok_or_else(|| {
+            format!("{s:?} is not in CIDR form ADDRESS/PREFIX (e.g. 192.168.50.0/24)")
+        })?;
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|_| format!("{a:?} in {s:?} is not an IP address"))?;
+        let prefix: u8 = p
+            .parse()
+            .map_err(|_| format!("prefix {p:?} in {s:?} is not a number"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         if prefix > max {
             return Err(format!("prefix /{prefix} in {s:?} exceeds /{max}"));

@@ -33,7 +33,10 @@ pub fn values(cni: CniKind, p: &CniPlan) -> (Value, Vec<String>) {
     let v = match cni {
         CniKind::Antrea => {
             notes.push("helm repo add antrea https://charts.antrea.io".into());
-            notes.push("helm install antrea antrea/antrea --namespace kube-system -f antrea-values.yaml".into());
+            notes.push(
+                "helm install antrea antrea/antrea --namespace kube-system -f antrea-values.yaml"
+                    .into(),
+            );
             let (mode, tunnel, encryption) = match e {
                 Encap::None => ("noEncap", None, "none"),
                 Encap::Vxlan => ("encap", Some("vxlan"), "none"),
@@ -63,7 +66,11 @@ pub fn values(cni: CniKind, p: &CniPlan) -> (Value, Vec<String>) {
                 Encap::Geneve | Encap::Wireguard => unreachable!("rejected by plan validation"),
             };
             // IPIP and unencapsulated pools route with BGP; VXLAN needs none.
-            let bgp = if e == Encap::Vxlan { "Disabled" } else { "Enabled" };
+            let bgp = if e == Encap::Vxlan {
+                "Disabled"
+            } else {
+                "Enabled"
+            };
             json!({
                 "installation": {
                     "enabled": true,
@@ -84,10 +91,17 @@ pub fn values(cni: CniKind, p: &CniPlan) -> (Value, Vec<String>) {
             })
         }
         CniKind::Cilium => {
-            notes.push("Cilium's MTU value is the underlay MTU; Cilium itself subtracts the tunnel".into());
-            notes.push(format!("or WireGuard overhead for pod routes (here: {pod_mtu})"));
+            notes.push(
+                "Cilium's MTU value is the underlay MTU; Cilium itself subtracts the tunnel".into(),
+            );
+            notes.push(format!(
+                "or WireGuard overhead for pod routes (here: {pod_mtu})"
+            ));
             notes.push("helm repo add cilium https://helm.cilium.io".into());
-            notes.push("helm install cilium cilium/cilium --namespace kube-system -f cilium-values.yaml".into());
+            notes.push(
+                "helm install cilium cilium/cilium --namespace kube-system -f cilium-values.yaml"
+                    .into(),
+            );
             let mut v = json!({
                 "devices": [p.interface],
                 "MTU": p.underlay_mtu,
@@ -155,8 +169,14 @@ mod tests {
         assert_eq!(a["transportInterface"], "ens1f0np0");
         let (c, _) = values(CniKind::Calico, &plan(Encap::Ipip));
         assert_eq!(c["installation"]["calicoNetwork"]["mtu"], 8980);
-        assert_eq!(c["installation"]["calicoNetwork"]["ipPools"][0]["encapsulation"], "IPIP");
-        assert_eq!(c["installation"]["calicoNetwork"]["nodeAddressAutodetectionV4"]["interface"], "^ens1f0np0$");
+        assert_eq!(
+            c["installation"]["calicoNetwork"]["ipPools"][0]["encapsulation"],
+            "IPIP"
+        );
+        assert_eq!(
+            c["installation"]["calicoNetwork"]["nodeAddressAutodetectionV4"]["interface"],
+            "^ens1f0np0$"
+        );
         let (f, _) = values(CniKind::Flannel, &plan(Encap::Wireguard));
         assert_eq!(f["flannel"]["mtu"], 8940);
         assert_eq!(f["flannel"]["backend"], "wireguard");

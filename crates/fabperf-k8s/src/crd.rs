@@ -187,7 +187,10 @@ mod tests {
         let c = CniConfig {
             cni_version: "0.3.1",
             name: "ipoib-net".into(),
-            plugin: CniPlugin::Ipoib { master: "ib0".into(), mtu: None },
+            plugin: CniPlugin::Ipoib {
+                master: "ib0".into(),
+                mtu: None,
+            },
             ipam: WhereaboutsIpam {
                 kind: "whereabouts",
                 range: "192.168.5.0/24".into(),
@@ -202,7 +205,9 @@ mod tests {
             serde_json::json!({"cniVersion":"0.3.1","name":"ipoib-net","type":"ipoib","master":"ib0",
                 "ipam":{"type":"whereabouts","range":"192.168.5.0/24"}})
         );
-        let h = CniPlugin::HostDevice { device: "ens1f0np0".into() };
+        let h = CniPlugin::HostDevice {
+            device: "ens1f0np0".into(),
+        };
         assert_eq!(
             serde_json::to_value(&h).unwrap(),
             serde_json::json!({"type":"host-device","device":"ens1f0np0"})

@@ -108,15 +108,18 @@ impl DetectReport {
     pub fn rdma_behind(&self, netdev: &str) -> Option<(&RdmaDevice, Option<&RdmaPort>)> {
         if let Some(nd) = self.netdev(netdev) {
             if let Some(dev) = nd.rdma_device.as_deref().and_then(|d| self.rdma_device(d)) {
-                let port = dev
-                    .ports
-                    .iter()
-                    .find(|p| Some(p.port) == nd.rdma_port || p.netdevs.iter().any(|n| n == netdev));
+                let port = dev.ports.iter().find(|p| {
+                    Some(p.port) == nd.rdma_port || p.netdevs.iter().any(|n| n == netdev)
+                });
                 return Some((dev, port));
             }
         }
         for dev in &self.rdma_devices {
-            if let Some(p) = dev.ports.iter().find(|p| p.netdevs.iter().any(|n| n == netdev)) {
+            if let Some(p) = dev
+                .ports
+                .iter()
+                .find(|p| p.netdevs.iter().any(|n| n == netdev))
+            {
                 return Some((dev, Some(p)));
             }
         }
@@ -191,7 +194,10 @@ mod tests {
     fn rejects_wrong_schema() {
         let bad = SAMPLE.replace("fabperf.detect/1", "fabperf.detect/9");
         let e = DetectReport::parse(&bad, "x.json").unwrap_err().to_string();
-        assert!(e.contains("x.json") && e.contains("fabperf.detect/1"), "{e}");
+        assert!(
+            e.contains("x.json") && e.contains("fabperf.detect/1"),
+            "{e}"
+        );
         assert!(DetectReport::parse("{", "y.json").is_err());
     }
 }

@@ -3,11 +3,11 @@
 use crate::plan::{PathKind, Plan};
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath, Namespace,
-    NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, PodAffinityTerm,
-    PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, Secret,
-    SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume,
-    VolumeMount,
+    Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
+    Namespace, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretVolumeSource, SecurityContext,
+    Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -31,8 +31,14 @@ pub const AGENT_UID: i64 = 65532;
 fn common_labels() -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
-        ("app.kubernetes.io/part-of".to_string(), "fabperf".to_string()),
-        ("app.kubernetes.io/managed-by".to_string(), "fabperf".to_string()),
+        (
+            "app.kubernetes.io/part-of".to_string(),
+            "fabperf".to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "fabperf".to_string(),
+        ),
     ])
 }
 
@@ -54,7 +60,10 @@ fn meta(name: &str, namespace: Option<&str>, labels: BTreeMap<String, String>) -
 }
 
 pub fn namespace(plan: &Plan) -> Namespace {
-    Namespace { metadata: meta(&plan.namespace, None, common_labels()), ..Default::default() }
+    Namespace {
+        metadata: meta(&plan.namespace, None, common_labels()),
+        ..Default::default()
+    }
 }
 
 /// The agents' identity: no token mounted, no Role or RoleBinding anywhere,
@@ -71,7 +80,10 @@ pub fn token_secret(plan: &Plan) -> Secret {
     Secret {
         metadata: meta(TOKEN_SECRET, Some(&plan.namespace), common_labels()),
         type_: Some("Opaque".into()),
-        string_data: Some(BTreeMap::from([(TOKEN_KEY.to_string(), plan.token.clone())])),
+        string_data: Some(BTreeMap::from([(
+            TOKEN_KEY.to_string(),
+            plan.token.clone(),
+        )])),
         ..Default::default()
     }
 }
@@ -83,8 +95,14 @@ pub fn daemonset_name(path: PathKind) -> String {
 /// The multus network selection for a path (only ipoib and roce have one).
 pub fn multus_networks(plan: &Plan, path: PathKind) -> Option<String> {
     match path {
-        PathKind::Ipoib => plan.ipoib.as_ref().map(|i| format!("{}/{}@{IPOIB_POD_IF}", plan.namespace, i.nad_name)),
-        PathKind::Roce => plan.roce.as_ref().map(|r| format!("{}/{}@{ROCE_POD_IF}", plan.namespace, r.nad_name)),
+        PathKind::Ipoib => plan
+            .ipoib
+            .as_ref()
+            .map(|i| format!("{}/{}@{IPOIB_POD_IF}", plan.namespace, i.nad_name)),
+        PathKind::Roce => plan
+            .roce
+            .as_ref()
+            .map(|r| format!("{}/{}@{ROCE_POD_IF}", plan.namespace, r.nad_name)),
         _ => None,
     }
 }
@@ -93,7 +111,10 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector { field_path: path.into(), ..Default::default() }),
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
         ..Default::default()
@@ -101,7 +122,11 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 }
 
 fn value_env(name: &str, value: &str) -> EnvVar {
-    EnvVar { name: name.into(), value: Some(value.into()), ..Default::default() }
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
 }
 
 fn affinity(plan: &Plan, path: PathKind) -> Affinity {
@@ -174,7 +199,10 @@ fn agent_container(plan: &Plan, path: PathKind) -> Container {
         // only for root) or a large RLIMIT_MEMLOCK from the container runtime.
         (
             Some(ResourceRequirements {
-                limits: Some(BTreeMap::from([(plan.rdma_resource.clone(), Quantity("1".into()))])),
+                limits: Some(BTreeMap::from([(
+                    plan.rdma_resource.clone(),
+                    Quantity("1".into()),
+                )])),
                 ..Default::default()
             }),
             SecurityContext {
@@ -192,7 +220,10 @@ fn agent_container(plan: &Plan, path: PathKind) -> Container {
         (
             None,
             SecurityContext {
-                capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
+                capabilities: Some(Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    ..Default::default()
+                }),
                 allow_privilege_escalation: Some(false),
                 read_only_root_filesystem: Some(true),
                 ..Default::default()
@@ -238,10 +269,15 @@ fn agent_container(plan: &Plan, path: PathKind) -> Container {
 
 /// One agent DaemonSet for a path (host, pod, ipoib or roce).
 pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
-    assert!(path.has_daemonset(), "path {} has no DaemonSet", path.name());
+    assert!(
+        path.has_daemonset(),
+        "path {} has no DaemonSet",
+        path.name()
+    );
     let mut labels = common_labels();
     labels.insert(PATH_LABEL.into(), path.name().into());
-    let annotations = multus_networks(plan, path).map(|n| BTreeMap::from([(MULTUS_ANNOTATION.to_string(), n)]));
+    let annotations =
+        multus_networks(plan, path).map(|n| BTreeMap::from([(MULTUS_ANNOTATION.to_string(), n)]));
     let host = path == PathKind::Host;
     let pod_security = if path == PathKind::Roce {
         PodSecurityContext::default()
@@ -257,15 +293,23 @@ pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
     DaemonSet {
         metadata: meta(&daemonset_name(path), Some(&plan.namespace), labels.clone()),
         spec: DaemonSetSpec {
-            selector: LabelSelector { match_labels: Some(selector_labels(path)), ..Default::default() },
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(path)),
+                ..Default::default()
+            },
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(labels), annotations, ..Default::default() }),
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    annotations,
+                    ..Default::default()
+                }),
                 spec: Some(PodSpec {
                     service_account_name: Some(SERVICE_ACCOUNT.into()),
                     automount_service_account_token: Some(false),
                     host_network: host.then_some(true),
                     dns_policy: host.then(|| "ClusterFirstWithHostNet".to_string()),
-                    node_selector: (!plan.node_selector.is_empty()).then(|| plan.node_selector.clone()),
+                    node_selector: (!plan.node_selector.is_empty())
+                        .then(|| plan.node_selector.clone()),
                     affinity: Some(affinity(plan, path)),
                     security_context: Some(pod_security),
                     termination_grace_period_seconds: Some(10),
@@ -274,7 +318,11 @@ pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
                         name: "token".into(),
                         secret: Some(SecretVolumeSource {
                             secret_name: Some(TOKEN_SECRET.into()),
-                            items: Some(vec![KeyToPath { key: TOKEN_KEY.into(), path: TOKEN_KEY.into(), ..Default::default() }]),
+                            items: Some(vec![KeyToPath {
+                                key: TOKEN_KEY.into(),
+                                path: TOKEN_KEY.into(),
+                                ..Default::default()
+                            }]),
                             default_mode: Some(0o440),
                             ..Default::default()
                         }),
@@ -344,10 +392,16 @@ pub fn cluster_ip_service(plan: &Plan) -> Service {
 /// ConfigMap `rdma-devices` in kube-system for k8s-rdma-shared-dev-plugin.
 pub fn rdma_devices_configmap(config_json: &str) -> ConfigMap {
     let mut labels = common_labels();
-    labels.insert("app.kubernetes.io/component".into(), "rdma-shared-device-plugin-config".into());
+    labels.insert(
+        "app.kubernetes.io/component".into(),
+        "rdma-shared-device-plugin-config".into(),
+    );
     ConfigMap {
         metadata: meta("rdma-devices", Some("kube-system"), labels),
-        data: Some(BTreeMap::from([("config.json".to_string(), config_json.to_string())])),
+        data: Some(BTreeMap::from([(
+            "config.json".to_string(),
+            config_json.to_string(),
+        )])),
         ..Default::default()
     }
 }

@@ -42,7 +42,11 @@ pub struct PlanErrors(pub Vec<PlanError>);
 impl fmt::Display for PlanErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        writeln!(f, "the plan has {n} problem{}:", if n == 1 { "" } else { "s" })?;
+        writeln!(
+            f,
+            "the plan has {n} problem{}:",
+            if n == 1 { "" } else { "s" }
+        )?;
         for (i, e) in self.0.iter().enumerate() {
             if i + 1 < n {
                 writeln!(f, "  {e}")?;
@@ -67,8 +71,13 @@ pub enum PathKind {
 }
 
 impl PathKind {
-    pub const ALL: [PathKind; 5] =
-        [PathKind::Host, PathKind::Pod, PathKind::Service, PathKind::Ipoib, PathKind::Roce];
+    pub const ALL: [PathKind; 5] = [
+        PathKind::Host,
+        PathKind::Pod,
+        PathKind::Service,
+        PathKind::Ipoib,
+        PathKind::Roce,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             PathKind::Host => "host",
@@ -96,7 +105,12 @@ pub enum CniKind {
 }
 
 impl CniKind {
-    pub const ALL: [CniKind; 4] = [CniKind::Antrea, CniKind::Calico, CniKind::Cilium, CniKind::Flannel];
+    pub const ALL: [CniKind; 4] = [
+        CniKind::Antrea,
+        CniKind::Calico,
+        CniKind::Cilium,
+        CniKind::Flannel,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             CniKind::Antrea => "antrea",
@@ -117,7 +131,13 @@ pub enum Encap {
 }
 
 impl Encap {
-    pub const ALL: [Encap; 5] = [Encap::None, Encap::Vxlan, Encap::Geneve, Encap::Ipip, Encap::Wireguard];
+    pub const ALL: [Encap; 5] = [
+        Encap::None,
+        Encap::Vxlan,
+        Encap::Geneve,
+        Encap::Ipip,
+        Encap::Wireguard,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             Encap::None => "none",
@@ -316,7 +336,12 @@ struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     fn at(&mut self, span: Range<usize>, msg: impl Into<String>) {
         let (line, col) = line_col(self.text, span.start);
-        self.errors.push(PlanError { file: self.file.to_string(), line, col, msg: msg.into() });
+        self.errors.push(PlanError {
+            file: self.file.to_string(),
+            line,
+            col,
+            msg: msg.into(),
+        });
     }
 }
 
@@ -331,7 +356,8 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -343,7 +369,9 @@ fn is_dns_subdomain(s: &str) -> bool {
 fn is_label_value(s: &str) -> bool {
     s.len() <= 63
         && (s.is_empty()
-            || (s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+            || (s
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
                 && s.as_bytes()[0].is_ascii_alphanumeric()
                 && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()))
 }
@@ -361,7 +389,9 @@ fn is_ifname(s: &str) -> bool {
 }
 
 fn is_hex4(s: &str) -> bool {
-    s.len() == 4 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 4
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// One node's detect report, with where it was named in the plan.
@@ -383,7 +413,11 @@ pub fn load_plan(path: &Path) -> anyhow::Result<Plan> {
 /// Parse and validate plan text. Relative file names in the plan (token_file,
 /// detect files) resolve against `base_dir`.
 pub fn parse_plan(text: &str, file: &str, base_dir: &Path) -> Result<Plan, PlanErrors> {
-    let mut cx = Ctx { file, text, errors: Vec::new() };
+    let mut cx = Ctx {
+        file,
+        text,
+        errors: Vec::new(),
+    };
     let raw: RawPlan = match toml::from_str(text) {
         Ok(r) => r,
         Err(e) => {
@@ -415,7 +449,13 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     // namespace, image, pull policy
     let namespace = match &raw.namespace {
         Some(ns) if !is_dns_label(ns.get_ref()) => {
-            cx.at(ns.span(), format!("namespace {:?} is not a DNS-1123 label (lowercase a-z, 0-9, '-', at most 63)", ns.get_ref()));
+            cx.at(
+                ns.span(),
+                format!(
+                    "namespace {:?} is not a DNS-1123 label (lowercase a-z, 0-9, '-', at most 63)",
+                    ns.get_ref()
+                ),
+            );
             String::new()
         }
         Some(ns) => ns.get_ref().clone(),
@@ -423,11 +463,20 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     };
     let image = raw.image.get_ref().trim().to_string();
     if image.is_empty() || image.contains(char::is_whitespace) {
-        cx.at(raw.image.span(), "image must be a container image reference such as registry.example.com/fabperf:0.1.0");
+        cx.at(
+            raw.image.span(),
+            "image must be a container image reference such as registry.example.com/fabperf:0.1.0",
+        );
     }
     let image_pull_policy = match &raw.image_pull_policy {
         Some(p) if !["Always", "IfNotPresent", "Never"].contains(&p.get_ref().as_str()) => {
-            cx.at(p.span(), format!("image_pull_policy {:?} must be Always, IfNotPresent or Never", p.get_ref()));
+            cx.at(
+                p.span(),
+                format!(
+                    "image_pull_policy {:?} must be Always, IfNotPresent or Never",
+                    p.get_ref()
+                ),
+            );
             String::new()
         }
         Some(p) => p.get_ref().clone(),
@@ -438,7 +487,10 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     let mut paths = BTreeSet::new();
     let mut path_spans: BTreeMap<PathKind, Range<usize>> = BTreeMap::new();
     if raw.paths.get_ref().is_empty() {
-        cx.at(raw.paths.span(), "paths is empty; list at least one of host, pod, service, ipoib, roce");
+        cx.at(
+            raw.paths.span(),
+            "paths is empty; list at least one of host, pod, service, ipoib, roce",
+        );
     }
     for p in raw.paths.get_ref() {
         match PathKind::parse(p.get_ref()) {
@@ -450,7 +502,10 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
             }
             None => cx.at(
                 p.span(),
-                format!("unknown path {:?}: expected one of host, pod, service, ipoib, roce", p.get_ref()),
+                format!(
+                    "unknown path {:?}: expected one of host, pod, service, ipoib, roce",
+                    p.get_ref()
+                ),
             ),
         }
     }
@@ -481,7 +536,10 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
             match std::fs::read_to_string(&p) {
                 Ok(s) => check_token(cx, s.trim_end_matches(['\n', '\r']), f.span()),
                 Err(e) => {
-                    cx.at(f.span(), format!("cannot read token_file {}: {e}", p.display()));
+                    cx.at(
+                        f.span(),
+                        format!("cannot read token_file {}: {e}", p.display()),
+                    );
                     String::new()
                 }
             }
@@ -512,21 +570,39 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         if let Some(names) = &n.names {
             for nm in names.get_ref() {
                 if !is_dns_subdomain(nm.get_ref()) {
-                    cx.at(nm.span(), format!("node name {:?} is not a valid Kubernetes node name", nm.get_ref()));
+                    cx.at(
+                        nm.span(),
+                        format!(
+                            "node name {:?} is not a valid Kubernetes node name",
+                            nm.get_ref()
+                        ),
+                    );
                 } else if node_names.contains(nm.get_ref()) {
-                    cx.at(nm.span(), format!("node {:?} is listed twice", nm.get_ref()));
+                    cx.at(
+                        nm.span(),
+                        format!("node {:?} is listed twice", nm.get_ref()),
+                    );
                 } else {
                     node_names.push(nm.get_ref().clone());
                 }
             }
             if names.get_ref().is_empty() {
-                cx.at(names.span(), "nodes.names is empty; list node names or drop the key");
+                cx.at(
+                    names.span(),
+                    "nodes.names is empty; list node names or drop the key",
+                );
             }
         }
         if let Some(sel) = &n.selector {
             for (k, v) in sel.get_ref() {
                 if !is_label_key(k) || !is_label_value(v.get_ref()) {
-                    cx.at(v.span(), format!("node selector {k:?} = {:?} is not a valid label key/value", v.get_ref()));
+                    cx.at(
+                        v.span(),
+                        format!(
+                            "node selector {k:?} = {:?} is not a valid label key/value",
+                            v.get_ref()
+                        ),
+                    );
                 }
                 node_selector.insert(k.clone(), v.get_ref().clone());
             }
@@ -538,11 +614,20 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     if let Some(d) = &raw.detect {
         for (node, file) in d.get_ref() {
             if !node_names.is_empty() && !node_names.contains(node) {
-                cx.at(file.span(), format!("detect file for node {node:?}, which is not in nodes.names {node_names:?}"));
+                cx.at(
+                    file.span(),
+                    format!(
+                        "detect file for node {node:?}, which is not in nodes.names {node_names:?}"
+                    ),
+                );
                 continue;
             }
             match DetectReport::load(&base_dir.join(file.get_ref())) {
-                Ok(report) => detects.push(NodeDetect { node: node.clone(), report, span: file.span() }),
+                Ok(report) => detects.push(NodeDetect {
+                    node: node.clone(),
+                    report,
+                    span: file.span(),
+                }),
                 Err(e) => cx.at(file.span(), format!("{e:#}")),
             }
         }
@@ -551,11 +636,17 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     let ipoib = match (&raw.ipoib, path_spans.get(&PathKind::Ipoib)) {
         (Some(t), Some(_)) => check_ipoib(cx, t, &detects),
         (Some(t), None) => {
-            cx.at(t.span(), "table [ipoib] is given but \"ipoib\" is not in paths; add it or drop the table");
+            cx.at(
+                t.span(),
+                "table [ipoib] is given but \"ipoib\" is not in paths; add it or drop the table",
+            );
             None
         }
         (None, Some(sp)) => {
-            cx.at(sp.clone(), "path \"ipoib\" needs an [ipoib] table with at least range = \"CIDR\"");
+            cx.at(
+                sp.clone(),
+                "path \"ipoib\" needs an [ipoib] table with at least range = \"CIDR\"",
+            );
             None
         }
         (None, None) => None,
@@ -563,21 +654,34 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     let roce = match (&raw.roce, path_spans.get(&PathKind::Roce)) {
         (Some(t), Some(_)) => check_roce(cx, t, &detects),
         (Some(t), None) => {
-            cx.at(t.span(), "table [roce] is given but \"roce\" is not in paths; add it or drop the table");
+            cx.at(
+                t.span(),
+                "table [roce] is given but \"roce\" is not in paths; add it or drop the table",
+            );
             None
         }
         (None, Some(sp)) => {
-            cx.at(sp.clone(), "path \"roce\" needs a [roce] table with at least range = \"CIDR\"");
+            cx.at(
+                sp.clone(),
+                "path \"roce\" needs a [roce] table with at least range = \"CIDR\"",
+            );
             None
         }
         (None, None) => None,
     };
 
-    let device_plugin = if (paths.contains(&PathKind::Roce) && roce.is_some()) || raw.device_plugin.is_some() {
-        check_device_plugin(cx, raw.device_plugin.as_ref(), &rdma_resource, roce.as_ref(), &detects)
-    } else {
-        None
-    };
+    let device_plugin =
+        if (paths.contains(&PathKind::Roce) && roce.is_some()) || raw.device_plugin.is_some() {
+            check_device_plugin(
+                cx,
+                raw.device_plugin.as_ref(),
+                &rdma_resource,
+                roce.as_ref(),
+                &detects,
+            )
+        } else {
+            None
+        };
 
     let mut operator = OperatorPlan {
         repository: DEFAULT_OPERATOR_REPOSITORY.into(),
@@ -586,20 +690,45 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     if let Some(o) = &raw.network_operator {
         let o = o.get_ref();
         if let Some(r) = &o.repository {
-            if r.get_ref().is_empty() || !r.get_ref().bytes().all(|b| b.is_ascii_alphanumeric() || b"./-:_".contains(&b)) {
-                cx.at(r.span(), format!("network_operator.repository {:?} is not an image repository", r.get_ref()));
+            if r.get_ref().is_empty()
+                || !r
+                    .get_ref()
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"./-:_".contains(&b))
+            {
+                cx.at(
+                    r.span(),
+                    format!(
+                        "network_operator.repository {:?} is not an image repository",
+                        r.get_ref()
+                    ),
+                );
             }
             operator.repository = r.get_ref().clone();
         }
         if let Some(v) = &o.version {
-            if v.get_ref().is_empty() || !v.get_ref().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-') {
-                cx.at(v.span(), format!("network_operator.version {:?} may only hold letters, digits, '.' and '-'", v.get_ref()));
+            if v.get_ref().is_empty()
+                || !v
+                    .get_ref()
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+            {
+                cx.at(
+                    v.span(),
+                    format!(
+                        "network_operator.version {:?} may only hold letters, digits, '.' and '-'",
+                        v.get_ref()
+                    ),
+                );
             }
             operator.version = v.get_ref().clone();
         }
     }
 
-    let cni = raw.cni.as_ref().and_then(|c| check_cni(cx, c, roce.as_ref(), &detects));
+    let cni = raw
+        .cni
+        .as_ref()
+        .and_then(|c| check_cni(cx, c, roce.as_ref(), &detects));
 
     // overlapping address ranges
     let mut ranges: Vec<(&str, Cidr, Range<usize>)> = Vec::new();
@@ -673,11 +802,17 @@ fn check_ipam(
         }
     };
     if !cidr.is_network_address() {
-        cx.at(range.span(), format!("[{table}].range {cidr} has host bits set; write the network address"));
+        cx.at(
+            range.span(),
+            format!("[{table}].range {cidr} has host bits set; write the network address"),
+        );
     }
     let host_bits = if cidr.is_v6() { 128 } else { 32 } - cidr.prefix as u32;
     if host_bits < 2 {
-        cx.at(range.span(), format!("[{table}].range {cidr} is too small for two agents"));
+        cx.at(
+            range.span(),
+            format!("[{table}].range {cidr} is too small for two agents"),
+        );
     }
     let mut ip = |v: &Option<S<String>>, key: &str| -> Option<u128> {
         let v = v.as_ref()?;
@@ -687,11 +822,17 @@ fn check_ipam(
                 std::net::IpAddr::V6(x) => u128::from(x),
             }),
             Ok(_) => {
-                cx.at(v.span(), format!("[{table}].{key} {} is outside range {cidr}", v.get_ref()));
+                cx.at(
+                    v.span(),
+                    format!("[{table}].{key} {} is outside range {cidr}", v.get_ref()),
+                );
                 None
             }
             Err(_) => {
-                cx.at(v.span(), format!("[{table}].{key} {:?} is not an IP address", v.get_ref()));
+                cx.at(
+                    v.span(),
+                    format!("[{table}].{key} {:?} is not an IP address", v.get_ref()),
+                );
                 None
             }
         }
@@ -700,14 +841,20 @@ fn check_ipam(
     let e = ip(end, "range_end");
     if let (Some(s), Some(e), Some(es)) = (s, e, end.as_ref()) {
         if s > e {
-            cx.at(es.span(), format!("[{table}].range_end is below range_start"));
+            cx.at(
+                es.span(),
+                format!("[{table}].range_end is below range_start"),
+            );
         }
     }
     let mut excl = Vec::new();
     for x in exclude.iter().flatten() {
         match x.get_ref().parse::<Cidr>() {
             Ok(c) if cidr.overlaps(&c) => excl.push(c.to_string()),
-            Ok(c) => cx.at(x.span(), format!("[{table}].exclude {c} is outside range {cidr}")),
+            Ok(c) => cx.at(
+                x.span(),
+                format!("[{table}].exclude {c} is outside range {cidr}"),
+            ),
             Err(er) => cx.at(x.span(), format!("[{table}].exclude: {er}")),
         }
     }
@@ -723,7 +870,10 @@ fn check_ipam(
 fn check_nad_name(cx: &mut Ctx, v: &Option<S<String>>, default: &str) -> String {
     match v {
         Some(n) if !is_dns_subdomain(n.get_ref()) => {
-            cx.at(n.span(), format!("nad_name {:?} is not a valid object name", n.get_ref()));
+            cx.at(
+                n.span(),
+                format!("nad_name {:?} is not a valid object name", n.get_ref()),
+            );
             String::new()
         }
         Some(n) => n.get_ref().clone(),
@@ -752,8 +902,19 @@ fn pick_from_detect(
         let c = candidates(&d.report);
         match c.as_slice() {
             [] => {
-                let note = d.report.rdma_note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
-                cx.at(d.span.clone(), format!("missing interface: node {} has no {what}{note}; fix the node or set {key}", d.node));
+                let note = d
+                    .report
+                    .rdma_note
+                    .as_deref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default();
+                cx.at(
+                    d.span.clone(),
+                    format!(
+                        "missing interface: node {} has no {what}{note}; fix the node or set {key}",
+                        d.node
+                    ),
+                );
                 return None;
             }
             [one] => match &chosen {
@@ -780,46 +941,82 @@ fn check_ipoib(cx: &mut Ctx, t: &S<RawIpoib>, detects: &[NodeDetect]) -> Option<
     let r = t.get_ref();
     let nad_name = check_nad_name(cx, &r.nad_name, "fabperf-ipoib");
     let mut mode = match &r.mode {
-        Some(m) if m.get_ref() == "datagram" || m.get_ref() == "connected" => Some(m.get_ref().clone()),
+        Some(m) if m.get_ref() == "datagram" || m.get_ref() == "connected" => {
+            Some(m.get_ref().clone())
+        }
         Some(m) => {
-            cx.at(m.span(), format!("[ipoib].mode {:?} must be \"datagram\" or \"connected\"", m.get_ref()));
+            cx.at(
+                m.span(),
+                format!(
+                    "[ipoib].mode {:?} must be \"datagram\" or \"connected\"",
+                    m.get_ref()
+                ),
+            );
             None
         }
         None => None,
     };
-    let master = match &r.master {
-        Some(m) => {
-            if !is_ifname(m.get_ref()) {
-                cx.at(m.span(), format!("[ipoib].master {:?} is not an interface name", m.get_ref()));
-            }
-            for d in detects {
-                match d.report.netdev(m.get_ref()) {
-                    None => cx.at(m.span(), format!(
+    let master =
+        match &r.master {
+            Some(m) => {
+                if !is_ifname(m.get_ref()) {
+                    cx.at(
+                        m.span(),
+                        format!("[ipoib].master {:?} is not an interface name", m.get_ref()),
+                    );
+                }
+                for d in detects {
+                    match d.report.netdev(m.get_ref()) {
+                        None => cx.at(
+                            m.span(),
+                            format!(
                         "missing interface: {} not found on node {} (its IPoIB interfaces: {})",
                         m.get_ref(), d.node,
                         names_or_none(d.report.ipoib_candidates().iter().map(|n| n.name.as_str()))
-                    )),
-                    Some(nd) if nd.kind != "ipoib" => cx.at(m.span(), format!(
-                        "{} on node {} is {} (kind {:?}), not an IPoIB interface", m.get_ref(), d.node, m.get_ref(), nd.kind
-                    )),
-                    Some(_) => {}
+                    ),
+                        ),
+                        Some(nd) if nd.kind != "ipoib" => cx.at(
+                            m.span(),
+                            format!(
+                                "{} on node {} is {} (kind {:?}), not an IPoIB interface",
+                                m.get_ref(),
+                                d.node,
+                                m.get_ref(),
+                                nd.kind
+                            ),
+                        ),
+                        Some(_) => {}
+                    }
                 }
+                m.get_ref().clone()
             }
-            m.get_ref().clone()
-        }
-        None => pick_from_detect(cx, t.span(), "IPoIB interface", "[ipoib].master", detects, |rep| {
-            rep.ipoib_candidates().iter().map(|n| n.name.clone()).collect()
-        })?,
-    };
+            None => pick_from_detect(
+                cx,
+                t.span(),
+                "IPoIB interface",
+                "[ipoib].master",
+                detects,
+                |rep| {
+                    rep.ipoib_candidates()
+                        .iter()
+                        .map(|n| n.name.clone())
+                        .collect()
+                },
+            )?,
+        };
     // The mode and MTU limits from what the nodes report.
     let mut master_mtu: Option<(u32, String)> = None;
     for d in detects {
         if let Some(nd) = d.report.netdev(&master) {
             if let Some(m) = &nd.ipoib_mode {
                 match (&mode, &r.mode) {
-                    (Some(plan_mode), Some(sp)) if plan_mode != m => cx.at(sp.span(), format!(
-                        "[ipoib].mode is {plan_mode} but {master} on node {} runs in {m} mode", d.node
-                    )),
+                    (Some(plan_mode), Some(sp)) if plan_mode != m => cx.at(
+                        sp.span(),
+                        format!(
+                            "[ipoib].mode is {plan_mode} but {master} on node {} runs in {m} mode",
+                            d.node
+                        ),
+                    ),
                     (None, _) => mode = Some(m.clone()),
                     _ => {}
                 }
@@ -833,7 +1030,11 @@ fn check_ipoib(cx: &mut Ctx, t: &S<RawIpoib>, detects: &[NodeDetect]) -> Option<
     let mtu = match &r.mtu {
         Some(m) => {
             let n = *m.get_ref();
-            let limit = if mode == "connected" { IPOIB_CONNECTED_MAX_MTU } else { IPOIB_DATAGRAM_MAX_MTU };
+            let limit = if mode == "connected" {
+                IPOIB_CONNECTED_MAX_MTU
+            } else {
+                IPOIB_DATAGRAM_MAX_MTU
+            };
             if n < 1280 {
                 cx.at(m.span(), format!("[ipoib].mtu {n} is below 1280"));
                 None
@@ -856,8 +1057,20 @@ fn check_ipoib(cx: &mut Ctx, t: &S<RawIpoib>, detects: &[NodeDetect]) -> Option<
         }
         None => None,
     };
-    let ipam = check_ipam(cx, "ipoib", &r.range, &r.range_start, &r.range_end, &r.exclude)?;
-    Some(IpoibPlan { nad_name, master, mtu, ipam })
+    let ipam = check_ipam(
+        cx,
+        "ipoib",
+        &r.range,
+        &r.range_start,
+        &r.range_end,
+        &r.exclude,
+    )?;
+    Some(IpoibPlan {
+        nad_name,
+        master,
+        mtu,
+        ipam,
+    })
 }
 
 fn names_or_none<'a>(it: impl Iterator<Item = &'a str>) -> String {
@@ -875,7 +1088,10 @@ fn check_roce(cx: &mut Ctx, t: &S<RawRoce>, detects: &[NodeDetect]) -> Option<Ro
     let netdev = match &r.netdev {
         Some(n) => {
             if !is_ifname(n.get_ref()) {
-                cx.at(n.span(), format!("[roce].netdev {:?} is not an interface name", n.get_ref()));
+                cx.at(
+                    n.span(),
+                    format!("[roce].netdev {:?} is not an interface name", n.get_ref()),
+                );
             }
             for d in detects {
                 let rep = &d.report;
@@ -898,9 +1114,19 @@ fn check_roce(cx: &mut Ctx, t: &S<RawRoce>, detects: &[NodeDetect]) -> Option<Ro
             }
             n.get_ref().clone()
         }
-        None => pick_from_detect(cx, t.span(), "RoCE netdev", "[roce].netdev", detects, |rep| {
-            rep.roce_candidates().iter().map(|n| n.name.clone()).collect()
-        })?,
+        None => pick_from_detect(
+            cx,
+            t.span(),
+            "RoCE netdev",
+            "[roce].netdev",
+            detects,
+            |rep| {
+                rep.roce_candidates()
+                    .iter()
+                    .map(|n| n.name.clone())
+                    .collect()
+            },
+        )?,
     };
     let netdev_mtu = detects
         .iter()
@@ -911,43 +1137,89 @@ fn check_roce(cx: &mut Ctx, t: &S<RawRoce>, detects: &[NodeDetect]) -> Option<Ro
             let n = u32_in(cx, m, "[roce].mtu", 1280, 9216);
             if let (Some(n), Some((nm, node))) = (n, &netdev_mtu) {
                 if n > *nm {
-                    cx.at(m.span(), format!("[roce].mtu {n} exceeds the MTU {nm} of {netdev} on node {node}"));
+                    cx.at(
+                        m.span(),
+                        format!("[roce].mtu {n} exceeds the MTU {nm} of {netdev} on node {node}"),
+                    );
                 }
             }
             n
         }
         None => None,
     };
-    let network_type = r.network_type.as_ref().map(|s| s.get_ref().as_str()).unwrap_or("macvlan");
+    let network_type = r
+        .network_type
+        .as_ref()
+        .map(|s| s.get_ref().as_str())
+        .unwrap_or("macvlan");
     let plugin = match network_type {
         "macvlan" => {
             let mode = match &r.macvlan_mode {
-                Some(m) if ["bridge", "private", "vepa", "passthru"].contains(&m.get_ref().as_str()) => m.get_ref().clone(),
+                Some(m)
+                    if ["bridge", "private", "vepa", "passthru"]
+                        .contains(&m.get_ref().as_str()) =>
+                {
+                    m.get_ref().clone()
+                }
                 Some(m) => {
-                    cx.at(m.span(), format!("[roce].macvlan_mode {:?} must be bridge, private, vepa or passthru", m.get_ref()));
+                    cx.at(
+                        m.span(),
+                        format!(
+                            "[roce].macvlan_mode {:?} must be bridge, private, vepa or passthru",
+                            m.get_ref()
+                        ),
+                    );
                     String::new()
                 }
                 None => "bridge".into(),
             };
-            CniPlugin::Macvlan { master: netdev.clone(), mode, mtu }
+            CniPlugin::Macvlan {
+                master: netdev.clone(),
+                mode,
+                mtu,
+            }
         }
         "host-device" => {
             if let Some(m) = &r.macvlan_mode {
-                cx.at(m.span(), "macvlan_mode applies to network_type = \"macvlan\" only");
+                cx.at(
+                    m.span(),
+                    "macvlan_mode applies to network_type = \"macvlan\" only",
+                );
             }
             if let Some(m) = &r.mtu {
                 cx.at(m.span(), "host-device moves the netdev into the pod with its own MTU; drop [roce].mtu or set it on the host");
             }
-            CniPlugin::HostDevice { device: netdev.clone() }
+            CniPlugin::HostDevice {
+                device: netdev.clone(),
+            }
         }
         other => {
-            let sp = r.network_type.as_ref().map(|s| s.span()).unwrap_or(t.span());
-            cx.at(sp, format!("[roce].network_type {other:?} must be \"macvlan\" or \"host-device\""));
+            let sp = r
+                .network_type
+                .as_ref()
+                .map(|s| s.span())
+                .unwrap_or(t.span());
+            cx.at(
+                sp,
+                format!("[roce].network_type {other:?} must be \"macvlan\" or \"host-device\""),
+            );
             return None;
         }
     };
-    let ipam = check_ipam(cx, "roce", &r.range, &r.range_start, &r.range_end, &r.exclude)?;
-    Some(RocePlan { nad_name, netdev, plugin, ipam })
+    let ipam = check_ipam(
+        cx,
+        "roce",
+        &r.range,
+        &r.range_start,
+        &r.range_end,
+        &r.exclude,
+    )?;
+    Some(RocePlan {
+        nad_name,
+        netdev,
+        plugin,
+        ipam,
+    })
 }
 
 fn str_list(
@@ -960,7 +1232,13 @@ fn str_list(
     let mut out = Vec::new();
     for s in v.iter().flatten() {
         if !ok(s.get_ref()) {
-            cx.at(s.span(), format!("[device_plugin].{key} value {:?}: expected {expect}", s.get_ref()));
+            cx.at(
+                s.span(),
+                format!(
+                    "[device_plugin].{key} value {:?}: expected {expect}",
+                    s.get_ref()
+                ),
+            );
         } else if !out.contains(s.get_ref()) {
             out.push(s.get_ref().clone());
         }
@@ -983,23 +1261,34 @@ pub fn selectors_from_detect(
         if !rep.rdma_available {
             return Err(format!(
                 "node {node} has no RDMA stack{}",
-                rep.rdma_note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
+                rep.rdma_note
+                    .as_deref()
+                    .map(|n| format!(": {n}"))
+                    .unwrap_or_default()
             ));
         }
-        let devices: Vec<(&crate::detect::RdmaDevice, Option<&crate::detect::RdmaPort>)> = if if_names.is_empty() {
-            rep.rdma_devices.iter().flat_map(|d| {
-                if d.ports.is_empty() { vec![(d, None)] } else { d.ports.iter().map(|p| (d, Some(p))).collect() }
-            }).collect()
-        } else {
-            let mut v = Vec::new();
-            for i in if_names {
-                match rep.rdma_behind(i) {
-                    Some(x) => v.push(x),
-                    None => return Err(format!("node {node}: no RDMA device behind {i}")),
+        let devices: Vec<(&crate::detect::RdmaDevice, Option<&crate::detect::RdmaPort>)> =
+            if if_names.is_empty() {
+                rep.rdma_devices
+                    .iter()
+                    .flat_map(|d| {
+                        if d.ports.is_empty() {
+                            vec![(d, None)]
+                        } else {
+                            d.ports.iter().map(|p| (d, Some(p))).collect()
+                        }
+                    })
+                    .collect()
+            } else {
+                let mut v = Vec::new();
+                for i in if_names {
+                    match rep.rdma_behind(i) {
+                        Some(x) => v.push(x),
+                        None => return Err(format!("node {node}: no RDMA device behind {i}")),
+                    }
                 }
-            }
-            v
-        };
+                v
+            };
         let mut found = false;
         for (dev, port) in devices {
             if dev.software {
@@ -1023,7 +1312,12 @@ pub fn selectors_from_detect(
             ));
         }
     }
-    for s in [&mut sel.vendors, &mut sel.device_ids, &mut sel.drivers, &mut sel.link_types] {
+    for s in [
+        &mut sel.vendors,
+        &mut sel.device_ids,
+        &mut sel.drivers,
+        &mut sel.link_types,
+    ] {
         s.sort();
     }
     sel.if_names = if_names.to_vec();
@@ -1037,7 +1331,9 @@ fn check_device_plugin(
     roce: Option<&RocePlan>,
     detects: &[NodeDetect],
 ) -> Option<RdmaSharedConfig> {
-    let (prefix, name) = rdma_resource.split_once('/').unwrap_or(("rdma", rdma_resource));
+    let (prefix, name) = rdma_resource
+        .split_once('/')
+        .unwrap_or(("rdma", rdma_resource));
     let empty = RawDevicePlugin {
         rdma_hca_max: None,
         periodic_update_interval: None,
@@ -1057,16 +1353,43 @@ fn check_device_plugin(
         None => 300,
     };
     let mut sel = RdmaSelectors {
-        vendors: str_list(cx, &r.vendors, "vendors", is_hex4, "a 4-digit lowercase hex PCI vendor ID such as \"15b3\""),
-        device_ids: str_list(cx, &r.device_ids, "device_ids", is_hex4, "a 4-digit lowercase hex PCI device ID such as \"101b\""),
-        drivers: str_list(cx, &r.drivers, "drivers", |s| !s.is_empty(), "a driver name such as \"mlx5_core\""),
+        vendors: str_list(
+            cx,
+            &r.vendors,
+            "vendors",
+            is_hex4,
+            "a 4-digit lowercase hex PCI vendor ID such as \"15b3\"",
+        ),
+        device_ids: str_list(
+            cx,
+            &r.device_ids,
+            "device_ids",
+            is_hex4,
+            "a 4-digit lowercase hex PCI device ID such as \"101b\"",
+        ),
+        drivers: str_list(
+            cx,
+            &r.drivers,
+            "drivers",
+            |s| !s.is_empty(),
+            "a driver name such as \"mlx5_core\"",
+        ),
         if_names: str_list(cx, &r.if_names, "if_names", is_ifname, "an interface name"),
-        link_types: str_list(cx, &r.link_types, "link_types", |s| s == "ether" || s == "infiniband", "\"ether\" or \"infiniband\""),
+        link_types: str_list(
+            cx,
+            &r.link_types,
+            "link_types",
+            |s| s == "ether" || s == "infiniband",
+            "\"ether\" or \"infiniband\"",
+        ),
     };
     if sel.is_empty() {
         let if_names: Vec<String> = roce.map(|r| vec![r.netdev.clone()]).unwrap_or_default();
         if !detects.is_empty() {
-            let reps: Vec<(&str, &DetectReport)> = detects.iter().map(|d| (d.node.as_str(), &d.report)).collect();
+            let reps: Vec<(&str, &DetectReport)> = detects
+                .iter()
+                .map(|d| (d.node.as_str(), &d.report))
+                .collect();
             match selectors_from_detect(&reps, &if_names) {
                 Ok(s) => sel = s,
                 Err(e) => {
@@ -1096,14 +1419,26 @@ fn check_device_plugin(
     })
 }
 
-fn check_cni(cx: &mut Ctx, t: &S<RawCni>, roce: Option<&RocePlan>, detects: &[NodeDetect]) -> Option<CniPlan> {
+fn check_cni(
+    cx: &mut Ctx,
+    t: &S<RawCni>,
+    roce: Option<&RocePlan>,
+    detects: &[NodeDetect],
+) -> Option<CniPlan> {
     let r = t.get_ref();
-    let encapsulation = match Encap::ALL.into_iter().find(|e| e.name() == r.encapsulation.get_ref()) {
+    let encapsulation = match Encap::ALL
+        .into_iter()
+        .find(|e| e.name() == r.encapsulation.get_ref())
+    {
         Some(e) => e,
         None => {
-            cx.at(r.encapsulation.span(), format!(
-                "[cni].encapsulation {:?} must be one of none, vxlan, geneve, ipip, wireguard", r.encapsulation.get_ref()
-            ));
+            cx.at(
+                r.encapsulation.span(),
+                format!(
+                    "[cni].encapsulation {:?} must be one of none, vxlan, geneve, ipip, wireguard",
+                    r.encapsulation.get_ref()
+                ),
+            );
             return None;
         }
     };
@@ -1112,24 +1447,47 @@ fn check_cni(cx: &mut Ctx, t: &S<RawCni>, roce: Option<&RocePlan>, detects: &[No
         match CniKind::ALL.into_iter().find(|k| k.name() == p.get_ref()) {
             Some(k) => {
                 if let Err(why) = encapsulation.supported_by(k) {
-                    cx.at(p.span(), format!("{} cannot use encapsulation {}: {why}", k.name(), encapsulation.name()));
+                    cx.at(
+                        p.span(),
+                        format!(
+                            "{} cannot use encapsulation {}: {why}",
+                            k.name(),
+                            encapsulation.name()
+                        ),
+                    );
                 }
                 if !plugins.contains(&k) {
                     plugins.push(k);
                 }
             }
-            None => cx.at(p.span(), format!("unknown CNI {:?}: expected antrea, calico, cilium or flannel", p.get_ref())),
+            None => cx.at(
+                p.span(),
+                format!(
+                    "unknown CNI {:?}: expected antrea, calico, cilium or flannel",
+                    p.get_ref()
+                ),
+            ),
         }
     }
     if r.plugins.get_ref().is_empty() {
-        cx.at(r.plugins.span(), "[cni].plugins is empty; list antrea, calico, cilium and/or flannel");
+        cx.at(
+            r.plugins.span(),
+            "[cni].plugins is empty; list antrea, calico, cilium and/or flannel",
+        );
     }
     plugins.sort();
     let interface = match (&r.interface, roce) {
         (Some(i), _) => {
             for d in detects {
                 if d.report.netdev(i.get_ref()).is_none() {
-                    cx.at(i.span(), format!("missing interface: {} not found on node {}", i.get_ref(), d.node));
+                    cx.at(
+                        i.span(),
+                        format!(
+                            "missing interface: {} not found on node {}",
+                            i.get_ref(),
+                            d.node
+                        ),
+                    );
                 }
             }
             i.get_ref().clone()
@@ -1143,7 +1501,10 @@ fn check_cni(cx: &mut Ctx, t: &S<RawCni>, roce: Option<&RocePlan>, detects: &[No
     let underlay_mtu = match &r.underlay_mtu {
         Some(m) => u32_in(cx, m, "[cni].underlay_mtu", 1280, 9216)?,
         None => {
-            let mtus: BTreeSet<u32> = detects.iter().filter_map(|d| d.report.netdev(&interface).map(|n| n.mtu)).collect();
+            let mtus: BTreeSet<u32> = detects
+                .iter()
+                .filter_map(|d| d.report.netdev(&interface).map(|n| n.mtu))
+                .collect();
             match mtus.len() {
                 1 => *mtus.iter().next().unwrap(),
                 0 => {
@@ -1174,7 +1535,16 @@ fn check_cni(cx: &mut Ctx, t: &S<RawCni>, roce: Option<&RocePlan>, detects: &[No
         }
     };
     if pod_cidr.is_v6() {
-        cx.at(r.pod_cidr.span(), "[cni].pod_cidr must be IPv4 (the overheads used for the MTU are the IPv4 ones)");
+        cx.at(
+            r.pod_cidr.span(),
+            "[cni].pod_cidr must be IPv4 (the overheads used for the MTU are the IPv4 ones)",
+        );
     }
-    Some(CniPlan { plugins, interface, underlay_mtu, encapsulation, pod_cidr })
+    Some(CniPlan {
+        plugins,
+        interface,
+        underlay_mtu,
+        encapsulation,
+        pod_cidr,
+    })
 }

@@ -47,7 +47,11 @@ fn base_plan_is_valid() {
 
 #[test]
 fn unknown_path() {
-    one_error(&BASE.replace("\"roce\"]", "\"roce\", \"rdma\"]"), 3, "unknown path \"rdma\"");
+    one_error(
+        &BASE.replace("\"roce\"]", "\"roce\", \"rdma\"]"),
+        3,
+        "unknown path \"rdma\"",
+    );
 }
 
 #[test]
@@ -62,56 +66,112 @@ fn unknown_key_top_level_and_nested() {
 
 #[test]
 fn bad_value_types() {
-    one_error(&BASE.replace("token =", "control_port = \"5301\"\ntoken ="), 4, "invalid type: string");
-    one_error(&BASE.replace("token =", "control_port = 70000\ntoken ="), 4, "out of range");
+    one_error(
+        &BASE.replace("token =", "control_port = \"5301\"\ntoken ="),
+        4,
+        "invalid type: string",
+    );
+    one_error(
+        &BASE.replace("token =", "control_port = 70000\ntoken ="),
+        4,
+        "out of range",
+    );
 }
 
 #[test]
 fn overlapping_ranges() {
-    one_error(&BASE.replace("192.168.160.0/24", "192.168.150.128/25"), 12, "overlaps [ipoib].range");
+    one_error(
+        &BASE.replace("192.168.160.0/24", "192.168.150.128/25"),
+        12,
+        "overlaps [ipoib].range",
+    );
     let with_cni = format!(
         "{BASE}\n[cni]\nplugins = [\"calico\"]\nunderlay_mtu = 9000\nencapsulation = \"vxlan\"\npod_cidr = \"192.168.0.0/16\"\n"
     );
     let e = errs(&with_cni);
     assert_eq!(e.0.len(), 2, "{e}");
-    assert!(e.0.iter().all(|x| x.line == 18 && x.msg.contains("[cni].pod_cidr")), "{e}");
+    assert!(
+        e.0.iter()
+            .all(|x| x.line == 18 && x.msg.contains("[cni].pod_cidr")),
+        "{e}"
+    );
 }
 
 #[test]
 fn missing_interface() {
     // No master and no detect files.
-    one_error(&BASE.replace("master = \"ib0\"\n", ""), 6, "missing interface");
+    one_error(
+        &BASE.replace("master = \"ib0\"\n", ""),
+        6,
+        "missing interface",
+    );
     // Named interface absent from the node's detect report.
-    let t = BASE.replace("token =", "token =") + "\n[detect]\nnode-a = \"node-a.detect.json\"\n";
+    let t = BASE.to_string() + "\n[detect]\nnode-a = \"node-a.detect.json\"\n";
     let e = errs(&t.replace("master = \"ib0\"", "master = \"ib7\""));
     assert_eq!(e.0.len(), 1, "{e}");
     assert_eq!(e.0[0].line, 7);
-    assert!(e.0[0].msg.contains("missing interface: ib7 not found on node node-a") && e.0[0].msg.contains("ib0"), "{e}");
+    assert!(
+        e.0[0]
+            .msg
+            .contains("missing interface: ib7 not found on node node-a")
+            && e.0[0].msg.contains("ib0"),
+        "{e}"
+    );
     let e = errs(&t.replace("netdev = \"ens1f0np0\"", "netdev = \"eno1\""));
     assert!(e.0[0].msg.contains("no RDMA device behind it"), "{e}");
 }
 
 #[test]
 fn ipoib_mtu_above_datagram_limit() {
-    one_error(&BASE.replace("master = \"ib0\"", "master = \"ib0\"\nmtu = 9000"), 8, "above the IPoIB datagram limit 4092");
+    one_error(
+        &BASE.replace("master = \"ib0\"", "master = \"ib0\"\nmtu = 9000"),
+        8,
+        "above the IPoIB datagram limit 4092",
+    );
     // Connected mode allows it...
-    parse_plan(&BASE.replace("master = \"ib0\"", "master = \"ib0\"\nmode = \"connected\"\nmtu = 9000"), "plan.toml", &examples())
-        .unwrap();
+    parse_plan(
+        &BASE.replace(
+            "master = \"ib0\"",
+            "master = \"ib0\"\nmode = \"connected\"\nmtu = 9000",
+        ),
+        "plan.toml",
+        &examples(),
+    )
+    .unwrap();
     // ...but not above the master's MTU reported by detect (ib0: 4092).
-    let t = BASE.replace("master = \"ib0\"", "master = \"ib0\"\nmtu = 4092") + "\n[detect]\nnode-a = \"node-a.detect.json\"\n";
+    let t = BASE.replace("master = \"ib0\"", "master = \"ib0\"\nmtu = 4092")
+        + "\n[detect]\nnode-a = \"node-a.detect.json\"\n";
     parse_plan(&t, "plan.toml", &examples()).unwrap();
 }
 
 #[test]
 fn path_needs_its_table_and_service_needs_pod() {
-    one_error(&BASE.replace("[roce]\nnetdev = \"ens1f0np0\"\nrange = \"192.168.160.0/24\"\n", ""), 3, "needs a [roce] table");
-    one_error(&BASE.replace("\"host\", \"pod\",", "\"host\", \"service\","), 3, "add \"pod\" to paths");
+    one_error(
+        &BASE.replace(
+            "[roce]\nnetdev = \"ens1f0np0\"\nrange = \"192.168.160.0/24\"\n",
+            "",
+        ),
+        3,
+        "needs a [roce] table",
+    );
+    one_error(
+        &BASE.replace("\"host\", \"pod\",", "\"host\", \"service\","),
+        3,
+        "add \"pod\" to paths",
+    );
 }
 
 #[test]
 fn token_rules() {
-    one_error(&BASE.replace("0123456789abcdef0123", "short"), 4, "at least 16 characters");
-    let e = errs(&BASE.replace("token = \"0123456789abcdef0123\"", "token_file = \"no-such-token\""));
+    one_error(
+        &BASE.replace("0123456789abcdef0123", "short"),
+        4,
+        "at least 16 characters",
+    );
+    let e = errs(&BASE.replace(
+        "token = \"0123456789abcdef0123\"",
+        "token_file = \"no-such-token\"",
+    ));
     assert!(e.0[0].msg.contains("cannot read token_file"), "{e}");
 }
 
@@ -122,8 +182,18 @@ fn cni_encapsulation_support() {
     );
     let e = errs(&t);
     assert_eq!(e.0.len(), 2, "{e}");
-    assert!(e.0[0].msg.contains("flannel cannot use encapsulation geneve"), "{e}");
-    assert!(e.0[1].msg.contains("calico cannot use encapsulation geneve"), "{e}");
+    assert!(
+        e.0[0]
+            .msg
+            .contains("flannel cannot use encapsulation geneve"),
+        "{e}"
+    );
+    assert!(
+        e.0[1]
+            .msg
+            .contains("calico cannot use encapsulation geneve"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -133,7 +203,9 @@ fn toml_syntax_error_has_location() {
 
 #[test]
 fn several_errors_reported_together() {
-    let t = BASE.replace("\"roce\"]", "\"roce\", \"x\"]").replace("0123456789abcdef0123", "short");
+    let t = BASE
+        .replace("\"roce\"]", "\"roce\", \"x\"]")
+        .replace("0123456789abcdef0123", "short");
     let e = errs(&t);
     assert_eq!(e.0.len(), 2, "{e}");
     assert!(e.to_string().starts_with("the plan has 2 problems:"));

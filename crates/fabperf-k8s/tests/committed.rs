@@ -18,12 +18,19 @@ fn files_under(dir: &Path) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}; run {REGEN}", d.display())) {
+        for e in
+            std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}; run {REGEN}", d.display()))
+        {
             let p = e.unwrap().path();
             if p.is_dir() {
                 stack.push(p);
             } else {
-                out.insert(p.strip_prefix(dir).unwrap().to_string_lossy().replace('\\', "/"));
+                out.insert(
+                    p.strip_prefix(dir)
+                        .unwrap()
+                        .to_string_lossy()
+                        .replace('\\', "/"),
+                );
             }
         }
     }
@@ -63,8 +70,14 @@ fn a_changed_file_is_detected() {
     // The comparison itself must be able to fail.
     let name = "examples/two-node-roce-ipoib.toml";
     let text = std::fs::read_to_string(repo().join(name)).unwrap();
-    let plan = parse_plan(&text.replace("mtu = 9000", "mtu = 8000"), name, &repo().join("examples")).unwrap();
+    let plan = parse_plan(
+        &text.replace("mtu = 9000", "mtu = 8000"),
+        name,
+        &repo().join("examples"),
+    )
+    .unwrap();
     let r = render(&plan).unwrap();
-    let err = compare("manifests", &r.manifests).expect_err("a different MTU must make the manifests stale");
+    let err = compare("manifests", &r.manifests)
+        .expect_err("a different MTU must make the manifests stale");
     assert!(err.contains("10-networks.yaml is stale"), "{err}");
 }

@@ -14,7 +14,12 @@ fn repo() -> PathBuf {
 fn example() -> Plan {
     let p = repo().join("examples/two-node-roce-ipoib.toml");
     let text = std::fs::read_to_string(&p).unwrap();
-    parse_plan(&text, "examples/two-node-roce-ipoib.toml", &repo().join("examples")).unwrap()
+    parse_plan(
+        &text,
+        "examples/two-node-roce-ipoib.toml",
+        &repo().join("examples"),
+    )
+    .unwrap()
 }
 
 fn ds(plan: &Plan, p: PathKind) -> DaemonSet {
@@ -22,7 +27,10 @@ fn ds(plan: &Plan, p: PathKind) -> DaemonSet {
 }
 
 fn daemonset_paths() -> Vec<PathKind> {
-    PathKind::ALL.into_iter().filter(|p| p.has_daemonset()).collect()
+    PathKind::ALL
+        .into_iter()
+        .filter(|p| p.has_daemonset())
+        .collect()
 }
 
 #[test]
@@ -53,7 +61,10 @@ fn multus_annotation_only_on_secondary_paths() {
         }
     }
     // The annotations name NADs that are rendered in the same namespace.
-    let names: Vec<String> = nads(&plan).iter().map(|n| n.metadata.name.clone().unwrap()).collect();
+    let names: Vec<String> = nads(&plan)
+        .iter()
+        .map(|n| n.metadata.name.clone().unwrap())
+        .collect();
     assert_eq!(names, ["fabperf-ipoib", "fabperf-roce"]);
 }
 
@@ -62,8 +73,18 @@ fn ipc_lock_and_rdma_limit_only_on_roce() {
     let plan = example();
     for p in daemonset_paths() {
         let c = &ds(&plan, p).spec.template.spec.unwrap().containers[0];
-        let caps = c.security_context.as_ref().unwrap().capabilities.as_ref().unwrap();
-        let limits = c.resources.as_ref().and_then(|r| r.limits.clone()).unwrap_or_default();
+        let caps = c
+            .security_context
+            .as_ref()
+            .unwrap()
+            .capabilities
+            .as_ref()
+            .unwrap();
+        let limits = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.clone())
+            .unwrap_or_default();
         if p == PathKind::Roce {
             assert_eq!(caps.add.as_deref(), Some(&["IPC_LOCK".to_string()][..]));
             assert_eq!(limits["rdma/rdma_shared_device_a"].0, "1");
@@ -71,7 +92,11 @@ fn ipc_lock_and_rdma_limit_only_on_roce() {
             assert!(caps.add.is_none(), "{p:?}");
             assert!(limits.is_empty(), "{p:?}");
         }
-        assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]), "{p:?}");
+        assert_eq!(
+            caps.drop.as_deref(),
+            Some(&["ALL".to_string()][..]),
+            "{p:?}"
+        );
     }
 }
 
@@ -83,23 +108,53 @@ fn anti_affinity_on_hostname_everywhere_and_selectors_match() {
         let tmpl_labels = d.spec.template.metadata.clone().unwrap().labels.unwrap();
         let sel = d.spec.selector.match_labels.clone().unwrap();
         for (k, v) in &sel {
-            assert_eq!(tmpl_labels.get(k), Some(v), "{p:?}: selector must match template labels");
+            assert_eq!(
+                tmpl_labels.get(k),
+                Some(v),
+                "{p:?}: selector must match template labels"
+            );
         }
         let aff = d.spec.template.spec.clone().unwrap().affinity.unwrap();
-        let terms = aff.pod_anti_affinity.unwrap().required_during_scheduling_ignored_during_execution.unwrap();
+        let terms = aff
+            .pod_anti_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap();
         assert_eq!(terms.len(), 1);
         assert_eq!(terms[0].topology_key, "kubernetes.io/hostname");
-        assert_eq!(terms[0].label_selector.clone().unwrap().match_labels.unwrap(), sel, "{p:?}");
-        let node = aff.node_affinity.unwrap().required_during_scheduling_ignored_during_execution.unwrap();
-        let expr = &node.node_selector_terms[0].match_expressions.as_ref().unwrap()[0];
+        assert_eq!(
+            terms[0]
+                .label_selector
+                .clone()
+                .unwrap()
+                .match_labels
+                .unwrap(),
+            sel,
+            "{p:?}"
+        );
+        let node = aff
+            .node_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap();
+        let expr = &node.node_selector_terms[0]
+            .match_expressions
+            .as_ref()
+            .unwrap()[0];
         assert_eq!(expr.values.as_deref().unwrap(), ["node-a", "node-b"]);
         // Services find exactly these pods.
         let svc = objects::headless_service(&plan, p);
-        assert_eq!(svc.spec.as_ref().unwrap().cluster_ip.as_deref(), Some("None"));
+        assert_eq!(
+            svc.spec.as_ref().unwrap().cluster_ip.as_deref(),
+            Some("None")
+        );
         assert_eq!(svc.spec.unwrap().selector.unwrap(), sel);
     }
     let cip = objects::cluster_ip_service(&plan).spec.unwrap();
-    assert_eq!(cip.selector.unwrap(), objects::selector_labels(PathKind::Pod));
+    assert_eq!(
+        cip.selector.unwrap(),
+        objects::selector_labels(PathKind::Pod)
+    );
 }
 
 #[test]
@@ -116,7 +171,11 @@ fn no_agent_has_api_permissions() {
     let r = render(&plan).unwrap();
     for f in r.manifests.iter().chain(&r.device_plugin) {
         for kind in ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"] {
-            assert!(!f.content.contains(&format!("\nkind: {kind}\n")), "{} has a {kind}", f.rel_path);
+            assert!(
+                !f.content.contains(&format!("\nkind: {kind}\n")),
+                "{} has a {kind}",
+                f.rel_path
+            );
         }
     }
 }
@@ -128,22 +187,49 @@ fn agent_command_ports_probe_env_token() {
         let c = ds(&plan, p).spec.template.spec.unwrap().containers[0].clone();
         assert_eq!(
             c.command.unwrap(),
-            ["fabperf", "server", "--bind", "0.0.0.0", "--port", "5301", "--token-file", "/etc/fabperf/token"]
+            [
+                "fabperf",
+                "server",
+                "--bind",
+                "0.0.0.0",
+                "--port",
+                "5301",
+                "--token-file",
+                "/etc/fabperf/token"
+            ]
         );
-        let ports: Vec<(i32, String)> =
-            c.ports.unwrap().into_iter().map(|p| (p.container_port, p.protocol.unwrap())).collect();
-        assert_eq!(ports, [(5301, "TCP".to_string()), (5301, "UDP".to_string())]);
+        let ports: Vec<(i32, String)> = c
+            .ports
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.container_port, p.protocol.unwrap()))
+            .collect();
+        assert_eq!(
+            ports,
+            [(5301, "TCP".to_string()), (5301, "UDP".to_string())]
+        );
         let probe = c.readiness_probe.unwrap().tcp_socket.unwrap();
-        assert_eq!(probe.port, k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5301));
+        assert_eq!(
+            probe.port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5301)
+        );
         let env = c.env.unwrap();
         let field = |n: &str| {
-            env.iter().find(|e| e.name == n).and_then(|e| e.value_from.clone()).and_then(|v| v.field_ref).map(|f| f.field_path)
+            env.iter()
+                .find(|e| e.name == n)
+                .and_then(|e| e.value_from.clone())
+                .and_then(|v| v.field_ref)
+                .map(|f| f.field_path)
         };
         assert_eq!(field("NODE_NAME").as_deref(), Some("spec.nodeName"));
         assert_eq!(field("POD_IP").as_deref(), Some("status.podIP"));
         assert_eq!(c.volume_mounts.unwrap()[0].mount_path, "/etc/fabperf");
     }
-    let svc = objects::headless_service(&plan, PathKind::Pod).spec.unwrap().ports.unwrap();
+    let svc = objects::headless_service(&plan, PathKind::Pod)
+        .spec
+        .unwrap()
+        .ports
+        .unwrap();
     let protos: Vec<&str> = svc.iter().map(|p| p.protocol.as_deref().unwrap()).collect();
     assert_eq!(protos, ["TCP", "UDP"]);
 }
@@ -186,6 +272,17 @@ fn render_is_deterministic_and_names_concerns() {
             "cni/flannel-values.yaml",
         ]
     );
-    let dp: Vec<&str> = a.device_plugin.iter().map(|f| f.rel_path.as_str()).collect();
-    assert_eq!(dp, ["config.json", "rdma-devices-configmap.yaml", "nic-cluster-policy.yaml"]);
+    let dp: Vec<&str> = a
+        .device_plugin
+        .iter()
+        .map(|f| f.rel_path.as_str())
+        .collect();
+    assert_eq!(
+        dp,
+        [
+            "config.json",
+            "rdma-devices-configmap.yaml",
+            "nic-cluster-policy.yaml"
+        ]
+    );
 }

@@ -3,7 +3,9 @@
 use anyhow::{bail, Context, Result};
 use fabperf_k8s::crd::{RdmaResourceConfig, RdmaSharedConfig};
 use fabperf_k8s::detect::DetectReport;
-use fabperf_k8s::plan::{selectors_from_detect, OperatorPlan, DEFAULT_OPERATOR_REPOSITORY, DEFAULT_OPERATOR_VERSION};
+use fabperf_k8s::plan::{
+    selectors_from_detect, OperatorPlan, DEFAULT_OPERATOR_REPOSITORY, DEFAULT_OPERATOR_VERSION,
+};
 use fabperf_k8s::render::{self, device_plugin_files};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -86,7 +88,10 @@ fn run_render(a: RenderArgs) -> Result<ExitCode> {
             print!("{}", render::concat(&all));
         }
         Some(out) => {
-            let dp_dir = a.device_plugin_out.clone().unwrap_or_else(|| out.join("device-plugin"));
+            let dp_dir = a
+                .device_plugin_out
+                .clone()
+                .unwrap_or_else(|| out.join("device-plugin"));
             let mut removed = render::write_files(out, &rendered.manifests)?;
             if !rendered.device_plugin.is_empty() {
                 removed.extend(render::write_files(&dp_dir, &rendered.device_plugin)?);
@@ -107,7 +112,10 @@ fn run_render(a: RenderArgs) -> Result<ExitCode> {
 
 fn run_device_plugin(a: DevicePluginArgs) -> Result<ExitCode> {
     let Some((prefix, name)) = a.resource.split_once('/') else {
-        bail!("--resource {:?} must be PREFIX/NAME, e.g. rdma/rdma_shared_device_a", a.resource);
+        bail!(
+            "--resource {:?} must be PREFIX/NAME, e.g. rdma/rdma_shared_device_a",
+            a.resource
+        );
     };
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         bail!("--resource name {name:?} may only hold letters, digits and '_'");
@@ -119,7 +127,8 @@ fn run_device_plugin(a: DevicePluginArgs) -> Result<ExitCode> {
     for p in &a.detect {
         reports.push(DetectReport::load(p)?);
     }
-    let named: Vec<(&str, &DetectReport)> = reports.iter().map(|r| (r.hostname.as_str(), r)).collect();
+    let named: Vec<(&str, &DetectReport)> =
+        reports.iter().map(|r| (r.hostname.as_str(), r)).collect();
     let selectors = selectors_from_detect(&named, &a.if_names)
         .map_err(anyhow::Error::msg)
         .context("cannot derive device plugin selectors")?;
@@ -132,11 +141,20 @@ fn run_device_plugin(a: DevicePluginArgs) -> Result<ExitCode> {
             selectors,
         }],
     };
-    let op = OperatorPlan { repository: a.operator_repository, version: a.operator_version };
+    let op = OperatorPlan {
+        repository: a.operator_repository,
+        version: a.operator_version,
+    };
     match a.format {
         DpFormat::Json => print!("{}", config.to_json()),
         DpFormat::Configmap | DpFormat::NicClusterPolicy => {
-            let files = device_plugin_files(&config, &op, false, false, "fabperf k8s device-plugin-config")?;
+            let files = device_plugin_files(
+                &config,
+                &op,
+                false,
+                false,
+                "fabperf k8s device-plugin-config",
+            )?;
             let want = if matches!(a.format, DpFormat::Configmap) {
                 "rdma-devices-configmap.yaml"
             } else {
