@@ -187,14 +187,18 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
         .and_then(|n| n.speed_mbps)
         .map(|s| s as f64 / 1000.0);
     // The fabric interface to move to: fastest, with an IPv4 address preferred.
-    let target = fabric
-        .iter()
-        .max_by(|a, b| {
-            (!a.0.ipv4.is_empty(), a.1)
-                .partial_cmp(&(!b.0.ipv4.is_empty(), b.1))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        })
-        .map(|(n, _)| *n);
+    let target = {
+        let mut c: Vec<&(&Netdev, f64)> = fabric.iter().collect();
+        // Fastest with an IPv4 address, then the largest MTU, then by name.
+        c.sort_by(|a, b| {
+            (!b.0.ipv4.is_empty())
+                .cmp(&!a.0.ipv4.is_empty())
+                .then(b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal))
+                .then(b.0.mtu.cmp(&a.0.mtu))
+                .then(a.0.name.cmp(&b.0.name))
+        });
+        c.first().map(|(n, _)| *n)
+    };
     let mut evidence = vec![Evidence {
         path: format!("{} ({})", inv.source.addresses, node.source),
         value: format!(
