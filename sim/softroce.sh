@@ -57,7 +57,7 @@ Environment:
   FABPERF_BIN          use this fabperf binary instead of building one
   FABPERF_SIM_KERNEL   auto (default) | backports | bookworm
   FABPERF_SIM_TIMEOUT  seconds before the guest is killed (default 900; 1500 without --)
-  FABPERF_SIM_ROUNDS   comparison rounds (default 3)
+  FABPERF_SIM_ROUNDS   comparison rounds (default 4, alternating which tool goes first)
   FABPERF_SIM_MTU      veth MTU in the guest (default 9000 -> rxe active_mtu 4096)
   FABPERF_SIM_AGENT=0  do not start a fabperf agent in the peer node
   FABPERF_SIM_ENFORCE_TARGETS=1  fail when a ratio misses its target
@@ -421,7 +421,7 @@ main() {
     mkdir -p "$CACHE/runs"
     RUN_DIR=$(mktemp -d "$CACHE/runs/run.XXXXXX"); local run=$RUN_DIR
     trap 'rm -rf "$RUN_DIR"' EXIT
-    mkdir -p "$run/bin" "$run/out"
+    chmod 755 "$run" && mkdir -p "$run/bin" "$run/out"
     cp "$FABPERF" "$run/bin/fabperf"
     write_env "$run/env"
     if [[ $MODE == cmd ]]; then

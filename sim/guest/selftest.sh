@@ -1,0 +1,206 @@
+#!/bin/bash
+# The default soft-RoCE run, inside the guest (started by sim/guest/main.sh
+# with rxe up and FABPERF_RDMA_* exported):
+#   1. every fabperf-rdma test binary listed in /sim/test-bins;
+#   2. fabperf next to perftest on the same rxe link, FABPERF_SIM_ROUNDS rounds
+#      (alternating which tool goes first), and a ratio table written to
+#      /sim/out/compare.md (+ compare.tsv with every single run).
+# Exits non-zero when anything failed.
+set -uo pipefail
+GUEST_DIR=$FABPERF_SIM_REPO/sim/guest
+OUT=/sim/out
+mkdir -p "$OUT" /tmp/st
+ROUNDS=${FABPERF_SIM_ROUNDS:-4}
+BW_SIZE=65536 BW_ITERS=${FABPERF_SIM_BW_ITERS:-5000}
+LAT_SIZE=2 LAT_ITERS=${FABPERF_SIM_LAT_ITERS:-1000}
+PEER=$FABPERF_RDMA_PEER DEV=$FABPERF_RDMA_DEVICE PDEV=$FABPERF_RDMA_PEER_DEVICE
+GID=1 # ::ffff:10.77.0.x, RoCE v2, on every rxe device here
+FAILURES=()
+
+say() { printf '\n=== %s\n' "$*"; }
+failed() { FAILURES+=("$*"); printf 'FAILED: %s\n' "$*"; }
+
+# ------------------------------------------------------------ 1. test binaries
+say "fabperf-rdma test binaries (device $DEV, peer $PDEV at $PEER, topology $FABPERF_SIM_TOPOLOGY)"
+total_passed=0
+while read -r bin; do
+    [[ -n $bin ]] || continue
+    name=$(basename "$bin")
+    printf -- '--- %s\n' "$name"
+    "$bin" 2>&1 | tee "/tmp/st/$name.log"
+    rc=${PIPESTATUS[0]}
+    [[ $rc == 0 ]] || failed "test binary $name exited with $rc"
+    # The tests print "skipped: ..." when they find no device: here they must run.
+    if grep -q '^skipped:' "/tmp/st/$name.log"; then
+        failed "test binary $name skipped tests in the guest: $(grep -m1 '^skipped:' "/tmp/st/$name.log")"
+    fi
+    n=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^passed/) s += $(i-1) } END { print s + 0 }' \
+        "/tmp/st/$name.log")
+    total_passed=$((total_passed + n))
+done </sim/test-bins
+if [[ $total_passed == 0 ]]; then
+    failed "the fabperf-rdma test binaries ran no test"
+fi
+printf 'fabperf-rdma tests passed in the guest: %d\n' "$total_passed"
+
+# ------------------------------------------------------------ 2. comparison
+PORT=18600
+next_port() { PORT=$((PORT + 1)); }
+
+# wait_listen PORT: until something in the peer node listens on TCP PORT.
+wait_listen() {
+    local i
+    for i in $(seq 100); do
+        [[ -n $("$GUEST_DIR/peer.sh" ss -Hltn "sport = :$1" 2>/dev/null) ]] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# perftest_run TOOL ARGS... -> prints the result line's fields; retries when
+# perftest's clock calibration fails under emulation (r^2 < 0.9, zero result).
+perftest_run() {
+    local tool=$1 attempt log srv col
+    shift
+    case $tool in *_bw) col=4 ;; *) col=5 ;; esac # BW average / t_typical
+    for attempt in 1 2 3; do
+        next_port
+        log=/tmp/st/$tool.$PORT
+        "$GUEST_DIR/peer.sh" "$tool" -d "$PDEV" -x "$GID" -p "$PORT" -F "$@" >"$log.srv" 2>&1 &
+        srv=$!
+        if ! wait_listen "$PORT"; then
+            kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null
+            echo "perftest $tool server did not start: $(tail -n 3 "$log.srv")" >"$log.err"
+            continue
+        fi
+        timeout 300 "$tool" -d "$DEV" -x "$GID" -p "$PORT" -F "$@" "$PEER" >"$log" 2>&1
+        local rc=$?
+        timeout 20 tail --pid="$srv" -f /dev/null 2>/dev/null || kill "$srv" 2>/dev/null
+        wait "$srv" 2>/dev/null
+        local line val
+        line=$(awk -v s="$SIZE" '$1 == s && NF >= 5 { l = $0 } END { print l }' "$log")
+        val=$(awk -v c="$col" '{ print $c }' <<<"$line")
+        if [[ $rc != 0 ]]; then
+            echo "$tool exited with $rc: $(tail -n 3 "$log")" >"$log.err"
+            continue
+        fi
+        # Only the client's clock matters: it measures and prints the result.
+        if grep -q 'Correlation coefficient' "$log" ||
+            ! awk -v v="$val" 'BEGIN { exit !(v + 0 > 0) }'; then
+            echo "$tool: clock calibration failed under emulation (r^2 < 0.9 or zero result: '$val'), retrying" >&2
+            echo "$tool: calibration failed 3 times" >"$log.err"
+            continue
+        fi
+        echo "$val"
+        return 0
+    done
+    cat "$log.err" >&2
+    return 1
+}
+
+# fabperf_run TEST ARGS... -> prints BW (Gbit/s) or p50 (µs) of the total record.
+fabperf_run() {
+    local test=$1 log=/tmp/st/fabperf.$RANDOM field
+    shift
+    case $test in rdma-bw) field=.bw_gbps ;; *) field=.lat_us.p50 ;; esac
+    if [[ -z $FABPERF_AGENT ]]; then
+        echo "no fabperf agent is serving in the peer node (see the warning at boot)" >&2
+        return 1
+    fi
+    timeout 300 fabperf "$test" "$PEER" --port "${FABPERF_AGENT##*:}" --device "$DEV" --gid-index "$GID" \
+        --json "$@" >"$log" 2>"$log.err"
+    local rc=$?
+    if [[ $rc != 0 ]]; then
+        echo "fabperf $test $* exited with $rc: $(tail -n 5 "$log.err")" >&2
+        return 1
+    fi
+    local val
+    val=$(jq -r "select(.stream == null) | $field // empty" "$log" 2>/dev/null | tail -n 1)
+    if ! awk -v v="$val" 'BEGIN { exit !(v + 0 > 0) }'; then
+        echo "fabperf $test $*: no $field in its JSON output: $(head -c 400 "$log") $(tail -n 3 "$log.err")" >&2
+        return 1
+    fi
+    echo "$val"
+}
+
+# name | fabperf test | fabperf args | perftest tool | perftest args | unit | size
+PAIRS=(
+    "write-bw|rdma-bw|--op write --size $BW_SIZE --iterations $BW_ITERS|ib_write_bw|-s $BW_SIZE -n $BW_ITERS --report_gbits|Gbit/s|$BW_SIZE"
+    "send-bw|rdma-bw|--op send --size $BW_SIZE --iterations $BW_ITERS|ib_send_bw|-s $BW_SIZE -n $BW_ITERS --report_gbits|Gbit/s|$BW_SIZE"
+    "send-lat|rdma-lat|--op send --size $LAT_SIZE --iterations $LAT_ITERS|ib_send_lat|-s $LAT_SIZE -n $LAT_ITERS|us|$LAT_SIZE"
+    "write-lat|rdma-lat|--op write --size $LAT_SIZE --iterations $LAT_ITERS|ib_write_lat|-s $LAT_SIZE -n $LAT_ITERS|us|$LAT_SIZE"
+)
+TSV=$OUT/compare.tsv
+printf 'round\ttest\ttool\tvalue\tunit\n' >"$TSV"
+say "fabperf vs perftest on $DEV -> $PDEV ($PEER), $ROUNDS rounds, BW ${BW_SIZE} B x $BW_ITERS, lat ${LAT_SIZE} B x $LAT_ITERS"
+for ((r = 1; r <= ROUNDS; r++)); do
+    for pair in "${PAIRS[@]}"; do
+        IFS='|' read -r name ftest fargs ptool pargs unit SIZE <<<"$pair"
+        # Alternate which tool goes first so drift (a busy host) hits both alike.
+        order=(fabperf perftest)
+        ((r % 2 == 0)) && order=(perftest fabperf)
+        for tool in "${order[@]}"; do
+            if [[ $tool == fabperf ]]; then
+                # shellcheck disable=SC2086 # word splitting of the argument lists is intended
+                v=$(fabperf_run "$ftest" $fargs) || { failed "round $r: fabperf $ftest $fargs"; continue; }
+            else
+                # shellcheck disable=SC2086
+                v=$(perftest_run "$ptool" $pargs) || { failed "round $r: $ptool $pargs"; continue; }
+            fi
+            printf 'round %d  %-9s %-8s %10s %s\n' "$r" "$name" "$tool" "$v" "$unit"
+            printf '%d\t%s\t%s\t%s\t%s\n' "$r" "$name" "$tool" "$v" "$unit" >>"$TSV"
+        done
+    done
+done
+
+# Ratio table: medians over the rounds; BW: fabperf / perftest (target >= 1.00),
+# latency: fabperf p50 / perftest t_typical (target <= 1.02).
+awk -F'\t' -v rounds="$ROUNDS" -v kernel="$(uname -r)" -v topo="$FABPERF_SIM_TOPOLOGY" \
+    -v mtu="$(ibv_devinfo -d "$DEV" | awk '/active_mtu/ { print $2 }')" -v accel="$FABPERF_SIM_ACCEL" '
+function median(key,    n, i, j, t, a) {
+    n = cnt[key]
+    for (i = 1; i <= n; i++) a[i] = val[key, i]
+    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+    if (n == 0) return ""
+    return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+NR > 1 { k = $2 SUBSEP $3; cnt[k]++; val[k, cnt[k]] = $4; unit[$2] = $5 }
+END {
+    split("write-bw send-bw send-lat write-lat", names, " ")
+    desc["write-bw"] = "`rdma-bw --op write` vs `ib_write_bw`, 64 KiB"
+    desc["send-bw"] = "`rdma-bw --op send` vs `ib_send_bw`, 64 KiB"
+    desc["send-lat"] = "`rdma-lat --op send` p50 vs `ib_send_lat` t_typical, 2 B"
+    desc["write-lat"] = "`rdma-lat --op write` p50 vs `ib_write_lat` t_typical, 2 B"
+    printf "Soft-RoCE (rdma_rxe, QEMU %s, kernel %s, topology %s, active_mtu %s), median of %d rounds\n\n", accel, kernel, topo, mtu, rounds
+    printf "| test | perftest | fabperf | ratio | target | |\n|---|---:|---:|---:|---|---|\n"
+    for (i = 1; i <= 4; i++) {
+        n = names[i]; f = median(n SUBSEP "fabperf"); p = median(n SUBSEP "perftest")
+        bw = (n ~ /bw$/)
+        u = bw ? " Gbit/s" : " µs"
+        if (f == "" || p == "" || p + 0 == 0) { r = "n/a"; verdict = "FAILED (missing runs)" }
+        else {
+            r = sprintf("%.3f", f / p)
+            ok = bw ? (f / p >= 1.00) : (f / p <= 1.02)
+            verdict = ok ? "met" : "MISSED"
+        }
+        printf "| %s | %s | %s | %s | %s | %s |\n", desc[n], (p == "" ? "-" : sprintf("%.3f%s", p, u)), \
+            (f == "" ? "-" : sprintf("%.3f%s", f, u)), r, (bw ? ">= 1.00" : "<= 1.02"), verdict
+    }
+}' "$TSV" >"$OUT/compare.md"
+say "ratio table"
+cat "$OUT/compare.md"
+if grep -q 'MISSED' "$OUT/compare.md"; then
+    if [[ ${FABPERF_SIM_ENFORCE_TARGETS:-0} == 1 ]]; then
+        failed "a ratio missed its target (FABPERF_SIM_ENFORCE_TARGETS=1)"
+    else
+        echo "note: a ratio missed its target (reported only; FABPERF_SIM_ENFORCE_TARGETS=1 makes it fail)"
+    fi
+fi
+
+say "summary"
+if [[ ${#FAILURES[@]} -gt 0 ]]; then
+    printf 'FAILED: %s\n' "${FAILURES[@]}"
+    printf 'soft-RoCE self test: %d failure(s)\n' "${#FAILURES[@]}"
+    exit 1
+fi
+echo "soft-RoCE self test: all passed"
