@@ -352,10 +352,11 @@ fn check_pcie(inv: &Inventory, out: &mut Vec<Finding>) {
                 (Some(r), Some(c), Some(m)) => Some(round1((r.min(m) - r.min(c)).max(0.0))),
                 _ => None,
             };
-            let severity = if cost.is_some_and(|c| c > 0.0) {
-                Severity::Warning
-            } else {
+            // Info only when it provably costs nothing at the current port rate.
+            let severity = if cost == Some(0.0) {
                 Severity::Info
+            } else {
+                Severity::Warning
             };
             let mut e = evidence.clone();
             e.extend(port_ev.iter().cloned());

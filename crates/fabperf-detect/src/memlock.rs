@@ -42,11 +42,11 @@ fn parse_limit(s: &str) -> Option<Option<u64>> {
 /// Human form of a byte count (`64 KiB`, `8 MiB`).
 pub fn human_bytes(b: u64) -> String {
     const K: u64 = 1024;
-    if b >= K * K * K && b % (K * K * K) == 0 {
+    if b >= K * K * K && b & (K * K * K - 1) == 0 {
         format!("{} GiB", b / (K * K * K))
-    } else if b >= K * K && b % (K * K) == 0 {
+    } else if b >= K * K && b & (K * K - 1) == 0 {
         format!("{} MiB", b / (K * K))
-    } else if b >= K && b % K == 0 {
+    } else if b >= K && b & (K - 1) == 0 {
         format!("{} KiB", b / K)
     } else {
         format!("{b} bytes")
@@ -82,6 +82,8 @@ impl MemlockStatus {
         if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        // rlim_t is narrower than u64 on some 32-bit targets.
+        #[allow(clippy::unnecessary_cast)]
         let conv = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
         let status = std::fs::read_to_string("/proc/self/status").ok();
         Ok(MemlockStatus {

@@ -144,8 +144,8 @@ pub fn inventory_text(inv: &Inventory) -> String {
     s.push_str("Netdevs\n");
     let _ = writeln!(
         s,
-        "  {:<14} {:<9} {:>6} {:>10} {:<8} {:<22} {}",
-        "NAME", "KIND", "MTU", "SPEED", "STATE", "IPv4", "BEHIND"
+        "  {:<14} {:<9} {:>6} {:>10} {:<8} {:<22} BEHIND",
+        "NAME", "KIND", "MTU", "SPEED", "STATE", "IPv4"
     );
     for n in &inv.netdevs {
         let speed = n
