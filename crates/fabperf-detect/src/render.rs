@@ -264,7 +264,7 @@ pub fn inventory_text(inv: &Inventory) -> String {
         }
     }
     if !inv.warnings.is_empty() {
-        s.push_str("\nCould not read:\n");
+        s.push_str("\nNotes (inputs missing or unreadable):\n");
         for w in &inv.warnings {
             let _ = writeln!(s, "  - {w}");
         }

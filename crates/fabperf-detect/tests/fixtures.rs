@@ -555,3 +555,47 @@ fn bad_roots_are_input_errors() {
     assert!(matches!(e, DetectError::NotASnapshot(_)));
     assert!(e.to_string().contains("--capture"));
 }
+
+/// A real capture taken inside the soft-RoCE QEMU guest (kernel 7.3.4, rxe0 on veth0 and rxe1
+/// on veth1 in another network namespace) with `fabperf detect --capture`; only the all-zero
+/// GID entries were dropped before committing (the detector skips them anyway).
+#[test]
+fn real_soft_roce_capture_reads_back_as_captured() {
+    let dir = fixture("rxe-qemu-capture");
+    let i = detect_root(&dir, &DetectOptions::default()).unwrap();
+    let live = Inventory::from_json_file(dir.join("detect.json")).unwrap();
+    assert_eq!(live.source.mode, "live");
+    let mut back = i.clone();
+    back.source = live.source.clone();
+    assert_eq!(
+        back, live,
+        "snapshot read differs from what the guest saw live"
+    );
+    // doctor.json in the bundle is what diagnose() says about the live inventory.
+    let saved: fabperf_detect::doctor::DoctorReport =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("doctor.json")).unwrap()).unwrap();
+    assert_eq!(saved, diagnose(&live));
+
+    assert_eq!(i.hostname, "softroce");
+    let rxe0 = i.rdma_device("rxe0").unwrap();
+    assert!(rxe0.software);
+    assert_eq!(rxe0.driver.as_deref(), Some("rdma_rxe"));
+    assert_eq!(rxe0.parent_netdev.as_deref(), Some("veth0"));
+    let p = &rxe0.ports[0];
+    assert_eq!(p.rate.as_deref(), Some("10 Gb/sec (1X FDR10)"));
+    assert_eq!(p.rate_gbps, Some(10.0));
+    assert_eq!(p.gids.len(), 2);
+    assert_eq!(p.gids[1].ipv4.as_deref(), Some("10.77.0.1"));
+    assert_eq!(p.roce_v2_ipv4_gid_index, Some(1));
+    let veth0 = i.netdev("veth0").unwrap();
+    assert_eq!(veth0.rdma_device.as_deref(), Some("rxe0"));
+    assert_eq!(veth0.mtu, Some(9000));
+    // rxe1's netdev lives in another namespace: bound by its GIDs, absent from /sys/class/net.
+    assert_eq!(
+        i.rdma_device("rxe1").unwrap().ports[0].netdevs,
+        vec!["veth1"]
+    );
+    assert!(i.netdev("veth1").is_none());
+    let r = diagnose(&i);
+    assert!(!r.has_error(), "{:#?}", r.findings);
+}
