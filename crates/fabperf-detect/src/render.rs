@@ -191,7 +191,15 @@ pub fn inventory_text(inv: &Inventory) -> String {
     }
     for n in &inv.netdevs {
         let Some(p) = &n.pci else { continue };
-        if n.rdma_device.is_some() || p.current_link_speed.is_none() {
+        if n.rdma_device.is_some() {
+            continue;
+        }
+        if p.current_link_speed.is_none() {
+            let _ = writeln!(
+                s,
+                "  {} PCI {} [{}:{}]: no PCIe link attributes (conventional PCI, e.g. a VM's virtual NIC)",
+                n.name, p.address, p.vendor_id, p.device_id
+            );
             continue;
         }
         let _ = writeln!(
