@@ -51,17 +51,13 @@ pub struct Args {
 
 /// Every test kind this build serves.
 pub fn all_kinds(rdma: RdmaOpts) -> Vec<Box<dyn TestKind>> {
-    // The socket and RDMA engines register here as they land.
-    let _ = rdma;
-    Vec::new()
+    let mut k = fabperf_sock::kinds();
+    k.extend(fabperf_rdma::kinds(rdma));
+    k
 }
 
-/// Agent-side RDMA selection (mirrors fabperf_rdma::AgentRdmaOpts).
-pub struct RdmaOpts {
-    pub device: Option<String>,
-    pub ib_port: Option<u8>,
-    pub gid_index: Option<u32>,
-}
+/// Agent-side RDMA selection.
+pub use fabperf_rdma::AgentRdmaOpts as RdmaOpts;
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if !(a.timeout.is_finite() && a.timeout > 0.0) {
@@ -88,7 +84,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }),
         quiet: a.quiet,
     };
-    let agent = Agent::bind(cfg).map_err(anyhow::Error::msg).context("starting the agent")?;
+    let agent = Agent::bind(cfg)
+        .map_err(anyhow::Error::msg)
+        .context("starting the agent")?;
     agent.run();
     Ok(ExitCode::SUCCESS)
 }
