@@ -19,7 +19,7 @@ cargo fmt --all -- --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test --workspace"
-cargo test --workspace --locked
+cargo test --workspace --locked --no-fail-fast
 step "Kubernetes manifests against upstream schemas"
 ./ci/k8s-validate.sh
 if [ "$VM" = 1 ]; then
