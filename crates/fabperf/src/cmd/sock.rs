@@ -1,22 +1,245 @@
-// Temporary: replaced by the socket engines work (issue 2).
+//! `fabperf tcp-bw | tcp-lat | udp-bw | udp-lat HOST`: socket tests against
+//! a `fabperf server` agent.
+
+use super::common::{emit, ClientOpts, OutputOpts, TableStyle};
+use fabperf_results::Record;
+use fabperf_sock::{
+    parse_rate, parse_size, Direction, TcpBwParams, TcpLatParams, UdpBwParams, UdpLatParams,
+};
+use std::io::Write;
 use std::process::ExitCode;
-#[derive(clap::Args)]
-pub struct TcpBwArgs {}
-#[derive(clap::Args)]
-pub struct TcpLatArgs {}
-#[derive(clap::Args)]
-pub struct UdpBwArgs {}
-#[derive(clap::Args)]
-pub struct UdpLatArgs {}
-pub fn run_tcp_bw(_: TcpBwArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("being built")
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s)
 }
-pub fn run_tcp_lat(_: TcpLatArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("being built")
+
+/// An offered rate in bits/s; `None` is `max`.
+#[derive(Debug, Clone, Copy)]
+pub struct Rate(pub Option<u64>);
+
+fn rate_arg(s: &str) -> Result<Rate, String> {
+    parse_rate(s).map(Rate)
 }
-pub fn run_udp_bw(_: UdpBwArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("being built")
+
+fn direction(reverse: bool, bidir: bool) -> Direction {
+    match (reverse, bidir) {
+        (_, true) => Direction::Bidir,
+        (true, false) => Direction::Reverse,
+        (false, false) => Direction::Forward,
+    }
 }
-pub fn run_udp_lat(_: UdpLatArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("being built")
+
+#[derive(clap::Args, Debug)]
+pub struct TcpBwArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Parallel TCP streams per direction, each on its own thread.
+    #[arg(short = 'P', long, default_value_t = 1)]
+    pub streams: u32,
+    /// Bytes per send/recv call (K, M suffixes: x1024).
+    #[arg(short = 'l', long, default_value = "128K", value_parser = size_arg)]
+    pub size: u64,
+    /// Measured seconds, after the warm-up.
+    #[arg(short = 't', long, default_value_t = 10.0, value_name = "SECS")]
+    pub duration: f64,
+    /// Warm-up seconds excluded from the measurement (TCP slow start, CPU clocks).
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    pub omit: f64,
+    /// The agent sends, this host receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once (separate connections and threads).
+    #[arg(long)]
+    pub bidir: bool,
+    /// Send with MSG_ZEROCOPY (helps for large messages on real NICs; not on loopback).
+    #[arg(long)]
+    pub zerocopy: bool,
+    /// Socket buffer (SO_SNDBUF/SO_RCVBUF) on both ends; default: kernel autotuning.
+    #[arg(short = 'w', long, value_parser = size_arg, value_name = "BYTES")]
+    pub window: Option<u64>,
+    #[command(flatten)]
+    pub out: OutputOpts,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct TcpLatArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Bytes per request and per response.
+    #[arg(short = 'l', long, default_value = "64", value_parser = size_arg)]
+    pub size: u64,
+    /// Measured seconds (unless --iterations).
+    #[arg(short = 't', long, default_value_t = 5.0, value_name = "SECS")]
+    pub duration: f64,
+    /// Measured round trips instead of a duration.
+    #[arg(short = 'n', long)]
+    pub iterations: Option<u64>,
+    /// Round trips before the measurement (not recorded).
+    #[arg(long, default_value_t = 1000)]
+    pub warmup: u64,
+    /// Report full round-trip times instead of half round trips.
+    #[arg(long)]
+    pub rtt: bool,
+    /// Spin on non-blocking receives on both ends (and set SO_BUSY_POLL): lower latency, a core each.
+    #[arg(long)]
+    pub busy_poll: bool,
+    #[command(flatten)]
+    pub out: OutputOpts,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UdpBwArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// UDP payload bytes per datagram, 32..65507 (fabperf's 32-byte header included).
+    #[arg(short = 'l', long, default_value = "1472", value_parser = size_arg)]
+    pub size: u64,
+    /// Offered rate in bits/s (K, M, G suffixes: x1000) or `max`.
+    #[arg(short = 'b', long, default_value = "max", value_parser = rate_arg)]
+    pub rate: Rate,
+    /// Measured seconds, after the warm-up.
+    #[arg(short = 't', long, default_value_t = 10.0, value_name = "SECS")]
+    pub duration: f64,
+    /// Warm-up seconds excluded from the measurement.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    pub omit: f64,
+    /// The agent sends, this host receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once.
+    #[arg(long)]
+    pub bidir: bool,
+    /// Socket buffers on both ends (default 8M; past net.core.rmem_max only as root).
+    #[arg(short = 'w', long, value_parser = size_arg, value_name = "BYTES")]
+    pub window: Option<u64>,
+    #[command(flatten)]
+    pub out: OutputOpts,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UdpLatArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Datagram payload bytes, 32..65507.
+    #[arg(short = 'l', long, default_value = "64", value_parser = size_arg)]
+    pub size: u64,
+    /// Measured seconds (unless --iterations).
+    #[arg(short = 't', long, default_value_t = 5.0, value_name = "SECS")]
+    pub duration: f64,
+    /// Measured probes instead of a duration.
+    #[arg(short = 'n', long)]
+    pub iterations: Option<u64>,
+    /// Probes before the measurement (not recorded).
+    #[arg(long, default_value_t = 100)]
+    pub warmup: u64,
+    /// A probe without a reply after this many milliseconds is counted lost.
+    #[arg(long, default_value_t = 200, value_name = "MS")]
+    pub probe_timeout: u64,
+    /// Report full round-trip times instead of half round trips.
+    #[arg(long)]
+    pub rtt: bool,
+    #[command(flatten)]
+    pub out: OutputOpts,
+}
+
+/// Print the records; for latency tests also every percentile.
+fn report(records: &[Record], out: &OutputOpts) -> anyhow::Result<ExitCode> {
+    emit(records, out, TableStyle::Summary)?;
+    if !out.json {
+        let stdout = std::io::stdout();
+        let mut o = stdout.lock();
+        for r in records {
+            if let Some(l) = &r.lat_us {
+                writeln!(
+                    o,
+                    "{} {} latency (us, {} samples): min {:.2}  p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  p99.99 {:.2}  max {:.2}  mean {:.2}  stdev {:.2}",
+                    r.test,
+                    l.kind.label(),
+                    l.samples,
+                    l.min,
+                    l.p50,
+                    l.p90,
+                    l.p99,
+                    l.p999,
+                    l.p9999,
+                    l.max,
+                    l.mean,
+                    l.stdev
+                )?;
+            }
+            if let Some(u) = &r.udp {
+                writeln!(
+                    o,
+                    "{} {} datagrams: sent {}  received {}  lost {} ({:.3}%)  reordered {}  duplicates {}  jitter {:.2} us",
+                    r.test,
+                    r.direction.as_deref().or(r.op.as_deref()).unwrap_or(""),
+                    u.sent,
+                    u.received,
+                    u.lost,
+                    u.loss_pct,
+                    u.reordered,
+                    u.duplicates,
+                    u.jitter_us
+                )?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_tcp_bw(a: TcpBwArgs) -> anyhow::Result<ExitCode> {
+    let p = TcpBwParams {
+        streams: a.streams,
+        size: a.size,
+        duration_s: a.duration,
+        omit_s: a.omit,
+        direction: direction(a.reverse, a.bidir),
+        zerocopy: a.zerocopy,
+        window: a.window,
+    };
+    p.validate().map_err(anyhow::Error::msg)?;
+    let recs = fabperf_sock::run_tcp_bw(a.client.addr()?, &a.client.config()?, &p)?;
+    report(&recs, &a.out)
+}
+
+pub fn run_tcp_lat(a: TcpLatArgs) -> anyhow::Result<ExitCode> {
+    let p = TcpLatParams {
+        size: a.size,
+        duration_s: a.duration,
+        iterations: a.iterations,
+        warmup: a.warmup,
+        rtt: a.rtt,
+        busy_poll: a.busy_poll,
+    };
+    p.validate().map_err(anyhow::Error::msg)?;
+    let recs = fabperf_sock::run_tcp_lat(a.client.addr()?, &a.client.config()?, &p)?;
+    report(&recs, &a.out)
+}
+
+pub fn run_udp_bw(a: UdpBwArgs) -> anyhow::Result<ExitCode> {
+    let p = UdpBwParams {
+        size: a.size,
+        rate_bps: a.rate.0,
+        duration_s: a.duration,
+        omit_s: a.omit,
+        direction: direction(a.reverse, a.bidir),
+        window: a.window,
+    };
+    p.validate().map_err(anyhow::Error::msg)?;
+    let recs = fabperf_sock::run_udp_bw(a.client.addr()?, &a.client.config()?, &p)?;
+    report(&recs, &a.out)
+}
+
+pub fn run_udp_lat(a: UdpLatArgs) -> anyhow::Result<ExitCode> {
+    let p = UdpLatParams {
+        size: a.size,
+        duration_s: a.duration,
+        iterations: a.iterations,
+        warmup: a.warmup,
+        probe_timeout_ms: a.probe_timeout,
+        rtt: a.rtt,
+    };
+    p.validate().map_err(anyhow::Error::msg)?;
+    let recs = fabperf_sock::run_udp_lat(a.client.addr()?, &a.client.config()?, &p)?;
+    report(&recs, &a.out)
 }
