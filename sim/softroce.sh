@@ -108,6 +108,7 @@ Dir::Etc::Parts "$d/etc/apt.conf.d";
 APT::Architecture "amd64";
 APT::Architectures { "amd64"; };
 Acquire::Languages "none";
+APT::Sandbox::User "root";
 Acquire::Retries "3";
 Acquire::http::Timeout "30";
 EOF
@@ -406,13 +407,15 @@ main() {
     t0=$(now)
     need_tools
     mkdir -p "$CACHE"
-    exec 9>"$CACHE/.lock"
-    flock -w 1800 9 || die "another softroce.sh holds $CACHE/.lock"
     build_host
     local t1; t1=$(now)
+    # The cache is shared by concurrent runs: lock it while preparing images only.
+    exec 9>"$CACHE/.lock"
+    flock -w 1800 9 || die "another softroce.sh has held $CACHE/.lock for 30 minutes"
     choose_kernel
     modules_cpio
     rootfs_cpio
+    exec 9>&-
     pick_accel
     local t2; t2=$(now)
     log "host build $((t1 - t0))s, guest image $((t2 - t1))s (cache $CACHE)"

@@ -57,7 +57,8 @@ if [[ ${FABPERF_SIM_AGENT:-1} != 0 ]]; then
         --rdma-device "$FABPERF_RDMA_PEER_DEVICE" --rdma-gid-index 1 >/tmp/agent.log 2>&1 &
     agent_pid=$!
     for _ in $(seq 100); do
-        if (exec 3<>"/dev/tcp/$FABPERF_RDMA_PEER/5301") 2>/dev/null; then
+        # ss rather than a probe connection, which the agent would log as a bad client.
+        if [[ -n $("$GUEST_DIR/peer.sh" ss -Hltn "sport = :5301" 2>/dev/null) ]]; then
             export FABPERF_AGENT=$FABPERF_RDMA_PEER:5301
             break
         fi
