@@ -6,8 +6,9 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
     Namespace, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretVolumeSource, SecurityContext,
-    Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -59,9 +60,24 @@ fn meta(name: &str, namespace: Option<&str>, labels: BTreeMap<String, String>) -
     }
 }
 
+/// Pod Security Admission level the agents need: `host` (hostNetwork) and
+/// `roce` (root + CAP_IPC_LOCK) need `privileged`; the others meet `restricted`.
+pub fn pod_security_level(plan: &Plan) -> &'static str {
+    if plan.has(PathKind::Host) || plan.has(PathKind::Roce) {
+        "privileged"
+    } else {
+        "restricted"
+    }
+}
+
 pub fn namespace(plan: &Plan) -> Namespace {
+    let mut labels = common_labels();
+    labels.insert(
+        "pod-security.kubernetes.io/enforce".into(),
+        pod_security_level(plan).into(),
+    );
     Namespace {
-        metadata: meta(&plan.namespace, None, common_labels()),
+        metadata: meta(&plan.namespace, None, labels),
         ..Default::default()
     }
 }
@@ -279,14 +295,22 @@ pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
     let annotations =
         multus_networks(plan, path).map(|n| BTreeMap::from([(MULTUS_ANNOTATION.to_string(), n)]));
     let host = path == PathKind::Host;
+    let seccomp = Some(SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        ..Default::default()
+    });
     let pod_security = if path == PathKind::Roce {
-        PodSecurityContext::default()
+        PodSecurityContext {
+            seccomp_profile: seccomp,
+            ..Default::default()
+        }
     } else {
         PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(AGENT_UID),
             run_as_group: Some(AGENT_UID),
             fs_group: Some(AGENT_UID),
+            seccomp_profile: seccomp,
             ..Default::default()
         }
     };

@@ -286,3 +286,33 @@ fn render_is_deterministic_and_names_concerns() {
         ]
     );
 }
+
+#[test]
+fn pod_security_admission_level_fits_the_paths() {
+    let plan = example();
+    let ns = objects::namespace(&plan);
+    assert_eq!(
+        ns.metadata.labels.unwrap()["pod-security.kubernetes.io/enforce"],
+        "privileged"
+    );
+    // Without host and roce the agents meet `restricted`: non-root, no added
+    // capabilities, no privilege escalation, RuntimeDefault seccomp.
+    let mut small = plan.clone();
+    small.paths = [PathKind::Pod, PathKind::Service, PathKind::Ipoib]
+        .into_iter()
+        .collect();
+    let ns = objects::namespace(&small);
+    assert_eq!(
+        ns.metadata.labels.unwrap()["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    for p in [PathKind::Pod, PathKind::Ipoib] {
+        let spec = ds(&small, p).spec.template.spec.unwrap();
+        let psc = spec.security_context.unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let sc = spec.containers[0].security_context.clone().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert!(sc.capabilities.unwrap().add.is_none());
+    }
+}
