@@ -14,7 +14,8 @@ const CAP_IPC_LOCK: u32 = 14;
 pub const BENCH_NEED_BYTES: u64 = 64 * 1024 * 1024;
 
 /// RLIMIT_MEMLOCK and CAP_IPC_LOCK of a process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct MemlockStatus {
     /// Soft limit in bytes; null when unlimited.
     pub soft_bytes: Option<u64>,

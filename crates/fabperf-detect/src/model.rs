@@ -12,7 +12,11 @@ use std::path::Path;
 pub const SCHEMA: &str = "fabperf.detect/1";
 
 /// Everything `fabperf detect` knows about one node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Deserializing fills absent fields with defaults (empty/null), so a file holding only the
+/// contract fields (see docs/detect.md) loads too.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Inventory {
     /// Always [`SCHEMA`].
     pub schema: String,
@@ -43,7 +47,8 @@ pub struct Inventory {
 }
 
 /// Where an inventory was read from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Source {
     /// `live` or `snapshot`.
     pub mode: String,
@@ -54,7 +59,8 @@ pub struct Source {
 }
 
 /// One RDMA device.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RdmaDevice {
     /// Device name, e.g. `mlx5_0`, `rocep59s0f0`, `rxe0`.
     pub name: String,
@@ -82,7 +88,8 @@ pub struct RdmaDevice {
 }
 
 /// A PCI function and its PCIe link.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PciInfo {
     /// Domain:bus:device.function, e.g. `0000:3b:00.0`.
     pub address: String,
@@ -115,7 +122,8 @@ pub struct PciInfo {
 }
 
 /// One port of an RDMA device.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RdmaPort {
     pub port: u32,
     /// `Ethernet` | `InfiniBand` | `Unknown`.
@@ -145,7 +153,8 @@ pub struct RdmaPort {
 }
 
 /// One GID table entry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct GidEntry {
     pub index: u32,
     /// As the kernel prints it (`fe80:0000:...`).
@@ -162,7 +171,8 @@ pub struct GidEntry {
 }
 
 /// One network interface.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Netdev {
     pub name: String,
     /// `ethernet` | `ipoib` | `loopback` | `other`.
@@ -197,7 +207,8 @@ pub struct Netdev {
 }
 
 /// The node address and the interface carrying it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct NodeIp {
     pub address: String,
     pub interface: String,
@@ -210,7 +221,8 @@ pub struct NodeIp {
 }
 
 /// A route of the main table.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RouteInfo {
     /// `default` or a CIDR.
     pub dst: String,
@@ -222,6 +234,7 @@ pub struct RouteInfo {
 
 /// The IPv4 conf sysctls relevant to multi-homed RDMA/RoCE hosts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct Sysctls {
     pub all: ConfValues,
     /// Per interface (only interfaces whose conf directory exists).
@@ -230,6 +243,7 @@ pub struct Sysctls {
 
 /// `rp_filter`, `arp_ignore`, `arp_announce` of one conf directory (null when unreadable).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct ConfValues {
     pub rp_filter: Option<u32>,
     pub arp_ignore: Option<u32>,

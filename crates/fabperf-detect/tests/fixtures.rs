@@ -521,7 +521,7 @@ fn inventory_loads_back_from_a_json_file() {
         assert_eq!(diagnose(&back), diagnose(&i));
     }
     let p = dir.path().join("bad.json");
-    std::fs::write(&p, "{\"schema\": \"fabperf.detect/1\"}").unwrap();
+    std::fs::write(&p, "{\"schema\": \"fabperf.detect/1\", \"netdevs\": 5}").unwrap();
     let e = Inventory::from_json_file(&p).unwrap_err().to_string();
     assert!(e.contains("not a fabperf detect JSON file"), "{e}");
     let mut v: serde_json::Value = serde_json::from_str(&inv("cx5-roce").to_json_pretty()).unwrap();
@@ -598,4 +598,36 @@ fn real_soft_roce_capture_reads_back_as_captured() {
     assert!(i.netdev("veth1").is_none());
     let r = diagnose(&i);
     assert!(!r.has_error(), "{:#?}", r.findings);
+}
+
+/// A file holding only the contract fields (as another tool might write it) loads and diagnoses.
+#[test]
+fn contract_only_json_loads() {
+    let text = r#"{
+      "schema": "fabperf.detect/1", "hostname": "node-a", "rdma_available": true, "rdma_note": null,
+      "rdma_devices": [{"name": "mlx5_0", "driver": "mlx5_core", "software": false,
+        "node_guid": "0c42:a103:0065:3f5c",
+        "pci": {"address": "0000:3b:00.0", "vendor_id": "15b3", "device_id": "1017",
+                "model": "ConnectX-5", "is_vf": false},
+        "ports": [{"port": 1, "link_layer": "Ethernet", "state": "ACTIVE", "rate_gbps": 100.0,
+                   "netdevs": ["ens1f0np0"]}]}],
+      "netdevs": [
+        {"name": "ens1f0np0", "kind": "ethernet", "mtu": 9000, "speed_mbps": 100000,
+         "operstate": "up", "ipv4": ["10.0.1.5/24"], "ipv6": [], "ipoib_mode": null,
+         "rdma_device": "mlx5_0", "rdma_port": 1},
+        {"name": "eno1", "kind": "ethernet", "mtu": 1500, "speed_mbps": 1000, "operstate": "up",
+         "ipv4": ["10.0.0.5/24"], "ipv6": [], "ipoib_mode": null, "rdma_device": null,
+         "rdma_port": null}],
+      "node_ip": {"address": "10.0.0.5", "interface": "eno1", "source": "default-route"}
+    }"#;
+    let i = Inventory::from_json_str(text, "contract").unwrap();
+    assert_eq!(
+        i.rdma_devices[0].pci.as_ref().unwrap().model.as_deref(),
+        Some("ConnectX-5")
+    );
+    assert_eq!(i.netdev("eno1").unwrap().speed_mbps, Some(1000));
+    let r = diagnose(&i);
+    let f = one(&r, "node-ip-slow-link");
+    assert_eq!(f.cost_gbps, Some(99.0));
+    assert!(f.fix.iter().any(|x| x.contains("--node-ip=10.0.1.5")));
 }
