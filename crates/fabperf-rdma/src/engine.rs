@@ -17,6 +17,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const BEAT: Duration = Duration::from_secs(1);
+/// Most requests posted with one doorbell.
+const POST_BATCH: u64 = 32;
 
 /// Receive the next step, skipping `Progress`.
 pub fn recv_step(ctl: &mut Control, timeout: Duration, what: &str) -> Result<Step, ProtoError> {
@@ -255,17 +257,30 @@ pub fn bw_side(
         if let Some(p) = plan {
             if phase != Phase::Drain && !sender_done {
                 for q in 0..nqp {
-                    loop {
-                        let remaining = p.iters.map(|n| n - posted[q]).unwrap_or(u64::MAX);
-                        if remaining == 0 {
-                            break;
+                    let remaining = p.iters.map(|n| n - posted[q]).unwrap_or(u64::MAX);
+                    let room = p.tx_depth as u64 - (posted[q] - completed[q]);
+                    let n = remaining.min(room).min(POST_BATCH);
+                    if n > 0 {
+                        ep.post_run(
+                            q, p.op, p.size, p.inline, posted[q], n as u32, p.cq_mod, p.iters,
+                        )?;
+                        posted[q] += n;
+                    }
+                }
+            } else if phase == Phase::Drain && !sender_done {
+                // Finish up to the next signaled request so every posted
+                // one is accounted for by a completion.
+                let cq = p.cq_mod.max(1) as u64;
+                for q in 0..nqp {
+                    let rem = posted[q] % cq;
+                    if rem != 0 {
+                        let n = cq - rem;
+                        if posted[q] - completed[q] + n <= p.tx_depth as u64 {
+                            ep.post_run(
+                                q, p.op, p.size, p.inline, posted[q], n as u32, p.cq_mod, None,
+                            )?;
+                            posted[q] += n;
                         }
-                        let chunk = (p.cq_mod as u64).min(remaining) as u32;
-                        if posted[q] - completed[q] + chunk as u64 > p.tx_depth as u64 {
-                            break;
-                        }
-                        ep.post(q, p.op, chunk, p.size, p.inline)?;
-                        posted[q] += chunk as u64;
                     }
                 }
             }

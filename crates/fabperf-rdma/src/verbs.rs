@@ -9,9 +9,7 @@ use crate::select::{
 };
 use crate::sys::{self, RegBuf};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
-use sideway::ibverbs::completion::{
-    CreateCompletionQueueWorkCompletionFlags, GenericCompletionQueue, PollCompletionQueueError,
-};
+use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
@@ -283,13 +281,11 @@ impl Endpoint {
         };
         let pd = dev.ctx.alloc_pd().map_err(|e| setup("ibv_alloc_pd", &e))?;
         let cqe = cfg.qps * (cfg.tx_depth + cfg.rx_depth) + 16;
+        // ibv_poll_cq (like perftest): the extended-CQ polling of some
+        // providers (rdma-core 44's rxe) can hand out a completion twice.
         let mut b = dev.ctx.create_cq_builder();
         b.setup_cqe(cqe);
-        b.setup_wc_flags(CreateCompletionQueueWorkCompletionFlags::ByteLength);
-        let cq: GenericCompletionQueue = match b.build_ex() {
-            Ok(cq) => cq.into(),
-            Err(_) => b.build().map_err(|e| setup("ibv_create_cq", &e))?.into(),
-        };
+        let cq: GenericCompletionQueue = b.build().map_err(|e| setup("ibv_create_cq", &e))?.into();
         let len = cfg.slot * cfg.qps as usize;
         let mut src = RegBuf::new(len).map_err(RdmaError::Setup)?;
         let mut dst = RegBuf::new(len).map_err(RdmaError::Setup)?;
@@ -323,10 +319,11 @@ impl Endpoint {
                     .setup_max_inline_data(max_inline)
                     .setup_send_cq(cq.clone())
                     .setup_recv_cq(cq.clone());
-                let built: Result<GenericQueuePair, String> = match qb.build_ex() {
-                    Ok(q) => Ok(q.into()),
-                    Err(_) => qb.build().map(Into::into).map_err(|e| format!("{e:?}")),
-                };
+                // ibv_post_send (like perftest): the ibv_wr_* path of some
+                // providers (rdma-core 44's rxe) reports a full send queue
+                // that is not full.
+                let built: Result<GenericQueuePair, String> =
+                    qb.build().map(Into::into).map_err(|e| format!("{e:?}"));
                 match built {
                     Ok(q) => break q,
                     // The device may not take that much inline data: halve.
@@ -471,6 +468,17 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Point later requests at other buffers (addresses and keys) of the
+    /// connected peer; the QP connection is unchanged.
+    pub fn set_remote_buffers(&mut self, remote: &EndpointInfo) {
+        if let Some(r) = self.remote.as_mut() {
+            r.src_addr = remote.src_addr;
+            r.src_rkey = remote.src_rkey;
+            r.dst_addr = remote.dst_addr;
+            r.dst_rkey = remote.dst_rkey;
+        }
+    }
+
     /// Post `n` operations of `size` bytes on QP `qp`; only the last is
     /// signaled, and its wr_id says it stands for `n` requests.
     pub fn post(
@@ -481,6 +489,25 @@ impl Endpoint {
         size: u32,
         inline: bool,
     ) -> Result<(), RdmaError> {
+        self.post_run(qp, op, size, inline, 0, n, n, None)
+    }
+
+    /// Post `n` operations on QP `qp` that are requests number
+    /// `done + 1 ..= done + n` of this QP. Request k is signaled when
+    /// `k % cq_mod == 0` or `k == last`; its wr_id carries how many
+    /// requests it completes (those since the previous signaled one).
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_run(
+        &mut self,
+        qp: usize,
+        op: Op,
+        size: u32,
+        inline: bool,
+        done: u64,
+        n: u32,
+        cq_mod: u32,
+        last: Option<u64>,
+    ) -> Result<(), RdmaError> {
         let remote = self
             .remote
             .as_ref()
@@ -489,8 +516,21 @@ impl Endpoint {
         let rslot = qp as u64 * remote.slot;
         let q = &mut self.qps[qp];
         let mut g = q.start_post_send();
+        let cq_mod = cq_mod.max(1) as u64;
         for i in 0..n {
-            let mut flags = if i + 1 == n {
+            let k = done + i as u64 + 1;
+            let signaled = k % cq_mod == 0 || Some(k) == last;
+            let count = if signaled {
+                let prev = if k % cq_mod == 0 {
+                    k - cq_mod
+                } else {
+                    k - k % cq_mod
+                };
+                (k - prev) as u32
+            } else {
+                0
+            };
+            let mut flags = if signaled {
                 WorkRequestFlags::Signaled
             } else {
                 WorkRequestFlags::none()
@@ -499,7 +539,7 @@ impl Endpoint {
             if use_inline {
                 flags |= WorkRequestFlags::Inline;
             }
-            let h = g.construct_wr(wr_id(qp, n), flags);
+            let h = g.construct_wr(wr_id(qp, count), flags);
             match op {
                 Op::Write => {
                     let h = h.setup_write(remote.dst_rkey, remote.dst_addr + rslot);
@@ -565,9 +605,6 @@ impl Endpoint {
                         status: wc.status(),
                         vendor_err: wc.vendor_err(),
                     });
-                    if out.len() >= 64 {
-                        break;
-                    }
                 }
                 Ok(out.len())
             }
