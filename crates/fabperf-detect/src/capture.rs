@@ -96,9 +96,9 @@ pub fn capture(dir: &Path, opts: &DetectOptions) -> Result<CaptureReport, Captur
             return Err(CaptureError::NotEmpty(dir.display().to_string()));
         }
     }
-    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-
+    // Detect first: a bad --node-ip must not leave an empty directory behind.
     let (inventory, root, ip_state) = crate::detect_live_recording(opts)?;
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     let kernel = root.read("/proc/sys/kernel/osrelease");
     let rec = root.recording();
     let (files, vanished) = mirror_recording(&rec, dir).map_err(io_err(dir))?;

@@ -202,6 +202,10 @@ fn read_port(root: &Root, dev: &str, port: u32, warnings: &mut Vec<String>) -> R
         phys_state,
         rate_gbps: parsed.as_ref().map(|r| r.gbps),
         lanes: parsed.as_ref().and_then(|r| r.lanes),
+        lane_gbps: parsed
+            .as_ref()
+            .and_then(|r| r.lane_speed.as_deref())
+            .and_then(parse::ib_lane_gbps),
         lane_speed: parsed.and_then(|r| r.lane_speed),
         rate,
         lid,

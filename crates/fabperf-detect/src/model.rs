@@ -138,6 +138,8 @@ pub struct RdmaPort {
     pub lanes: Option<u32>,
     /// Lane generation name: `SDR` .. `XDR` (null when the kernel prints none).
     pub lane_speed: Option<String>,
+    /// Signalling rate of one lane of that generation, Gb/s (EDR 25, HDR 50, NDR 100, ...).
+    pub lane_gbps: Option<f64>,
     /// InfiniBand LID / subnet-manager LID (hex text, IB only).
     pub lid: Option<String>,
     pub sm_lid: Option<String>,

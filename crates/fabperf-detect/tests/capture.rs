@@ -94,6 +94,18 @@ fn capture_refuses_a_non_empty_directory() {
 }
 
 #[test]
+fn capture_with_a_bad_node_ip_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cap");
+    let opts = DetectOptions {
+        node_ip: Some("198.51.100.254".parse().unwrap()),
+    };
+    let e = capture(&dir, &opts).unwrap_err();
+    assert!(matches!(e, CaptureError::Detect(_)), "{e}");
+    assert!(!dir.exists());
+}
+
+#[test]
 fn live_detect_reports_this_host() {
     let i = detect_live(&DetectOptions::default()).unwrap();
     assert_eq!(i.source.mode, "live");
