@@ -527,7 +527,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
             String::new()
         }
         (None, None) => {
-            cx.at(raw.paths.span(), "missing token: set token = \"...\" (16+ characters) or token_file = \"FILE\"; the agents reject clients without it");
+            cx.at(0..0, "missing token: set token = \"...\" (16+ characters) or token_file = \"FILE\"; the agents reject clients without it");
             String::new()
         }
         (Some(t), None) => check_token(cx, t.get_ref(), t.span()),
