@@ -226,17 +226,33 @@ fn read_rdma_device(root: &Root, name: &str, warnings: &mut Vec<String>) -> Rdma
         .canonical(&format!("{base}/device"))
         .and_then(|real| pci_from_path(&real));
     let pci = pci_addr.as_deref().map(|a| read_pci(root, a));
-    let software = pci.is_none();
     let iwarp = node_type.as_deref().is_some_and(|t| t.contains("RNIC"));
+    let hca_type = r("hca_type");
+    // Without a PCI link (partial sysfs), mlx hca_type `MT<decimal device id>` still names it.
+    let hca_model = hca_type
+        .as_deref()
+        .and_then(|h| h.strip_prefix("MT"))
+        .and_then(|d| d.parse::<u32>().ok())
+        .and_then(|d| parse::pci_model("15b3", &format!("{d:04x}")))
+        .map(|(m, _)| m.to_string());
+    let software = pci.is_none()
+        && hca_model.is_none()
+        && (parent_netdev.is_some()
+            || iwarp
+            || name.starts_with("rxe")
+            || name.starts_with("siw")
+            || hca_type.is_none());
     let driver = match &pci {
         Some(p) => p.driver.clone(),
+        None if !software => None,
         None if parent_netdev.is_some() && !iwarp => Some("rdma_rxe".to_string()),
         None if iwarp || name.starts_with("siw") => Some("siw".to_string()),
         None if name.starts_with("rxe") => Some("rdma_rxe".to_string()),
         None => None,
     };
     let model = match (&pci, driver.as_deref()) {
-        (Some(p), _) => p.model.clone(),
+        (Some(p), _) => p.model.clone().or(hca_model),
+        (None, _) if !software => hca_model,
         (None, Some("rdma_rxe")) => Some("Soft-RoCE (rxe)".to_string()),
         (None, Some("siw")) => Some("Soft-iWARP (siw)".to_string()),
         _ => None,
@@ -266,7 +282,7 @@ fn read_rdma_device(root: &Root, name: &str, warnings: &mut Vec<String>) -> Rdma
         node_guid: r("node_guid"),
         sys_image_guid: r("sys_image_guid"),
         fw_ver: r("fw_ver"),
-        hca_type: r("hca_type"),
+        hca_type,
         board_id: r("board_id"),
         node_type,
         numa_node: pci.as_ref().and_then(|p| p.numa_node),

@@ -139,6 +139,20 @@ fn fmt_gbps(x: f64) -> String {
     }
 }
 
+/// Where addresses and routes were read: the snapshot's `ip-route.json`, or netlink live.
+fn route_evidence(inv: &Inventory, value: String) -> Evidence {
+    let path = if inv.source.mode == "snapshot" {
+        format!(
+            "{}, {}",
+            inv.path("/ip-route.json"),
+            inv.path("/ip-addr.json")
+        )
+    } else {
+        "netlink (RTM_GETROUTE main table, RTM_GETADDR)".to_string()
+    };
+    Evidence { path, value }
+}
+
 fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
     let Some(node) = &inv.node_ip else {
         out.push(Finding {
@@ -147,7 +161,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
             subject: "node".into(),
             summary: "no node address: there is no IPv4 default route and no --node-ip".into(),
             detail: "kubelet advertises the address of the default-route interface when --node-ip is unset; without one, CNIs and tests cannot tell which link carries pod traffic.".into(),
-            evidence: vec![Evidence { path: inv.source.addresses.clone(), value: "no default route with an IPv4 source".into() }],
+            evidence: vec![route_evidence(inv, "no IPv4 default route with an address on its interface".into())],
             cost_gbps: None,
             fix: vec!["pass the fabric address explicitly: kubelet `--node-ip=<fabric IPv4>` (and `fabperf doctor --node-ip <IP>`)".into()],
         });
@@ -199,9 +213,9 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
         });
         c.first().map(|(n, _)| *n)
     };
-    let mut evidence = vec![Evidence {
-        path: format!("{} ({})", inv.source.addresses, node.source),
-        value: format!(
+    let mut evidence = vec![route_evidence(
+        inv,
+        format!(
             "node address {} on {}{}",
             node.address,
             node.interface,
@@ -210,7 +224,10 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
                 .map(|r| format!(" via route `{r}`"))
                 .unwrap_or_default()
         ),
-    }];
+    )];
+    if node.source == "node-ip-flag" {
+        evidence[0].value.push_str(" (from --node-ip)");
+    }
     evidence.push(ev(
         inv,
         &format!("/sys/class/net/{}/speed", node.interface),

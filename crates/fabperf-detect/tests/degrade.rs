@@ -108,7 +108,13 @@ fn partial_sysfs() {
     remove(d.path(), "/proc/sys/net/ipv4/conf");
     remove(d.path(), "/proc/self");
     remove(d.path(), "/proc/sys/kernel/hostname");
+    remove(d.path(), "/sys/class/infiniband/rocep94s0f0/device");
     let i = detect_root(d.path(), &DetectOptions::default()).unwrap();
+    // No PCI link: still hardware, named from hca_type MT4119 (= 0x1017).
+    let d0 = i.rdma_device("rocep94s0f0").unwrap();
+    assert!(!d0.software);
+    assert_eq!(d0.pci, None);
+    assert_eq!(d0.model.as_deref(), Some("ConnectX-5"));
     let dev = i.rdma_device("rocep94s0f1").unwrap();
     assert!(dev.ports.is_empty());
     assert!(i
