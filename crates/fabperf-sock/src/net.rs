@@ -170,6 +170,19 @@ pub fn send(fd: RawFd, buf: &[u8], flags: libc::c_int) -> io::Result<usize> {
     }
 }
 
+/// One `sendfile(2)` of `len` bytes from `file` at `offset`.
+#[inline]
+pub fn sendfile(sock: RawFd, file: RawFd, offset: usize, len: usize) -> io::Result<usize> {
+    let mut off = offset as libc::off_t;
+    // SAFETY: off is a valid, writable off_t.
+    let rc = unsafe { libc::sendfile(sock, file, &mut off, len) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
+    }
+}
+
 /// One `recv(2)`.
 #[inline]
 pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
@@ -192,4 +205,183 @@ pub fn is_timeout(e: &io::Error) -> bool {
 /// A timeout error for a stalled peer.
 pub fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "timed out")
+}
+
+/// Datagrams sent per sendmmsg(2) / received per recvmmsg(2).
+pub const BATCH: usize = 32;
+
+/// A fixed set of datagram buffers for sendmmsg(2), allocated once.
+pub struct SendBatch {
+    buf: Vec<u8>,
+    size: usize,
+    // Pointed to by `msgs`; kept alive (and never resized) with them.
+    _iov: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl SendBatch {
+    pub fn new(n: usize, size: usize, fill: u8) -> SendBatch {
+        let mut buf = vec![fill; n * size];
+        let mut iov: Vec<libc::iovec> = (0..n)
+            .map(|i| libc::iovec {
+                // SAFETY: i * size is within buf (n * size bytes).
+                iov_base: unsafe { buf.as_mut_ptr().add(i * size) } as *mut libc::c_void,
+                iov_len: size,
+            })
+            .collect();
+        let msgs = (0..n)
+            .map(|i| {
+                // SAFETY: mmsghdr is plain old data; zeroed is valid.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                // SAFETY: i < n = iov.len().
+                m.msg_hdr.msg_iov = unsafe { iov.as_mut_ptr().add(i) };
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        SendBatch {
+            buf,
+            size,
+            _iov: iov,
+            msgs,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.msgs.len()
+    }
+
+    /// The bytes of datagram `i`.
+    #[inline]
+    pub fn slot(&mut self, i: usize) -> &mut [u8] {
+        &mut self.buf[i * self.size..(i + 1) * self.size]
+    }
+
+    /// Send the first `k` datagrams with one sendmmsg(2) on a connected
+    /// socket; returns how many went out.
+    #[inline]
+    pub fn send(&mut self, fd: RawFd, k: usize) -> io::Result<usize> {
+        let k = k.min(self.msgs.len());
+        // SAFETY: msgs[..k] point at live iovecs and buffers owned by self.
+        let rc = unsafe {
+            libc::sendmmsg(
+                fd,
+                self.msgs.as_mut_ptr(),
+                k as libc::c_uint,
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc as usize)
+        }
+    }
+}
+
+const CTRL_WORDS: usize = 8;
+
+/// A fixed set of receive buffers for recvmmsg(2), with room for a kernel
+/// receive timestamp (SO_TIMESTAMPNS) per datagram.
+pub struct RecvBatch {
+    buf: Vec<u8>,
+    stride: usize,
+    _iov: Vec<libc::iovec>,
+    ctrl: Vec<u64>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl RecvBatch {
+    pub fn new(n: usize, stride: usize) -> RecvBatch {
+        let mut buf = vec![0u8; n * stride];
+        let mut ctrl = vec![0u64; n * CTRL_WORDS];
+        let mut iov: Vec<libc::iovec> = (0..n)
+            .map(|i| libc::iovec {
+                // SAFETY: within buf.
+                iov_base: unsafe { buf.as_mut_ptr().add(i * stride) } as *mut libc::c_void,
+                iov_len: stride,
+            })
+            .collect();
+        let msgs = (0..n)
+            .map(|i| {
+                // SAFETY: plain old data.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                // SAFETY: indices are within iov and ctrl.
+                unsafe {
+                    m.msg_hdr.msg_iov = iov.as_mut_ptr().add(i);
+                    m.msg_hdr.msg_control =
+                        ctrl.as_mut_ptr().add(i * CTRL_WORDS) as *mut libc::c_void;
+                }
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        RecvBatch {
+            buf,
+            stride,
+            _iov: iov,
+            ctrl,
+            msgs,
+        }
+    }
+
+    /// Ask the kernel for receive timestamps on `fd`.
+    pub fn enable_timestamps(fd: RawFd) -> bool {
+        let one: libc::c_int = 1;
+        setopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one).is_ok()
+    }
+
+    /// Receive at least one datagram (waiting up to the socket's receive
+    /// timeout) and whatever else is queued, up to the batch size.
+    #[inline]
+    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        let clen = CTRL_WORDS * 8;
+        for m in self.msgs.iter_mut() {
+            m.msg_hdr.msg_controllen = clen as _;
+            m.msg_hdr.msg_flags = 0;
+        }
+        // SAFETY: msgs point at live iovecs, buffers and control space owned
+        // by self; a null timeout means the socket's SO_RCVTIMEO applies.
+        let rc = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.msgs.as_mut_ptr(),
+                self.msgs.len() as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc as usize)
+        }
+    }
+
+    /// Datagram `i` of the last receive and its kernel receive time
+    /// (CLOCK_REALTIME nanoseconds) when timestamps are on.
+    #[inline]
+    pub fn datagram(&self, i: usize) -> (&[u8], Option<u64>) {
+        let m = &self.msgs[i];
+        let len = (m.msg_len as usize).min(self.stride);
+        let data = &self.buf[i * self.stride..i * self.stride + len];
+        let _ = &self.ctrl;
+        // SAFETY: msg_hdr describes our control buffer as filled by the
+        // kernel; CMSG_* walk within msg_controllen.
+        let ts = unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+            let mut found = None;
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let t: libc::timespec =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                    found = Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64);
+                    break;
+                }
+                c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
+            }
+            found
+        };
+        (data, ts)
+    }
 }

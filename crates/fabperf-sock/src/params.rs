@@ -55,8 +55,14 @@ pub struct TcpBwParams {
     /// Warm-up seconds excluded from the measurement.
     pub omit_s: f64,
     pub direction: Direction,
-    /// Send with MSG_ZEROCOPY.
+    /// Send with MSG_ZEROCOPY from a user buffer (instead of the default
+    /// sendfile(2) from an in-memory file).
     pub zerocopy: bool,
+    /// Copy through user buffers at both ends, like an application
+    /// (send(2)/recv(2)); the default sends with sendfile(2) from an
+    /// in-memory file and discards received bytes in the kernel
+    /// (recv(MSG_TRUNC)), so the host's memcpy does not cap the figure.
+    pub copy: bool,
     /// SO_SNDBUF/SO_RCVBUF in bytes on both ends; `None` keeps the kernel's
     /// autotuning (usually best).
     pub window: Option<u64>,
@@ -71,6 +77,7 @@ impl Default for TcpBwParams {
             omit_s: 1.0,
             direction: Direction::Forward,
             zerocopy: false,
+            copy: false,
             window: None,
         }
     }

@@ -74,12 +74,39 @@ struct Plan {
     omit: Duration,
     duration: Duration,
     zerocopy: bool,
+    copy: bool,
+}
+
+/// How a sender hands bytes to the kernel.
+enum Source {
+    /// send(2) from a user buffer (optionally MSG_ZEROCOPY).
+    Buffer(Vec<u8>, libc::c_int),
+    /// sendfile(2) from an in-memory file holding one message.
+    File(std::fs::File),
+}
+
+fn memfd_with(size: usize) -> std::io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the name is a valid NUL-terminated string.
+    let fd = unsafe { libc::memfd_create(c"fabperf-tcp-bw".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    let chunk = vec![0x5au8; size.min(1 << 20)];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        f.write_all(&chunk[..n])?;
+        left -= n;
+    }
+    Ok(f)
 }
 
 /// Run a sender until omit + duration has passed, or `abort` is set.
 fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport, SockError> {
     let fd = c.stream.as_raw_fd();
-    let buf = vec![0x5au8; plan.size];
     let mut flags = 0;
     if plan.zerocopy {
         net::enable_zerocopy(fd).map_err(|e| {
@@ -90,6 +117,14 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         })?;
         flags = libc::MSG_ZEROCOPY;
     }
+    let src = if plan.copy || plan.zerocopy {
+        Source::Buffer(vec![0x5au8; plan.size], flags)
+    } else {
+        Source::File(
+            memfd_with(plan.size)
+                .map_err(|e| SockError::data("creating the in-memory send file (memfd)", e))?,
+        )
+    };
     let start = Instant::now();
     let boundary = start + plan.omit;
     let end = boundary + plan.duration;
@@ -116,11 +151,15 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         if abort.load(Ordering::Relaxed) {
             return Err(SockError::PeerGone("stopped: another stream failed".into()));
         }
-        match net::send(fd, &buf[off..], flags) {
+        let sent = match &src {
+            Source::Buffer(buf, fl) => net::send(fd, &buf[off..], *fl),
+            Source::File(f) => net::sendfile(fd, f.as_raw_fd(), off, plan.size - off),
+        };
+        match sent {
             Ok(n) => {
                 total += n as u64;
                 off += n;
-                if off == buf.len() {
+                if off == plan.size {
                     off = 0;
                     messages += 1;
                 }
@@ -167,6 +206,8 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
 fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
     let fd = c.stream.as_raw_fd();
     let mut buf = vec![0u8; plan.size];
+    // Without --copy the kernel discards the bytes (no copy to user space).
+    let rflags = if plan.copy { 0 } else { libc::MSG_TRUNC };
     let mut total: u64 = 0;
     let mut reads: u64 = 0;
     let mut first: Option<Instant> = None;
@@ -175,7 +216,7 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
     let (mut m_bytes, mut m_reads, mut m_t0, mut m_cpu0) = (0u64, 0u64, boundary, Duration::ZERO);
     let mut last = boundary;
     loop {
-        let n = match net::recv(fd, &mut buf, 0) {
+        let n = match net::recv(fd, &mut buf, rflags) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -288,6 +329,7 @@ fn plan_of(p: &TcpBwParams) -> Plan {
         omit: Duration::from_secs_f64(p.omit_s),
         duration: Duration::from_secs_f64(p.duration_s),
         zerocopy: p.zerocopy,
+        copy: p.copy,
     }
 }
 

@@ -97,7 +97,10 @@ fn run_sender(
     abort: &AtomicBool,
 ) -> Result<SenderStats, SockError> {
     let fd = sock.as_raw_fd();
-    let mut buf = vec![0x5au8; plan.size];
+    // Up to BATCH datagrams per sendmmsg(2): at full speed that is what
+    // keeps the sender ahead of the system-call cost; when paced, the
+    // datagrams due at the moment go out together.
+    let mut batch = net::SendBatch::new(net::BATCH, plan.size, 0x5a);
     let start = Instant::now();
     let boundary = start + plan.omit;
     let end = boundary + plan.duration;
@@ -110,7 +113,6 @@ fn run_sender(
     let mut m_t0 = start;
     let mut cpu0 = fabperf_proto::cpu::thread_cpu_time();
     let mut seq: u64 = 0;
-    let mut idx: usize = 0;
     let mut h = Header {
         kind: T_DATA,
         flags: 0,
@@ -120,11 +122,13 @@ fn run_sender(
     };
     loop {
         let mut now = Instant::now();
+        let mut k = batch.len();
         if let Some(script) = plan.script {
-            if idx >= script.len() {
+            if seq as usize >= script.len() {
                 break;
             }
             measuring = true;
+            k = k.min(script.len() - seq as usize);
         } else {
             if now >= end {
                 break;
@@ -139,10 +143,12 @@ fn run_sender(
             return Err(SockError::PeerGone("stopped: the test was aborted".into()));
         }
         if let Some(gap) = gap_ns {
-            // Paced: the datagram `seq` is due at start + seq * gap.
-            let due = start + Duration::from_nanos((seq as f64 * gap) as u64);
-            if due > now {
-                let wait = due - now;
+            // Paced: datagram n is due at start + n * gap.
+            let elapsed = now.duration_since(start).as_nanos() as f64;
+            let due_count = (elapsed / gap) as u64 + 1;
+            if due_count <= seq {
+                let due = start + Duration::from_nanos((seq as f64 * gap) as u64);
+                let wait = due.saturating_duration_since(now);
                 if wait > Duration::from_micros(60) {
                     std::thread::sleep(wait - Duration::from_micros(50));
                 } else {
@@ -150,28 +156,30 @@ fn run_sender(
                 }
                 continue;
             }
+            k = k.min((due_count - seq) as usize);
             now = Instant::now();
         }
-        h.seq = match plan.script {
-            Some(s) => s[idx],
-            None => seq,
-        };
         h.flags = if measuring { F_MEASURED } else { 0 };
         h.ts_ns = now.duration_since(start).as_nanos() as u64;
-        h.write(&mut buf);
-        match net::send(fd, &buf, 0) {
-            Ok(_) => {
-                seq += 1;
-                idx += 1;
-                st.sent_total += 1;
+        for i in 0..k {
+            h.seq = match plan.script {
+                Some(s) => s[seq as usize + i],
+                None => seq + i as u64,
+            };
+            h.write(batch.slot(i));
+        }
+        match batch.send(fd, k) {
+            Ok(m) => {
+                seq += m as u64;
+                st.sent_total += m as u64;
                 if measuring {
-                    st.sent += 1;
-                    st.bytes += plan.size as u64;
+                    st.sent += m as u64;
+                    st.bytes += (m * plan.size) as u64;
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                // The local queue is full: retry this datagram.
+                // The local queue is full: retry these datagrams.
                 st.enobufs += 1;
                 std::thread::yield_now();
             }
@@ -204,7 +212,10 @@ fn run_receiver(
     let fd = sock.as_raw_fd();
     sock.set_read_timeout(Some(Duration::from_millis(20)))
         .map_err(|e| SockError::data("setting UDP receive timeout", e))?;
-    let mut buf = vec![0u8; 65536];
+    // Kernel receive timestamps make the jitter independent of when this
+    // thread gets to run, and let one recvmmsg(2) take many datagrams.
+    let kernel_ts = net::RecvBatch::enable_timestamps(fd);
+    let mut batch = net::RecvBatch::new(net::BATCH, 65536);
     let base = Instant::now();
     let mut acc = RxAccount::new();
     let mut st = RxStats {
@@ -215,23 +226,30 @@ fn run_receiver(
     let mut last_any = base;
     let mut drain_since: Option<Instant> = None;
     loop {
-        match net::recv(fd, &mut buf, 0) {
-            Ok(n) => {
+        match batch.recv(fd) {
+            Ok(k) => {
                 let now = Instant::now();
                 last_any = now;
-                match Header::read(&buf[..n]) {
-                    Some(h) if h.session == session && h.kind == T_DATA => {
-                        if h.flags & F_MEASURED != 0 {
-                            if cpu0.is_none() {
-                                cpu0 = Some(fabperf_proto::cpu::thread_cpu_time());
+                let user_ns = now.duration_since(base).as_nanos() as u64;
+                for i in 0..k {
+                    let (d, ts) = batch.datagram(i);
+                    match Header::read(d) {
+                        Some(h) if h.session == session && h.kind == T_DATA => {
+                            if h.flags & F_MEASURED != 0 {
+                                if cpu0.is_none() {
+                                    cpu0 = Some(fabperf_proto::cpu::thread_cpu_time());
+                                }
+                                let arrival = match (kernel_ts, ts) {
+                                    (true, Some(t)) => t,
+                                    _ => user_ns,
+                                };
+                                acc.on_datagram(h.seq, d.len(), h.ts_ns, arrival, now);
+                            } else {
+                                st.warmup += 1;
                             }
-                            let arrival = now.duration_since(base).as_nanos() as u64;
-                            acc.on_datagram(h.seq, n, h.ts_ns, arrival, now);
-                        } else {
-                            st.warmup += 1;
                         }
+                        _ => st.foreign += 1,
                     }
-                    _ => st.foreign += 1,
                 }
             }
             Err(e) if net::is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}

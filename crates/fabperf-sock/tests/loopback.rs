@@ -78,6 +78,8 @@ fn tcp_bw_reverse_streams_add_up() {
         duration_s: 0.5,
         omit_s: 0.1,
         direction: Direction::Reverse,
+        // send(2)/recv(2) through user buffers, like an application.
+        copy: true,
         ..Default::default()
     };
     let recs = run_tcp_bw(a.addr(), &cfg(), &p).unwrap();

@@ -51,9 +51,13 @@ pub struct TcpBwArgs {
     /// Both directions at once (separate connections and threads).
     #[arg(long)]
     pub bidir: bool,
-    /// Send with MSG_ZEROCOPY (helps for large messages on real NICs; not on loopback).
-    #[arg(long)]
+    /// Send with MSG_ZEROCOPY from a user buffer instead of sendfile(2).
+    #[arg(long, conflicts_with = "copy")]
     pub zerocopy: bool,
+    /// Copy through user buffers at both ends like an application (send/recv);
+    /// default: sendfile(2) from memory and in-kernel discard (recv MSG_TRUNC).
+    #[arg(long)]
+    pub copy: bool,
     /// Socket buffer (SO_SNDBUF/SO_RCVBUF) on both ends; default: kernel autotuning.
     #[arg(short = 'w', long, value_parser = size_arg, value_name = "BYTES")]
     pub window: Option<u64>,
@@ -195,6 +199,7 @@ pub fn run_tcp_bw(a: TcpBwArgs) -> anyhow::Result<ExitCode> {
         omit_s: a.omit,
         direction: direction(a.reverse, a.bidir),
         zerocopy: a.zerocopy,
+        copy: a.copy,
         window: a.window,
     };
     p.validate().map_err(anyhow::Error::msg)?;
