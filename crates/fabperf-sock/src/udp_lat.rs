@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const LAT_WINDOW: u64 = 1 << 20;
@@ -277,18 +277,26 @@ pub fn run_udp_lat(
 /// Agent side of `udp-lat`.
 pub struct UdpLat;
 
-fn echo(sock: &UdpSocket, session: u32, stop: &AtomicBool) -> io::Result<(u64, f64, f64)> {
+/// Echo probes until `stop`; `last_probe` holds the milliseconds since
+/// `t0` at which the last probe arrived (for the stall check).
+fn echo(
+    sock: &UdpSocket,
+    session: u32,
+    stop: &AtomicBool,
+    t0: Instant,
+    last_probe: &AtomicU64,
+) -> io::Result<(u64, f64, f64)> {
     let fd = sock.as_raw_fd();
     sock.set_read_timeout(Some(Duration::from_millis(50)))?;
     let mut buf = vec![0u8; 65536];
     let mut echoed = 0u64;
     let cpu0 = fabperf_proto::cpu::thread_cpu_time();
-    let t0 = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         match net::recv(fd, &mut buf, 0) {
             Ok(n) => {
                 if let Some(h) = Header::read(&buf[..n]) {
                     if h.session == session && h.kind == T_PROBE {
+                        last_probe.store(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
                         buf[4] = T_REPLY;
                         match net::send(fd, &buf[..n], 0) {
                             Ok(_) => echoed += 1,
@@ -341,15 +349,48 @@ impl TestKind for UdpLat {
             let warm = Duration::from_millis(p.probe_timeout_ms).saturating_mul(p.warmup as u32);
             (Duration::from_secs_f64(p.duration_s) + warm).min(max)
         } + io * 2;
+        // A client that stops probing (stalled, or gone without closing the
+        // control connection) is dropped after this long.
+        let idle_limit = io.max(Duration::from_millis(p.probe_timeout_ms) * 2);
         let stop = AtomicBool::new(false);
+        let last_probe = AtomicU64::new(0);
+        let t0 = Instant::now();
+        let ctl = &mut *ctx.ctl;
         let (res, done) = std::thread::scope(|s| {
             let h = std::thread::Builder::new()
                 .name("fabperf-udp-echo".into())
-                .spawn_scoped(s, || echo(&sock, session, &stop))
+                .spawn_scoped(s, || echo(&sock, session, &stop, t0, &last_probe))
                 .expect("spawning the UDP echo thread");
-            let done = ctx
-                .ctl
-                .recv_test_within::<LatMsg>(expected, "the client's done");
+            let fd = ctl.stream().as_raw_fd();
+            let done = loop {
+                match net::wait_readable(fd, Duration::from_millis(100)) {
+                    Ok(true) => {
+                        break ctl
+                            .recv_test::<LatMsg>("the client's done")
+                            .map_err(ServeError::from)
+                    }
+                    Ok(false) => {}
+                    Err(e) => break Err(ServeError::failed(format!("control connection: {e}"))),
+                }
+                let idle = t0
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(last_probe.load(Ordering::Relaxed)));
+                if idle > idle_limit {
+                    break Err(ServeError::new(
+                        ErrorCode::Timeout,
+                        format!(
+                            "no probe from the client for {:.1} s: it stalled or vanished",
+                            idle.as_secs_f64()
+                        ),
+                    ));
+                }
+                if t0.elapsed() > expected {
+                    break Err(ServeError::new(
+                        ErrorCode::Timeout,
+                        "the client did not finish within the test's length",
+                    ));
+                }
+            };
             stop.store(true, Ordering::Relaxed);
             (h.join(), done)
         });
@@ -364,7 +405,7 @@ impl TestKind for UdpLat {
             Ok(Err(e)) => return Err(ServeError::failed(format!("udp-lat echo: {e}"))),
             Err(_) => return Err(ServeError::failed("the udp-lat echo thread panicked")),
         };
-        ctx.ctl.send_test(&LatMsg::Report {
+        ctl.send_test(&LatMsg::Report {
             echoed,
             cpu_s,
             secs,
