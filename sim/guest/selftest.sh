@@ -11,13 +11,16 @@ GUEST_DIR=$FABPERF_SIM_REPO/sim/guest
 OUT=/sim/out
 mkdir -p "$OUT" /tmp/st
 ROUNDS=${FABPERF_SIM_ROUNDS:-4}
-BW_SIZE=65536 BW_ITERS=${FABPERF_SIM_BW_ITERS:-5000}
+# Bandwidth runs are timed (perftest -D with a 1 s margin each side = fabperf
+# --warmup 1 --duration N) so a slow, busy host cannot stretch them; latency
+# runs count iterations, since perftest reports t_typical only then.
+BW_SIZE=65536 BW_SECS=${FABPERF_SIM_BW_SECONDS:-4}
 LAT_SIZE=2 LAT_ITERS=${FABPERF_SIM_LAT_ITERS:-1000}
 PEER=$FABPERF_RDMA_PEER DEV=$FABPERF_RDMA_DEVICE PDEV=$FABPERF_RDMA_PEER_DEVICE
 GID=1 # ::ffff:10.77.0.x, RoCE v2, on every rxe device here
 FAILURES=()
 
-say() { printf '\n=== %s\n' "$*"; }
+say() { printf '\n=== [%4ds] %s\n' "$SECONDS" "$*"; }
 failed() { FAILURES+=("$*"); printf 'FAILED: %s\n' "$*"; }
 
 # ------------------------------------------------------------ 1. test binaries
@@ -125,14 +128,14 @@ fabperf_run() {
 
 # name | fabperf test | fabperf args | perftest tool | perftest args | unit | size
 PAIRS=(
-    "write-bw|rdma-bw|--op write --size $BW_SIZE --iterations $BW_ITERS|ib_write_bw|-s $BW_SIZE -n $BW_ITERS --report_gbits|Gbit/s|$BW_SIZE"
-    "send-bw|rdma-bw|--op send --size $BW_SIZE --iterations $BW_ITERS|ib_send_bw|-s $BW_SIZE -n $BW_ITERS --report_gbits|Gbit/s|$BW_SIZE"
+    "write-bw|rdma-bw|--op write --size $BW_SIZE --warmup 1 --duration $BW_SECS|ib_write_bw|-s $BW_SIZE -D $((BW_SECS + 2)) --margin 1 --report_gbits|Gbit/s|$BW_SIZE"
+    "send-bw|rdma-bw|--op send --size $BW_SIZE --warmup 1 --duration $BW_SECS|ib_send_bw|-s $BW_SIZE -D $((BW_SECS + 2)) --margin 1 --report_gbits|Gbit/s|$BW_SIZE"
     "send-lat|rdma-lat|--op send --size $LAT_SIZE --iterations $LAT_ITERS|ib_send_lat|-s $LAT_SIZE -n $LAT_ITERS|us|$LAT_SIZE"
     "write-lat|rdma-lat|--op write --size $LAT_SIZE --iterations $LAT_ITERS|ib_write_lat|-s $LAT_SIZE -n $LAT_ITERS|us|$LAT_SIZE"
 )
 TSV=$OUT/compare.tsv
 printf 'round\ttest\ttool\tvalue\tunit\n' >"$TSV"
-say "fabperf vs perftest on $DEV -> $PDEV ($PEER), $ROUNDS rounds, BW ${BW_SIZE} B x $BW_ITERS, lat ${LAT_SIZE} B x $LAT_ITERS"
+say "fabperf vs perftest on $DEV -> $PDEV ($PEER), $ROUNDS rounds, BW ${BW_SIZE} B for ${BW_SECS} s, lat ${LAT_SIZE} B x $LAT_ITERS"
 for ((r = 1; r <= ROUNDS; r++)); do
     for pair in "${PAIRS[@]}"; do
         IFS='|' read -r name ftest fargs ptool pargs unit SIZE <<<"$pair"
@@ -147,7 +150,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
                 # shellcheck disable=SC2086
                 v=$(perftest_run "$ptool" $pargs) || { failed "round $r: $ptool $pargs"; continue; }
             fi
-            printf 'round %d  %-9s %-8s %10s %s\n' "$r" "$name" "$tool" "$v" "$unit"
+            printf '[%4ds] round %d  %-9s %-8s %10s %s\n' "$SECONDS" "$r" "$name" "$tool" "$v" "$unit"
             printf '%d\t%s\t%s\t%s\t%s\n' "$r" "$name" "$tool" "$v" "$unit" >>"$TSV"
         done
     done
