@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KV_VERSION=1.37.0   # kubernetes-validate release = Kubernetes 1.37 schemas (k8s-openapi feature v1_37)
-VENV="${FABPERF_K8S_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fabperf/k8s-validate-$KV_VERSION}"
+VENV="${FABPERF_K8S_VENV:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/fabperf/k8s-validate-$KV_VERSION}"
 
 if ! "$VENV/bin/python" -c "import kubernetes_validate.version as v, sys; sys.exit(v.__version__ != '$KV_VERSION')" 2>/dev/null; then
   echo "installing kubernetes-validate==$KV_VERSION into $VENV"
