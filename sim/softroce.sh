@@ -79,11 +79,11 @@ if [[ $MODE == cmd ]]; then TIMEOUT=${FABPERF_SIM_TIMEOUT:-900}; else TIMEOUT=${
 
 need_tools() {
     local missing=() t
-    for t in qemu-system-x86_64 mmdebstrap cpio depmod modprobe apt-get dpkg-deb gzip timeout; do
+    for t in qemu-system-x86_64 mmdebstrap cpio depmod modprobe apt-get dpkg-deb gzip xz timeout flock jq; do
         command -v "$t" >/dev/null 2>&1 || missing+=("$t")
     done
     if [[ ${#missing[@]} -gt 0 ]]; then
-        die "missing host tools: ${missing[*]}; install with: apt-get install -y qemu-system-x86 mmdebstrap kmod cpio"
+        die "missing host tools: ${missing[*]}; install with: apt-get install -y qemu-system-x86 mmdebstrap kmod cpio xz-utils"
     fi
 }
 
@@ -172,7 +172,7 @@ fetch_kernel() {
     ko=$(find "$kd/root/lib/modules/$abi/" -name 'rdma_rxe.ko*' | head -n1)
     [[ -n $ko ]] || { log "kernel $abi has no rdma_rxe module"; return 1; }
     local hits
-    hits=$(module_text "$ko" | grep -c -e rxe_ns_pernet_sk4 -e rxe_namespace_init || true)
+    hits=$(module_text "$ko" | grep -a -c -e rxe_ns_pernet_sk4 -e rxe_namespace_init || true)
     if [[ ${hits:-0} -gt 0 ]]; then
         echo netns >"$kd/topology"
     else
@@ -183,10 +183,10 @@ fetch_kernel() {
 
 module_text() {
     case $1 in
-        *.xz) xz -dc "$1" | strings ;;
-        *.zst) zstd -dc "$1" | strings ;;
-        *.gz) gzip -dc "$1" | strings ;;
-        *) strings "$1" ;;
+        *.xz) xz -dc "$1" ;;
+        *.zst) zstd -dc "$1" ;;
+        *.gz) gzip -dc "$1" ;;
+        *) cat "$1" ;;
     esac
 }
 
