@@ -11,10 +11,15 @@ GUEST_DIR=$FABPERF_SIM_REPO/sim/guest
 OUT=/sim/out
 mkdir -p "$OUT" /tmp/st
 ROUNDS=${FABPERF_SIM_ROUNDS:-4}
-# Bandwidth runs are timed (perftest -D with a 1 s margin each side = fabperf
-# --warmup 1 --duration N) so a slow, busy host cannot stretch them; latency
+# Bandwidth runs are timed so a slow, busy host cannot stretch them: perftest
+# -D N+2 measures between its default margins (D/4 = 1 s at each end; an
+# explicit --margin switches perftest 4.5 to a different, erratic reporting
+# path), fabperf --warmup 1 --duration N measures the same N seconds. Latency
 # runs count iterations, since perftest reports t_typical only then.
 BW_SIZE=65536 BW_SECS=${FABPERF_SIM_BW_SECONDS:-4}
+[[ $BW_SECS =~ ^[0-9]+$ && $BW_SECS -ge 2 ]] || { echo "FABPERF_SIM_BW_SECONDS must be >= 2" >&2; exit 2; }
+PT_D=$((BW_SECS + 2)) PT_M=$(((BW_SECS + 2) / 4))
+FB_WARM=$PT_M FB_DUR=$((PT_D - 2 * PT_M))
 LAT_SIZE=2 LAT_ITERS=${FABPERF_SIM_LAT_ITERS:-1000}
 PEER=$FABPERF_RDMA_PEER DEV=$FABPERF_RDMA_DEVICE PDEV=$FABPERF_RDMA_PEER_DEVICE
 GID=1 # ::ffff:10.77.0.x, RoCE v2, on every rxe device here
@@ -128,14 +133,14 @@ fabperf_run() {
 
 # name | fabperf test | fabperf args | perftest tool | perftest args | unit | size
 PAIRS=(
-    "write-bw|rdma-bw|--op write --size $BW_SIZE --warmup 1 --duration $BW_SECS|ib_write_bw|-s $BW_SIZE -D $((BW_SECS + 2)) --margin 1 --report_gbits|Gbit/s|$BW_SIZE"
-    "send-bw|rdma-bw|--op send --size $BW_SIZE --warmup 1 --duration $BW_SECS|ib_send_bw|-s $BW_SIZE -D $((BW_SECS + 2)) --margin 1 --report_gbits|Gbit/s|$BW_SIZE"
+    "write-bw|rdma-bw|--op write --size $BW_SIZE --warmup $FB_WARM --duration $FB_DUR|ib_write_bw|-s $BW_SIZE -D $PT_D --report_gbits|Gbit/s|$BW_SIZE"
+    "send-bw|rdma-bw|--op send --size $BW_SIZE --warmup $FB_WARM --duration $FB_DUR|ib_send_bw|-s $BW_SIZE -D $PT_D --report_gbits|Gbit/s|$BW_SIZE"
     "send-lat|rdma-lat|--op send --size $LAT_SIZE --iterations $LAT_ITERS|ib_send_lat|-s $LAT_SIZE -n $LAT_ITERS|us|$LAT_SIZE"
     "write-lat|rdma-lat|--op write --size $LAT_SIZE --iterations $LAT_ITERS|ib_write_lat|-s $LAT_SIZE -n $LAT_ITERS|us|$LAT_SIZE"
 )
 TSV=$OUT/compare.tsv
 printf 'round\ttest\ttool\tvalue\tunit\n' >"$TSV"
-say "fabperf vs perftest on $DEV -> $PDEV ($PEER), $ROUNDS rounds, BW ${BW_SIZE} B for ${BW_SECS} s, lat ${LAT_SIZE} B x $LAT_ITERS"
+say "fabperf vs perftest on $DEV -> $PDEV ($PEER), $ROUNDS rounds, BW ${BW_SIZE} B (perftest -D $PT_D, fabperf --warmup $FB_WARM --duration $FB_DUR), lat ${LAT_SIZE} B x $LAT_ITERS"
 for ((r = 1; r <= ROUNDS; r++)); do
     for pair in "${PAIRS[@]}"; do
         IFS='|' read -r name ftest fargs ptool pargs unit SIZE <<<"$pair"
