@@ -1,36 +1,42 @@
 #!/usr/bin/env bash
 # fabperf vs the anchor tools (iperf3, sockperf), side by side, in one run:
 # on loopback and across a veth pair between two network namespaces that
-# this script creates and removes. Prints medians and ratios.
+# this script creates and removes. Prints every sample, medians and ratios.
 #
 #   sudo bench/compare.sh [--rounds N] [--duration SECS] [--only loopback|veth]
-#                         [--fabperf PATH] [--no-pin] [--no-rt] [--quick]
+#                         [--fabperf PATH] [--prio nice|rt|none] [--quick]
 #
-# Needs: root (namespaces), iperf3, sockperf, jq, taskset (util-linux), and a
-# release build of fabperf (built here unless --fabperf is given).
+# Needs: root (namespaces), iperf3, sockperf, jq, taskset/chrt (util-linux),
+# iproute2, and a release build of fabperf (built here unless --fabperf).
 #
 # Fairness rules (identical for every tool):
-# - the server side of every tool runs pinned to CPU $SERVER_CPU and the
-#   client side to CPU $CLIENT_CPU (taskset), unless --no-pin;
-# - both sides of every tool run at SCHED_FIFO priority 20 (chrt -f 20),
-#   unless --no-rt, so that other work on a shared machine (builds) does
-#   not decide the figures; the kernel's RT throttling still leaves 5 %;
+# - CPU placement (taskset), per test group, the same for both tools:
+#     split : every client on CPU 0, every server on CPU 1 (one core per
+#             side, like two hosts): tcp-bw -P 1, udp-bw;
+#     none  : no pinning, both sides may use both cores: tcp-bw -P N>1
+#             (the point of one thread per stream; iperf3 3.12 runs all -P
+#             streams in one thread);
+#     same  : client and server on CPU 1: tcp-lat (on this kind of VM a
+#             wake-up across CPUs costs a variable 5-15 us, which buries a
+#             5 % comparison); the cross-CPU (split) figure is printed too.
+# - priority: every client and server runs under `nice -n -10` (default;
+#   --prio rt uses SCHED_FIFO 20, --prio none leaves it), so that other
+#   work on a shared machine does not decide the figures;
 # - each round runs the tools back to back and the order alternates every
-#   round (fabperf first in odd rounds, the anchor first in even rounds);
-# - the figure per tool is the median over the rounds;
-# - same message size, same stream count, same duration and warm-up.
+#   round; the figure per tool is the median over the rounds;
+# - same message size, stream count, duration and warm-up (-O / --omit).
 #
 # Targets (issue 2):
-#   tcp-bw  fabperf >= 1.10 x iperf3 -P N  (same N, 128 KiB writes)
+#   tcp-bw  fabperf >= 1.10 x iperf3 -P N          (same N, 128 KiB writes)
 #   tcp-lat fabperf p50 <= 1.05 x sockperf ping-pong --tcp median (64 B)
 #   udp-bw  fabperf max lossless rate >= iperf3 -u -b 0 delivered rate (1472 B)
 #
 # "Max lossless rate": the highest offered --rate at which fabperf udp-bw
 # loses <= $LOSSLESS_PCT % of the datagrams sent in the measured interval
-# (receiver's count), found by bisection between 0 and the rate fabperf's
-# sender reaches with --rate max; we report the rate the receiver got at
-# that setting. iperf3's figure is its receiver's bits_per_second with
-# -u -b 0 (whatever it loses on the way).
+# (receiver's count): first --rate max; if that loses more, bisection
+# between 0 and the rate the sender reached (6 steps). The figure is what
+# the receiver got at that setting. iperf3's figure is its receiver's
+# bits_per_second (end.sum_received) with -u -b 0, whatever it lost.
 
 set -euo pipefail
 
@@ -38,11 +44,8 @@ ROUNDS=3
 DUR=5
 OMIT=1
 ONLY=""
-PIN=1
-RT=1
+PRIO=nice
 FABPERF=""
-CLIENT_CPU=0
-SERVER_CPU=1
 LOSSLESS_PCT=0.1
 SIZE_BW=131072
 STREAMS_LIST="1 2"
@@ -53,20 +56,19 @@ while [ $# -gt 0 ]; do
         --duration) DUR="$2"; shift 2 ;;
         --only) ONLY="$2"; shift 2 ;;
         --fabperf) FABPERF="$2"; shift 2 ;;
-        --no-pin) PIN=0; shift ;;
-        --no-rt) RT=0; shift ;;
+        --prio) PRIO="$2"; shift 2 ;;
         --quick) ROUNDS=1; DUR=2; shift ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 
 die() { echo "compare.sh: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root (network namespaces and veth need it)"
-for t in iperf3 sockperf jq taskset chrt ip; do
+for t in iperf3 sockperf jq taskset chrt ip ss; do
     command -v "$t" >/dev/null || die "$t is missing: apt-get install -y iperf3 sockperf jq util-linux iproute2"
 done
-[ "$(nproc)" -ge 2 ] || { echo "only one CPU: pinning disabled" >&2; PIN=0; }
+[ "$(nproc)" -ge 2 ] || die "needs at least 2 CPUs"
 
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 if [ -z "$FABPERF" ]; then
@@ -76,126 +78,125 @@ if [ -z "$FABPERF" ]; then
 fi
 [ -x "$FABPERF" ] || die "no fabperf binary at $FABPERF"
 
+case "$PRIO" in
+    nice) PRE=(nice -n -10) ;;
+    rt) PRE=(chrt -f 20) ;;
+    none) PRE=() ;;
+    *) die "--prio must be nice, rt or none" ;;
+esac
+
 NS_A=fpbenchA
 NS_B=fpbenchB
 IP_A=10.199.77.1
 IP_B=10.199.77.2
-P_FAB=15301
-P_IPERF=15201
-P_SOCK=15401
 PIDS=()
 TMP="$(mktemp -d)"
 
 cleanup() {
-    for p in "${PIDS[@]:-}"; do
-        [ -n "$p" ] && kill "$p" 2>/dev/null || true
-    done
-    wait 2>/dev/null || true
+    stop_servers
     ip netns del "$NS_A" 2>/dev/null || true
     ip netns del "$NS_B" 2>/dev/null || true
     rm -rf "$TMP"
 }
-trap cleanup EXIT INT TERM
-
-# Command prefixes that pin the client and the servers (empty with --no-pin).
-CLI=()
-SRV=()
-if [ "$RT" = 1 ]; then
-    CLI=(chrt -f 20)
-    SRV=(chrt -f 20)
-fi
-# Latency (target row): the client on the servers' CPU. On this kind of
-# VM a wake-up across CPUs costs a variable 5-15 us (idle CPU, IPI), which
-# buries a 5 % comparison; on one CPU the ping-pong is a plain context
-# switch. The cross-CPU figure is printed too, as information.
-LAT=("${CLI[@]}")
-if [ "$PIN" = 1 ]; then
-    CLI+=(taskset -c "$CLIENT_CPU")
-    SRV+=(taskset -c "$SERVER_CPU")
-    LAT+=(taskset -c "$SERVER_CPU")
-fi
-
-# Prefixes that run a command in the client's / server's namespace (empty
-# on the host). Plain exec chains (ip netns exec -> taskset -> tool), so $!
-# of a backgrounded server is the server itself.
-NSC=()
-NSS=()
-set_ns() { # NS_CLIENT NS_SERVER
-    NSC=(); NSS=()
-    [ -n "$1" ] && NSC=(ip netns exec "$1")
-    [ -n "$2" ] && NSS=(ip netns exec "$2")
-    return 0
-}
-
-median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print "nan"} else if (NR%2) {print a[(NR+1)/2]} else {print (a[NR/2]+a[NR/2+1])/2}}'; }
-
-start_servers() { # NS_SERVER IP
-    local ip="$2"
-    local bindflags=(--bind "$ip" --port "$P_FAB" --quiet)
-    [ "$ip" != 127.0.0.1 ] && bindflags+=(--insecure)
-    "${NSS[@]}" "${SRV[@]}" "$FABPERF" server "${bindflags[@]}" >"$TMP/fab-server.log" 2>&1 &
-    PIDS+=($!)
-    "${NSS[@]}" "${SRV[@]}" iperf3 -s -B "$ip" -p $P_IPERF >"$TMP/iperf-server.log" 2>&1 &
-    PIDS+=($!)
-    "${NSS[@]}" "${SRV[@]}" sockperf sr --tcp -i "$ip" -p $P_SOCK >"$TMP/sockperf-server.log" 2>&1 &
-    PIDS+=($!)
-    sleep 1
-}
-
 stop_servers() {
+    local p
     for p in "${PIDS[@]:-}"; do
         [ -n "$p" ] && kill "$p" 2>/dev/null || true
     done
     wait 2>/dev/null || true
     PIDS=()
-    sleep 0.5
+}
+trap cleanup EXIT INT TERM
+
+# Ports free for TCP and UDP right now (other programs may hold any fixed number).
+pick_port() {
+    local p
+    for _ in $(seq 1 200); do
+        p=$((20000 + RANDOM % 30000))
+        if [ -z "$(ss -Htuln "sport = :$p")" ]; then echo "$p"; return; fi
+    done
+    die "no free port found"
 }
 
-# --- one measurement each; print a single number -------------------------
+# Namespace prefixes (empty on the host). Plain exec chains
+# (ip netns exec -> nice -> taskset -> tool), so $! of a server is the server.
+NSC=()
+NSS=()
+IP=""
 
-fab_tcp_bw() { # NS IP N [extra fabperf flag]
-    "${NSC[@]}" "${CLI[@]}" "$FABPERF" tcp-bw "$2" -p $P_FAB -P "$3" -l $SIZE_BW -t "$DUR" --omit $OMIT ${4:-} --json \
+cpu_of() { # side placement -> taskset prefix words
+    case "$2" in
+        split) [ "$1" = client ] && echo "taskset -c 0" || echo "taskset -c 1" ;;
+        same) echo "taskset -c 1" ;;
+        none) echo "" ;;
+    esac
+}
+
+start_servers() { # placement
+    stop_servers
+    local -a pin; read -r -a pin <<<"$(cpu_of server "$1")"
+    P_FAB=$(pick_port); P_IPERF=$(pick_port); P_SOCK=$(pick_port)
+    local -a bind=(--bind "$IP" --port "$P_FAB" --quiet)
+    [ "$IP" != 127.0.0.1 ] && bind+=(--insecure)
+    "${NSS[@]}" "${PRE[@]}" "${pin[@]}" "$FABPERF" server "${bind[@]}" >"$TMP/fab-server.log" 2>&1 &
+    PIDS+=($!)
+    "${NSS[@]}" "${PRE[@]}" "${pin[@]}" iperf3 -s -B "$IP" -p "$P_IPERF" >"$TMP/iperf-server.log" 2>&1 &
+    PIDS+=($!)
+    "${NSS[@]}" "${PRE[@]}" "${pin[@]}" sockperf sr --tcp -i "$IP" -p "$P_SOCK" >"$TMP/sockperf-server.log" 2>&1 &
+    PIDS+=($!)
+    sleep 1
+}
+
+cli() { # placement cmd... : run a client in the client namespace
+    local -a pin; read -r -a pin <<<"$(cpu_of client "$1")"; shift
+    "${NSC[@]}" "${PRE[@]}" "${pin[@]}" "$@"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) {print "nan"} else if (NR%2) {print a[(NR+1)/2]} else {print (a[NR/2]+a[NR/2+1])/2}}'; }
+
+# --- one measurement each; print one number ------------------------------
+
+fab_tcp_bw() { # placement N [flag]
+    cli "$1" "$FABPERF" tcp-bw "$IP" -p "$P_FAB" -P "$2" -l $SIZE_BW -t "$DUR" --omit $OMIT ${3:-} --json \
         | jq -s 'map(select(.stream == null))[0].bw_gbps'
 }
-iperf_tcp_bw() { # NS IP N
-    "${NSC[@]}" "${CLI[@]}" iperf3 -c $2 -p $P_IPERF -P $3 -l $SIZE_BW -t $DUR -O $OMIT -J \
+iperf_tcp_bw() { # placement N
+    cli "$1" iperf3 -c "$IP" -p "$P_IPERF" -P "$2" -l $SIZE_BW -t "$DUR" -O $OMIT -J \
         | jq '.end.sum_received.bits_per_second / 1e9'
 }
-fab_tcp_lat() { # NS IP same|split
-    local -a pre=("${CLI[@]}"); [ "$3" = same ] && pre=("${LAT[@]}")
-    "${NSC[@]}" "${pre[@]}" "$FABPERF" tcp-lat "$2" -p $P_FAB -l 64 -t "$DUR" --json | jq '.lat_us.p50'
+fab_tcp_lat() { # placement
+    cli "$1" "$FABPERF" tcp-lat "$IP" -p "$P_FAB" -l 64 -t "$DUR" --json | jq '.lat_us.p50'
 }
-sockperf_tcp_lat() { # NS IP same|split
-    local -a pre=("${CLI[@]}"); [ "$3" = same ] && pre=("${LAT[@]}")
-    "${NSC[@]}" "${pre[@]}" sockperf pp --tcp -i $2 -p $P_SOCK -m 64 -t $DUR 2>&1 \
+sockperf_tcp_lat() { # placement
+    cli "$1" sockperf pp --tcp -i "$IP" -p "$P_SOCK" -m 64 -t "$DUR" 2>&1 \
         | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p'
 }
-iperf_udp_bw() { # NS IP
-    "${NSC[@]}" "${CLI[@]}" iperf3 -c $2 -p $P_IPERF -u -b 0 -l 1472 -t $DUR -O $OMIT -J \
+iperf_udp_bw() { # placement
+    cli "$1" iperf3 -c "$IP" -p "$P_IPERF" -u -b 0 -l 1472 -t "$DUR" -O $OMIT -J 2>/dev/null \
         | jq '.end.sum_received.bits_per_second / 1e9'
 }
-# fabperf udp-bw at RATE ("max" or bits/s): prints "delivered_gbps loss_pct offered_gbps"
-fab_udp_at() { # NS IP RATE
-    "${NSC[@]}" "${CLI[@]}" "$FABPERF" udp-bw "$2" -p $P_FAB -l 1472 -b "$3" -t "$DUR" --omit $OMIT --json \
+# fabperf udp-bw at RATE: prints "delivered_gbps loss_pct offered_gbps"
+fab_udp_at() { # placement RATE
+    cli "$1" "$FABPERF" udp-bw "$IP" -p "$P_FAB" -l 1472 -b "$2" -t "$DUR" --omit $OMIT --json \
         | jq -r '"\(.bw_gbps) \(.udp.loss_pct) \(.udp.sent * .size * 8 / .duration_s / 1e9)"'
 }
-# Bisection for the max lossless rate; prints "gbps_delivered rate_setting_gbps".
-fab_udp_lossless() { # NS IP
-    local max; max=$(fab_udp_at "$1" "$2" max)
-    local offered; offered=$(echo "$max" | awk '{print $3}')
-    local loss; loss=$(echo "$max" | awk '{print $2}')
-    if awk -v l="$loss" -v t="$LOSSLESS_PCT" 'BEGIN{exit !(l <= t)}'; then
-        echo "$(echo "$max" | awk '{print $1}') max"
+lossless() { awk -v l="$1" -v t="$LOSSLESS_PCT" 'BEGIN{exit !(l <= t)}'; }
+# Max lossless rate; prints "delivered_gbps setting" (setting: max or Gbit/s).
+fab_udp_lossless() { # placement
+    local max offered loss
+    max=$(fab_udp_at "$1" max)
+    read -r _ loss offered <<<"$max"
+    if lossless "$loss"; then
+        echo "$(awk '{print $1}' <<<"$max") max"
         return
     fi
-    local lo=0 hi="$offered" best=0 bestrate=0 i
-    for i in 1 2 3 4 5 6; do
-        local mid; mid=$(awk -v a="$lo" -v b="$hi" 'BEGIN{printf "%.4f", (a+b)/2}')
-        local bps; bps=$(awk -v m="$mid" 'BEGIN{printf "%.0f", m*1e9}')
-        local r; r=$(fab_udp_at "$1" "$2" "$bps")
-        local l; l=$(echo "$r" | awk '{print $2}')
-        if awk -v l="$l" -v t="$LOSSLESS_PCT" 'BEGIN{exit !(l <= t)}'; then
-            lo="$mid"; best=$(echo "$r" | awk '{print $1}'); bestrate="$mid"
+    local lo=0 hi="$offered" best=0 bestrate=0 mid r l
+    for _ in 1 2 3 4 5 6; do
+        mid=$(awk -v a="$lo" -v b="$hi" 'BEGIN{printf "%.4f", (a+b)/2}')
+        r=$(fab_udp_at "$1" "$(awk -v m="$mid" 'BEGIN{printf "%.0f", m*1e9}')")
+        l=$(awk '{print $2}' <<<"$r")
+        if lossless "$l"; then
+            lo="$mid"; best=$(awk '{print $1}' <<<"$r"); bestrate="$mid"
         else
             hi="$mid"
         fi
@@ -203,74 +204,76 @@ fab_udp_lossless() { # NS IP
     echo "$best $bestrate"
 }
 
-RESULTS="$TMP/results"
-: >"$RESULTS"
-
 record() { # scenario test fabperf anchor ratio target verdict
-    printf '%-9s %-22s %10.3f %10.3f %7s  %-8s %s\n' "$@" | tee -a "$RESULTS"
+    printf '%-9s %-24s %10.3f %10.3f %7s  %-8s %s\n' "$@"
+}
+verdict() { # ratio op limit
+    awk -v x="$1" -v l="$3" -v op="$2" 'BEGIN{ok = (op == ">=") ? (x >= l) : (x <= l); print ok ? "MET" : "MISSED"}'
+}
+ratio() { awk -v f="$1" -v a="$2" 'BEGIN{printf "%.3f", f/a}'; }
+samples() { tr '\n' ' ' <"$1"; }
+
+# alternate A B: run "A" then "B" in odd rounds, "B" then "A" in even rounds
+alternate() { # round cmdA fileA cmdB fileB
+    if [ $(($1 % 2)) = 1 ]; then
+        eval "$2" >>"$3"; eval "$4" >>"$5"
+    else
+        eval "$4" >>"$5"; eval "$2" >>"$3"
+    fi
 }
 
 scenario() { # name NS_CLIENT NS_SERVER SERVER_IP
-    local name="$1" nc="$2" ns="$3" ip="$4"
-    set_ns "$nc" "$ns"
-    echo "== $name: client ${nc:-host} -> server ${ns:-host} $ip; pinning: $([ $PIN = 1 ] && echo "client CPU $CLIENT_CPU, servers CPU $SERVER_CPU" || echo none); $ROUNDS rounds x $DUR s" >&2
-    start_servers "$ns" "$ip"
-    local r n
+    local name="$1" r n f a c
+    NSC=(); NSS=()
+    [ -n "$2" ] && NSC=(ip netns exec "$2")
+    [ -n "$3" ] && NSS=(ip netns exec "$3")
+    IP="$4"
+    echo "== $name: client ${2:-host} -> server ${3:-host} $IP; $ROUNDS rounds x $DUR s (+$OMIT s warm-up); priority: ${PRE[*]:-default}" >&2
+
+    # tcp-bw: P=1 split, P>1 unpinned; fabperf default, fabperf --copy, iperf3
     for n in $STREAMS_LIST; do
-        : >"$TMP/f"; : >"$TMP/a"; : >"$TMP/c"
+        local place=split
+        [ "$n" -gt 1 ] && place=none
+        start_servers "$place"
+        : >"$TMP/f"; : >"$TMP/c"; : >"$TMP/a"
         for r in $(seq 1 "$ROUNDS"); do
-            if [ $((r % 2)) = 1 ]; then
-                fab_tcp_bw "$nc" "$ip" "$n" >>"$TMP/f"; fab_tcp_bw "$nc" "$ip" "$n" --copy >>"$TMP/c"
-                iperf_tcp_bw "$nc" "$ip" "$n" >>"$TMP/a"
-            else
-                iperf_tcp_bw "$nc" "$ip" "$n" >>"$TMP/a"
-                fab_tcp_bw "$nc" "$ip" "$n" --copy >>"$TMP/c"; fab_tcp_bw "$nc" "$ip" "$n" >>"$TMP/f"
-            fi
+            alternate "$r" "fab_tcp_bw $place $n; fab_tcp_bw $place $n --copy >>$TMP/c" "$TMP/f" \
+                "iperf_tcp_bw $place $n" "$TMP/a"
         done
-        echo "   tcp-bw P=$n Gbit/s fabperf: $(tr '\n' ' ' <"$TMP/f")| fabperf --copy: $(tr '\n' ' ' <"$TMP/c")| iperf3: $(tr '\n' ' ' <"$TMP/a")" >&2
-        local f a c; f=$(median <"$TMP/f"); a=$(median <"$TMP/a"); c=$(median <"$TMP/c")
-        local ratio; ratio=$(awk -v f="$f" -v a="$a" 'BEGIN{printf "%.3f", f/a}')
-        record "$name" "tcp-bw P=$n Gbit/s" "$f" "$a" "$ratio" ">=1.10" \
-            "$(awk -v x="$ratio" 'BEGIN{print (x>=1.10)?"MET":"MISSED"}')"
-        ratio=$(awk -v f="$c" -v a="$a" 'BEGIN{printf "%.3f", f/a}')
-        record "$name" "tcp-bw P=$n --copy" "$c" "$a" "$ratio" "(info)" "-"
+        echo "   tcp-bw -P $n ($place) Gbit/s  fabperf: $(samples "$TMP/f")| fabperf --copy: $(samples "$TMP/c")| iperf3: $(samples "$TMP/a")" >&2
+        f=$(median <"$TMP/f"); c=$(median <"$TMP/c"); a=$(median <"$TMP/a")
+        record "$name" "tcp-bw -P $n Gbit/s" "$f" "$a" "$(ratio "$f" "$a")" ">=1.10" "$(verdict "$(ratio "$f" "$a")" ">=" 1.10)"
+        record "$name" "tcp-bw -P $n --copy Gbit/s" "$c" "$a" "$(ratio "$c" "$a")" "(info)" "-"
     done
-    local f a ratio pl
+
+    # tcp-lat: same CPU (target) and split (information)
+    local pl
     for pl in same split; do
-        [ "$PIN" = 0 ] && [ "$pl" = split ] && continue
+        start_servers "$pl"
         : >"$TMP/f"; : >"$TMP/a"
         for r in $(seq 1 "$ROUNDS"); do
-            if [ $((r % 2)) = 1 ]; then
-                fab_tcp_lat "$nc" "$ip" $pl >>"$TMP/f"; sockperf_tcp_lat "$nc" "$ip" $pl >>"$TMP/a"
-            else
-                sockperf_tcp_lat "$nc" "$ip" $pl >>"$TMP/a"; fab_tcp_lat "$nc" "$ip" $pl >>"$TMP/f"
-            fi
+            alternate "$r" "fab_tcp_lat $pl" "$TMP/f" "sockperf_tcp_lat $pl" "$TMP/a"
         done
-        echo "   tcp-lat ($pl CPU) p50 us fabperf: $(tr '\n' ' ' <"$TMP/f")| sockperf: $(tr '\n' ' ' <"$TMP/a")" >&2
+        echo "   tcp-lat 64 B ($pl CPU) p50 us  fabperf: $(samples "$TMP/f")| sockperf: $(samples "$TMP/a")" >&2
         f=$(median <"$TMP/f"); a=$(median <"$TMP/a")
-        ratio=$(awk -v f="$f" -v a="$a" 'BEGIN{printf "%.3f", f/a}')
-        if [ $pl = same ]; then
-            record "$name" "tcp-lat 64B p50 us" "$f" "$a" "$ratio" "<=1.05" \
-                "$(awk -v x="$ratio" 'BEGIN{print (x<=1.05)?"MET":"MISSED"}')"
+        if [ "$pl" = same ]; then
+            record "$name" "tcp-lat 64B p50 us" "$f" "$a" "$(ratio "$f" "$a")" "<=1.05" "$(verdict "$(ratio "$f" "$a")" "<=" 1.05)"
         else
-            record "$name" "tcp-lat p50 cross-CPU" "$f" "$a" "$ratio" "(info)" "-"
+            record "$name" "tcp-lat p50 us cross-CPU" "$f" "$a" "$(ratio "$f" "$a")" "(info)" "-"
         fi
     done
-    : >"$TMP/f"; : >"$TMP/a"; : >"$TMP/fm"
+
+    # udp-bw 1472 B, split
+    start_servers split
+    : >"$TMP/f"; : >"$TMP/a"; : >"$TMP/m"
     for r in $(seq 1 "$ROUNDS"); do
-        if [ $((r % 2)) = 1 ]; then
-            fab_udp_lossless "$nc" "$ip" >>"$TMP/f"; iperf_udp_bw "$nc" "$ip" >>"$TMP/a"
-        else
-            iperf_udp_bw "$nc" "$ip" >>"$TMP/a"; fab_udp_lossless "$nc" "$ip" >>"$TMP/f"
-        fi
-        fab_udp_at "$nc" "$ip" max >>"$TMP/fm"
+        alternate "$r" "fab_udp_lossless split" "$TMP/f" "iperf_udp_bw split" "$TMP/a"
+        fab_udp_at split max >>"$TMP/m"
     done
-    echo "   udp-bw lossless fabperf (gbps rate): $(tr '\n' ';' <"$TMP/f") | iperf3 -b 0 delivered: $(tr '\n' ' ' <"$TMP/a")" >&2
-    echo "   udp-bw fabperf -b max (delivered loss% offered): $(tr '\n' ';' <"$TMP/fm")" >&2
+    echo "   udp-bw 1472 B lossless fabperf (Gbit/s @setting): $(tr '\n' ';' <"$TMP/f") | iperf3 -u -b 0 received: $(samples "$TMP/a")" >&2
+    echo "   udp-bw fabperf -b max (received Gbit/s, loss %, offered Gbit/s): $(tr '\n' ';' <"$TMP/m")" >&2
     f=$(awk '{print $1}' "$TMP/f" | median); a=$(median <"$TMP/a")
-    ratio=$(awk -v f="$f" -v a="$a" 'BEGIN{printf "%.3f", f/a}')
-    record "$name" "udp-bw 1472B Gbit/s" "$f" "$a" "$ratio" ">=1.00" \
-        "$(awk -v x="$ratio" 'BEGIN{print (x>=1.00)?"MET":"MISSED"}')"
+    record "$name" "udp-bw 1472B Gbit/s" "$f" "$a" "$(ratio "$f" "$a")" ">=1.00" "$(verdict "$(ratio "$f" "$a")" ">=" 1.00)"
     stop_servers
 }
 
@@ -292,7 +295,7 @@ setup_veth() {
 
 echo "fabperf: $("$FABPERF" --version) ($FABPERF); $(iperf3 --version | head -1); $(sockperf --version 2>&1 | head -1)" >&2
 echo "kernel $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-printf '%-9s %-22s %10s %10s %7s  %-8s %s\n' scenario test fabperf anchor ratio target verdict
+printf '%-9s %-24s %10s %10s %7s  %-8s %s\n' scenario test fabperf anchor ratio target verdict
 if [ -z "$ONLY" ] || [ "$ONLY" = loopback ]; then
     scenario loopback "" "" 127.0.0.1
 fi
@@ -300,4 +303,4 @@ if [ -z "$ONLY" ] || [ "$ONLY" = veth ]; then
     setup_veth
     scenario veth "$NS_A" "$NS_B" "$IP_B"
 fi
-echo "(anchor = iperf3 3.x for tcp-bw/udp-bw, sockperf for tcp-lat; medians of $ROUNDS rounds; load at end $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "(anchor: iperf3 for tcp-bw and udp-bw, sockperf for tcp-lat; medians of $ROUNDS rounds; load at end $(cut -d' ' -f1-3 /proc/loadavg))"
