@@ -465,7 +465,7 @@ pub fn tag(i: u64) -> u8 {
 /// Reap send completions without waiting; error on a failed one.
 #[inline]
 fn reap(
-    ep: &Endpoint,
+    ep: &mut Endpoint,
     wcs: &mut Vec<Wc>,
     sends: &mut u64,
     recvs: &mut Vec<u64>,
@@ -547,6 +547,7 @@ pub fn lat_initiator(
                 sends_out += 1;
                 let mut spins: u32 = 0;
                 while ep.dst.load(last) != t {
+                    std::hint::spin_loop();
                     spins = spins.wrapping_add(1);
                     if spins & (1024 - 1) == 0 {
                         reap(ep, &mut wcs, &mut sends_out, &mut recvs, "write")?;
@@ -661,6 +662,7 @@ pub fn lat_responder(
         match op {
             Op::Write => {
                 while ep.dst.load(last) != t {
+                    std::hint::spin_loop();
                     spins = spins.wrapping_add(1);
                     if spins & (1024 - 1) == 0 {
                         if beat.peer_done() {

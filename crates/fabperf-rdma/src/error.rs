@@ -105,7 +105,7 @@ pub fn device_list_error(errno: Option<i32>, text: &str) -> RdmaUnavailable {
 /// Everything that can go wrong in an RDMA test.
 #[derive(Debug, thiserror::Error)]
 pub enum RdmaError {
-    #[error("{0}")]
+    #[error(transparent)]
     Unavailable(#[from] RdmaUnavailable),
     #[error(transparent)]
     Proto(#[from] ProtoError),

@@ -209,6 +209,47 @@ pub fn recv_sge(h: RecvWorkRequestHandle<'_, '_>, buf: &RegBuf, off: usize, len:
     unsafe { h.setup_sge(buf.lkey(), buf.addr() + off as u64, len) }
 }
 
+/// Up to this many completions per `ibv_poll_cq`.
+pub const POLL_BATCH: usize = 32;
+
+/// A reusable array for `ibv_poll_cq` (sideway's poller allocates one per
+/// call; the latency loops poll millions of times).
+pub struct WcArray(Box<[rdma_mummy_sys::ibv_wc; POLL_BATCH]>);
+
+impl Default for WcArray {
+    fn default() -> Self {
+        // SAFETY: ibv_wc is plain old data (integers and a union of
+        // integers); all-zero bytes are a valid value.
+        WcArray(Box::new(unsafe { std::mem::zeroed() }))
+    }
+}
+
+/// Poll `cq` once into `arr`; pushes (wr_id, status, vendor_err) to `out`.
+pub fn poll_cq(
+    cq: &sideway::ibverbs::completion::GenericCompletionQueue,
+    arr: &mut WcArray,
+    out: &mut Vec<crate::verbs::Wc>,
+) -> Result<usize, i32> {
+    use sideway::ibverbs::completion::CompletionQueue;
+    // SAFETY: the CQ handle is valid while `cq` is alive (borrowed here);
+    // `arr` is a writable array of POLL_BATCH entries and ibv_poll_cq
+    // writes at most that many.
+    let n = unsafe {
+        rdma_mummy_sys::ibv_poll_cq(cq.cq().as_ptr(), POLL_BATCH as i32, arr.0.as_mut_ptr())
+    };
+    if n < 0 {
+        return Err(-n);
+    }
+    for wc in &arr.0[..n as usize] {
+        out.push(crate::verbs::Wc {
+            wr_id: wc.wr_id,
+            status: wc.status,
+            vendor_err: wc.vendor_err,
+        });
+    }
+    Ok(n as usize)
+}
+
 /// libibverbs' text for a work completion status (`ibv_wc_status_str`).
 pub fn wc_status_str(status: u32) -> String {
     // SAFETY: ibv_wc_status_str takes any value and returns a pointer to a

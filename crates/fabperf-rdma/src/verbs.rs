@@ -9,7 +9,7 @@ use crate::select::{
 };
 use crate::sys::{self, RegBuf};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
-use sideway::ibverbs::completion::{GenericCompletionQueue, PollCompletionQueueError};
+use sideway::ibverbs::completion::GenericCompletionQueue;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
@@ -252,6 +252,7 @@ pub struct Wc {
 pub struct Endpoint {
     qps: Vec<GenericQueuePair>,
     cq: GenericCompletionQueue,
+    wcs: sys::WcArray,
     pub src: RegBuf,
     pub dst: RegBuf,
     _pd: Arc<ProtectionDomain>,
@@ -341,6 +342,7 @@ impl Endpoint {
         let mut ep = Endpoint {
             qps,
             cq,
+            wcs: sys::WcArray::default(),
             src,
             dst,
             _pd: pd,
@@ -593,26 +595,23 @@ impl Endpoint {
             .map_err(|e| RdmaError::Setup(format!("posting {n} receive(s) on QP {qp}: {e}")))
     }
 
-    /// Poll the CQ once; completions go to `f`. Returns how many.
+    /// Poll the CQ until it is empty (or a few batches); completions are
+    /// copied to `out`. Returns how many.
     #[inline]
-    pub fn poll(&self, out: &mut Vec<Wc>) -> Result<usize, RdmaError> {
+    pub fn poll(&mut self, out: &mut Vec<Wc>) -> Result<usize, RdmaError> {
         out.clear();
-        match self.cq.start_poll() {
-            Ok(p) => {
-                for wc in p {
-                    out.push(Wc {
-                        wr_id: wc.wr_id(),
-                        status: wc.status(),
-                        vendor_err: wc.vendor_err(),
-                    });
-                }
-                Ok(out.len())
+        for _ in 0..8 {
+            let n = sys::poll_cq(&self.cq, &mut self.wcs, out).map_err(|e| {
+                RdmaError::Setup(format!(
+                    "polling the completion queue: {}",
+                    std::io::Error::from_raw_os_error(e)
+                ))
+            })?;
+            if n < sys::POLL_BATCH {
+                break;
             }
-            Err(PollCompletionQueueError::CompletionQueueEmpty) => Ok(0),
-            Err(e) => Err(RdmaError::Setup(format!(
-                "polling the completion queue: {e}"
-            ))),
         }
+        Ok(out.len())
     }
 
     /// The error for a failed completion.
