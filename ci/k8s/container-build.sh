@@ -3,6 +3,7 @@
 #
 #   ci/k8s/container-build.sh              # local base images (no registry access needed)
 #   FABPERF_BASES=registry ci/k8s/container-build.sh   # pull rust:1-bookworm / debian:bookworm-slim
+#   FABPERF_SMOKE_ONLY=1 FABPERF_IMAGE=TAG ci/k8s/container-build.sh   # only test an existing image
 #
 # Without registry access (this project's CI), the two base images are made
 # locally: Debian bookworm from the apt mirror with mmdebstrap, and a build base
@@ -16,7 +17,7 @@ TAG="${FABPERF_IMAGE:-localhost/fabperf:ci}"
 ISO=(--isolation chroot)   # no user namespaces / nested OCI runtime needed
 args=()
 
-if [ "${FABPERF_BASES:-local}" != registry ]; then
+if [ "${FABPERF_BASES:-local}" != registry ] && [ "${FABPERF_SMOKE_ONLY:-0}" != 1 ]; then
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   if ! buildah inspect localhost/fabperf-base:bookworm >/dev/null 2>&1; then
@@ -47,8 +48,12 @@ if [ "${FABPERF_BASES:-local}" != registry ]; then
   args=(--build-arg RUST_IMAGE=localhost/fabperf-rust:bookworm --build-arg RUNTIME_IMAGE=localhost/fabperf-base:bookworm)
 fi
 
-echo "==> buildah build -t $TAG"
-buildah build "${ISO[@]}" --network host "${args[@]}" -t "$TAG" -f Containerfile .
+if [ "${FABPERF_SMOKE_ONLY:-0}" = 1 ]; then
+  echo "==> smoke test only (FABPERF_SMOKE_ONLY=1): $TAG"
+else
+  echo "==> buildah build -t $TAG"
+  buildah build "${ISO[@]}" --network host "${args[@]}" -t "$TAG" -f Containerfile .
+fi
 
 echo "==> smoke test"
 c="$(buildah from "$TAG")"
@@ -56,15 +61,23 @@ trap 'buildah rm "$c" >/dev/null 2>&1 || true; rm -rf "${work:-/nonexistent}"' E
 buildah run "${ISO[@]}" "$c" -- fabperf --version
 buildah run "${ISO[@]}" "$c" -- sh -c 'test -e /usr/lib/x86_64-linux-gnu/libibverbs.so.1 && ls /usr/lib/x86_64-linux-gnu/libibverbs/ | grep -q rxe && echo "libibverbs1 + providers (rxe, mlx5, ...) present"'
 [ "$(buildah inspect --format '{{.OCIv1.Config.User}}' "$TAG")" = "65532:65532" ] || { echo "FAIL: image must default to uid 65532"; exit 1; }
-port=25301
+log="$(mktemp)"
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 buildah run "${ISO[@]}" --network host "$c" -- sh -c \
-  "printf 'container-smoke-test-token' > /tmp/token && exec timeout 15 fabperf server --bind 127.0.0.1 --port $port --token-file /tmp/token --quiet" &
+  "printf 'container-smoke-test-token' > /tmp/token && exec timeout 20 fabperf server --bind 127.0.0.1 --port $port --token-file /tmp/token" \
+  >"$log" 2>&1 &
 srv=$!
 ok=0
-for _ in $(seq 1 40); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then ok=1; break; fi
+for _ in $(seq 1 60); do
+  kill -0 "$srv" 2>/dev/null || break   # the agent exited: fail below with its log
+  if grep -q "listening on 127.0.0.1:$port" "$log" && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    ok=1
+    break
+  fi
   sleep 0.25
 done
-wait "$srv" || true
-[ "$ok" = 1 ] || { echo "FAIL: the agent in the image did not accept TCP on $port"; exit 1; }
+cat "$log"
+wait "$srv" 2>/dev/null || true
+rm -f "$log"
+[ "$ok" = 1 ] || { echo "FAIL: the agent in the image did not start listening on 127.0.0.1:$port"; exit 1; }
 echo "container-build: $TAG built; agent answers on its control port (what the readiness probe checks)"
