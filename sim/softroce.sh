@@ -439,7 +439,9 @@ main() {
             mkdir -p "$TARGET_DIR/softroce"
             cp "$run/out/compare.md" "$TARGET_DIR/softroce/compare.md"
             [[ -s $run/out/compare.tsv ]] && cp "$run/out/compare.tsv" "$TARGET_DIR/softroce/compare.tsv"
-            log "ratio table written to $TARGET_DIR/softroce/compare.md"
+            rm -rf "$TARGET_DIR/softroce/logs"
+            [[ -d $run/out/logs ]] && cp -r "$run/out/logs" "$TARGET_DIR/softroce/logs"
+            log "ratio table written to $TARGET_DIR/softroce/compare.md (raw runs: compare.tsv, logs/)"
         fi
     fi
     log "guest ran $((t3 - t2))s; total $((t3 - t0))s; exit status $rc"

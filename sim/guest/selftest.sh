@@ -99,7 +99,11 @@ perftest_run() {
             echo "$tool: calibration failed 3 times" >"$log.err"
             continue
         fi
-        echo "$val"
+        case $tool in
+            # MiB/s (4 significant digits; --report_gbits prints only 2 decimals) -> Gbit/s
+            *_bw) awk -v v="$val" 'BEGIN { printf "%.6f\n", v * 1048576 * 8 / 1e9 }' ;;
+            *) echo "$val" ;;
+        esac
         return 0
     done
     cat "$log.err" >&2
@@ -128,13 +132,13 @@ fabperf_run() {
         echo "fabperf $test $*: no $field in its JSON output: $(head -c 400 "$log") $(tail -n 3 "$log.err")" >&2
         return 1
     fi
-    echo "$val"
+    awk -v v="$val" -v t="$test" 'BEGIN { printf (t == "rdma-bw" ? "%.6f\n" : "%.3f\n"), v }'
 }
 
 # name | fabperf test | fabperf args | perftest tool | perftest args | unit | size
 PAIRS=(
-    "write-bw|rdma-bw|--op write --size $BW_SIZE --warmup $FB_WARM --duration $FB_DUR|ib_write_bw|-s $BW_SIZE -D $PT_D --report_gbits|Gbit/s|$BW_SIZE"
-    "send-bw|rdma-bw|--op send --size $BW_SIZE --warmup $FB_WARM --duration $FB_DUR|ib_send_bw|-s $BW_SIZE -D $PT_D --report_gbits|Gbit/s|$BW_SIZE"
+    "write-bw|rdma-bw|--op write --size $BW_SIZE --warmup $FB_WARM --duration $FB_DUR|ib_write_bw|-s $BW_SIZE -D $PT_D|Gbit/s|$BW_SIZE"
+    "send-bw|rdma-bw|--op send --size $BW_SIZE --warmup $FB_WARM --duration $FB_DUR|ib_send_bw|-s $BW_SIZE -D $PT_D|Gbit/s|$BW_SIZE"
     "send-lat|rdma-lat|--op send --size $LAT_SIZE --iterations $LAT_ITERS|ib_send_lat|-s $LAT_SIZE -n $LAT_ITERS|us|$LAT_SIZE"
     "write-lat|rdma-lat|--op write --size $LAT_SIZE --iterations $LAT_ITERS|ib_write_lat|-s $LAT_SIZE -n $LAT_ITERS|us|$LAT_SIZE"
 )
@@ -204,6 +208,9 @@ if grep -q 'MISSED' "$OUT/compare.md"; then
         echo "note: a ratio missed its target (reported only; FABPERF_SIM_ENFORCE_TARGETS=1 makes it fail)"
     fi
 fi
+
+# Every run's raw output, for a look after the fact (copied to the target dir).
+cp -r /tmp/st "$OUT/logs" 2>/dev/null
 
 say "summary"
 if [[ ${#FAILURES[@]} -gt 0 ]]; then
