@@ -59,7 +59,9 @@ pub struct RdmaPort {
 pub struct Netdev {
     pub name: String,
     pub kind: String,
-    pub mtu: u32,
+    /// `null` when detect could not read it (partial sysfs).
+    #[serde(default)]
+    pub mtu: Option<u32>,
     #[serde(default)]
     pub speed_mbps: Option<u64>,
     #[serde(default)]
@@ -188,6 +190,15 @@ mod tests {
         assert_eq!(dev.name, "mlx5_1");
         assert_eq!(r.roce_candidates().len(), 1);
         assert_eq!(r.ipoib_candidates()[0].name, "ib0");
+    }
+
+    #[test]
+    fn unreadable_mtu_is_unknown_not_an_error() {
+        // detect writes null when /sys/class/net/IF/mtu could not be read.
+        let partial = SAMPLE.replace("\"mtu\": 2044", "\"mtu\": null");
+        let r = DetectReport::parse(&partial, "partial.json").unwrap();
+        assert_eq!(r.netdev("ib0").unwrap().mtu, None);
+        assert_eq!(r.netdev("ens1f0np0").unwrap().mtu, Some(9000));
     }
 
     #[test]

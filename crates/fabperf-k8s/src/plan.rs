@@ -1021,8 +1021,10 @@ fn check_ipoib(cx: &mut Ctx, t: &S<RawIpoib>, detects: &[NodeDetect]) -> Option<
                     _ => {}
                 }
             }
-            if master_mtu.as_ref().is_none_or(|(v, _)| nd.mtu < *v) {
-                master_mtu = Some((nd.mtu, d.node.clone()));
+            if let Some(nm) = nd.mtu {
+                if master_mtu.as_ref().is_none_or(|(v, _)| nm < *v) {
+                    master_mtu = Some((nm, d.node.clone()));
+                }
             }
         }
     }
@@ -1130,7 +1132,12 @@ fn check_roce(cx: &mut Ctx, t: &S<RawRoce>, detects: &[NodeDetect]) -> Option<Ro
     };
     let netdev_mtu = detects
         .iter()
-        .filter_map(|d| d.report.netdev(&netdev).map(|n| (n.mtu, d.node.clone())))
+        .filter_map(|d| {
+            d.report
+                .netdev(&netdev)
+                .and_then(|n| n.mtu)
+                .map(|m| (m, d.node.clone()))
+        })
         .min_by_key(|x| x.0);
     let mtu = match &r.mtu {
         Some(m) => {
@@ -1503,7 +1510,7 @@ fn check_cni(
         None => {
             let mtus: BTreeSet<u32> = detects
                 .iter()
-                .filter_map(|d| d.report.netdev(&interface).map(|n| n.mtu))
+                .filter_map(|d| d.report.netdev(&interface).and_then(|n| n.mtu))
                 .collect();
             match mtus.len() {
                 1 => *mtus.iter().next().unwrap(),
@@ -1520,9 +1527,9 @@ fn check_cni(
     };
     if let Some(m) = &r.underlay_mtu {
         for d in detects {
-            if let Some(nd) = d.report.netdev(&interface) {
-                if nd.mtu != underlay_mtu {
-                    cx.at(m.span(), format!("[cni].underlay_mtu {underlay_mtu} differs from the MTU {} of {interface} on node {}", nd.mtu, d.node));
+            if let Some(nd_mtu) = d.report.netdev(&interface).and_then(|n| n.mtu) {
+                if nd_mtu != underlay_mtu {
+                    cx.at(m.span(), format!("[cni].underlay_mtu {underlay_mtu} differs from the MTU {nd_mtu} of {interface} on node {}", d.node));
                 }
             }
         }
