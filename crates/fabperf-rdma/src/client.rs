@@ -252,6 +252,12 @@ fn bw_records(
     );
     r.cpu_local_pct = Some(cpu_local);
     r.cpu_remote_pct = Some(report.cpu_pct);
+    for n in [&mine.note, &theirs.as_ref().and_then(|t| t.note.clone())]
+        .into_iter()
+        .flatten()
+    {
+        r.warnings.push(n.clone());
+    }
     if mine.msgs < 100 {
         r.warnings.push(format!(
             "only {} messages were measured; use more --iterations or --duration for a stable figure",

@@ -20,6 +20,41 @@ const BEAT: Duration = Duration::from_secs(1);
 /// Most requests posted with one doorbell.
 const POST_BATCH: u64 = 32;
 
+/// Busy-wait policy: spin tightly (a real NIC answers in microseconds),
+/// but after `YIELD_AFTER` without progress give the CPU away on every
+/// check, so the kernel work a software device (rxe) needs, or the peer
+/// process on an oversubscribed host, is not starved by our spinning.
+const YIELD_AFTER: Duration = Duration::from_micros(20);
+
+#[derive(Default)]
+struct Idle {
+    since: Option<Instant>,
+    yielding: bool,
+}
+
+impl Idle {
+    #[inline]
+    fn progress(&mut self) {
+        self.since = None;
+        self.yielding = false;
+    }
+
+    /// Call every few dozen empty polls.
+    #[inline]
+    fn wait(&mut self) {
+        if self.yielding {
+            std::thread::yield_now();
+            return;
+        }
+        let now = Instant::now();
+        match self.since {
+            None => self.since = Some(now),
+            Some(s) if now.duration_since(s) >= YIELD_AFTER => self.yielding = true,
+            Some(_) => {}
+        }
+    }
+}
+
 /// Receive the next step, skipping `Progress`.
 pub fn recv_step(ctl: &mut Control, timeout: Duration, what: &str) -> Result<Step, ProtoError> {
     loop {
@@ -247,12 +282,18 @@ pub fn bw_side(
     let mut m_cpu = cpu0;
     let mut m_done = vec![0u64; nqp];
     let mut m_end: Option<(Instant, Vec<u64>, Duration)> = None;
+    // Duration mode: the first and last completion inside the window; the
+    // rate between them does not depend on where the window edges fall
+    // between two (possibly far apart) signaled completions.
+    let mut m_first: Option<(Instant, Vec<u64>)> = None;
+    let mut m_last: Option<(Instant, Vec<u64>)> = None;
     let mut samples: Vec<(u64, u64)> = Vec::new();
     let mut last_sample = start;
     let mut last_completion = start;
     let mut sender_done = plan.is_none();
     let size = plan.map(|p| p.size as u64).unwrap_or(0);
     let mut spins: u32 = 0;
+    let mut idle = Idle::default();
     loop {
         if let Some(p) = plan {
             if phase != Phase::Drain && !sender_done {
@@ -287,6 +328,7 @@ pub fn bw_side(
         }
         let n = ep.poll(&mut wcs)?;
         let now = Instant::now();
+        let mut got_send = false;
         if n > 0 {
             for wc in &wcs {
                 if wc.status != 0 {
@@ -307,6 +349,14 @@ pub fn bw_side(
                 } else {
                     completed[q] += wr_count(wc.wr_id) as u64;
                     last_completion = now;
+                    got_send = true;
+                }
+            }
+            if got_send && phase == Phase::Measure && m_end.is_none() {
+                if m_first.is_none() {
+                    m_first = Some((now, completed.clone()));
+                } else {
+                    m_last = Some((now, completed.clone()));
                 }
             }
             if recv {
@@ -372,6 +422,11 @@ pub fn bw_side(
             break;
         }
         spins = spins.wrapping_add(1);
+        if n > 0 {
+            idle.progress();
+        } else if spins & (16 - 1) == 0 {
+            idle.wait();
+        }
         if n > 0 || spins & (64 - 1) == 0 {
             beat.tick(now)?;
         }
@@ -391,8 +446,30 @@ pub fn bw_side(
         });
     };
     let (t_end, done_end, cpu_end) = m_end.unwrap_or((last_completion, completed.clone(), end_cpu));
-    let secs = t_end.duration_since(m_start).as_secs_f64();
-    let per_qp: Vec<u64> = (0..nqp).map(|q| done_end[q] - m_done[q]).collect();
+    let cpu_pct = cpu::percent(cpu_end.saturating_sub(m_cpu), t_end.duration_since(m_start));
+    let mut note = None;
+    let (secs, per_qp): (f64, Vec<u64>) = match (p.duration, &m_first, &m_last) {
+        (None, _, _) => (
+            t_end.duration_since(m_start).as_secs_f64(),
+            (0..nqp).map(|q| done_end[q] - m_done[q]).collect(),
+        ),
+        (Some(_), Some((ta, ca)), Some((tb, cb))) if tb > ta => (
+            tb.duration_since(*ta).as_secs_f64(),
+            (0..nqp).map(|q| cb[q] - ca[q]).collect(),
+        ),
+        (Some(_), _, _) => {
+            note = Some(format!(
+                "fewer than two completions inside the measured window (the link moved less than \
+                 2 x --cq-mod {} messages); the figure covers the whole run including warm-up — \
+                 use a longer --duration or a smaller --cq-mod",
+                p.cq_mod
+            ));
+            (
+                last_completion.duration_since(start).as_secs_f64(),
+                completed.clone(),
+            )
+        }
+    };
     let msgs: u64 = per_qp.iter().sum();
     let bytes = msgs * p.size as u64;
     let peak = peak_gbps(&samples, secs, bytes);
@@ -403,8 +480,9 @@ pub fn bw_side(
             msgs,
             peak_gbps: peak,
             per_qp_msgs: per_qp,
+            note,
         }),
-        cpu_pct: cpu::percent(cpu_end.saturating_sub(m_cpu), t_end.duration_since(m_start)),
+        cpu_pct,
     })
 }
 
@@ -508,6 +586,7 @@ pub fn lat_initiator(
     let mut wcs = Vec::with_capacity(64);
     let mut recvs: Vec<u64> = Vec::new();
     let mut sends_out: u64 = 0;
+    let mut idle = Idle::default();
     let start = Instant::now();
     let mut measuring = p.duration.is_none() || p.warmup.is_zero();
     let mut m_start = start;
@@ -540,6 +619,7 @@ pub fn lat_initiator(
             }
         }
         let t = tag(i);
+        idle.progress();
         match p.op {
             Op::Write => {
                 ep.src.store(last, t);
@@ -549,6 +629,9 @@ pub fn lat_initiator(
                 while ep.dst.load(last) != t {
                     std::hint::spin_loop();
                     spins = spins.wrapping_add(1);
+                    if spins & (16 - 1) == 0 {
+                        idle.wait();
+                    }
                     if spins & (1024 - 1) == 0 {
                         reap(ep, &mut wcs, &mut sends_out, &mut recvs, "write")?;
                         let now = Instant::now();
@@ -566,6 +649,9 @@ pub fn lat_initiator(
                 while recvs.is_empty() {
                     reap(ep, &mut wcs, &mut sends_out, &mut recvs, "send")?;
                     spins = spins.wrapping_add(1);
+                    if spins & (16 - 1) == 0 {
+                        idle.wait();
+                    }
                     if spins & (256 - 1) == 0 {
                         let now = Instant::now();
                         if now.duration_since(t0) >= timeout {
@@ -582,6 +668,9 @@ pub fn lat_initiator(
                 while sends_out > 0 {
                     reap(ep, &mut wcs, &mut sends_out, &mut recvs, "read")?;
                     spins = spins.wrapping_add(1);
+                    if spins & (16 - 1) == 0 {
+                        idle.wait();
+                    }
                     if spins & (256 - 1) == 0 {
                         let now = Instant::now();
                         if now.duration_since(t0) >= timeout {
@@ -653,17 +742,22 @@ pub fn lat_responder(
     let mut wcs = Vec::with_capacity(64);
     let mut recvs: Vec<u64> = Vec::new();
     let mut sends_out: u64 = 0;
+    let mut idle = Idle::default();
     let start = Instant::now();
     let cpu0 = cpu::thread_cpu_time();
     let mut i: u64 = 0;
     let mut spins: u32 = 0;
     'outer: loop {
         let t = tag(i);
+        idle.progress();
         match op {
             Op::Write => {
                 while ep.dst.load(last) != t {
                     std::hint::spin_loop();
                     spins = spins.wrapping_add(1);
+                    if spins & (16 - 1) == 0 {
+                        idle.wait();
+                    }
                     if spins & (1024 - 1) == 0 {
                         if beat.peer_done() {
                             break 'outer;
@@ -686,6 +780,9 @@ pub fn lat_responder(
                 while recvs.is_empty() {
                     reap(ep, &mut wcs, &mut sends_out, &mut recvs, "send")?;
                     spins = spins.wrapping_add(1);
+                    if spins & (16 - 1) == 0 {
+                        idle.wait();
+                    }
                     if spins & (256 - 1) == 0 {
                         if beat.peer_done() {
                             break 'outer;

@@ -92,6 +92,9 @@ pub struct SideStats {
     pub msgs: u64,
     pub peak_gbps: Option<f64>,
     pub per_qp_msgs: Vec<u64>,
+    /// Why the figure may mislead (goes into the record's warnings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl SideStats {
@@ -191,6 +194,7 @@ mod tests {
                 msgs: 1,
                 peak_gbps: None,
                 per_qp_msgs: vec![1],
+                note: None,
             }),
         });
         let back: Step = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
