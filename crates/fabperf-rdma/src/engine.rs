@@ -472,7 +472,15 @@ pub fn bw_side(
     };
     let msgs: u64 = per_qp.iter().sum();
     let bytes = msgs * p.size as u64;
-    let peak = peak_gbps(&samples, secs, bytes);
+    // The samples are relative to the window start.
+    let w_secs = t_end.duration_since(m_start).as_secs_f64();
+    let w_bytes = (0..nqp).map(|q| done_end[q] - m_done[q]).sum::<u64>() * p.size as u64;
+    let avg = if secs > 0.0 {
+        bytes as f64 * 8.0 / secs / 1e9
+    } else {
+        0.0
+    };
+    let peak = peak_gbps(&samples, w_secs, w_bytes).map(|g| g.max(avg));
     Ok(BwOutcome {
         stats: Some(SideStats {
             bytes,
@@ -494,7 +502,12 @@ pub fn peak_gbps(samples: &[(u64, u64)], secs: f64, bytes: u64) -> Option<f64> {
         return None;
     }
     let avg = bytes as f64 * 8.0 / secs / 1e9;
-    let window = ((secs * 1e9 / 20.0) as u64).max(1_000_000);
+    // At least a few completion gaps wide, or one burst of completions
+    // would look like a peak.
+    let gap = secs * 1e9 / (samples.len() as f64 + 1.0);
+    let window = ((secs * 1e9 / 20.0) as u64)
+        .max(1_000_000)
+        .max((4.0 * gap) as u64);
     let mut pts = Vec::with_capacity(samples.len() + 2);
     pts.push((0u64, 0u64));
     pts.extend_from_slice(samples);

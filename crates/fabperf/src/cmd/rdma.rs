@@ -23,13 +23,6 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size '{s}' is too large"))
 }
 
-fn parse_sizes(s: &str) -> Result<Vec<u64>, String> {
-    s.split(',')
-        .filter(|x| !x.trim().is_empty())
-        .map(parse_size)
-        .collect()
-}
-
 fn parse_op(s: &str) -> Result<Op, String> {
     s.parse()
 }
@@ -74,7 +67,7 @@ pub struct BwArgs {
     #[arg(long, value_parser = parse_size, conflicts_with_all = ["sizes", "all_sizes"])]
     pub size: Option<u64>,
     /// Comma-separated message sizes, e.g. 2,64,65536.
-    #[arg(long, value_parser = parse_sizes, conflicts_with = "all_sizes")]
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, conflicts_with = "all_sizes")]
     pub sizes: Option<Vec<u64>>,
     /// Every power of two from 2 B to 8 MiB (perftest -a).
     #[arg(long)]
@@ -124,7 +117,7 @@ pub struct LatArgs {
     #[arg(long, value_parser = parse_size, conflicts_with_all = ["sizes", "all_sizes"])]
     pub size: Option<u64>,
     /// Comma-separated message sizes.
-    #[arg(long, value_parser = parse_sizes, conflicts_with = "all_sizes")]
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, conflicts_with = "all_sizes")]
     pub sizes: Option<Vec<u64>>,
     /// Every power of two from 2 B to 8 MiB.
     #[arg(long)]
@@ -318,7 +311,17 @@ mod tests {
         assert_eq!(parse_size("2").unwrap(), 2);
         assert_eq!(parse_size("1m").unwrap(), 1 << 20);
         assert!(parse_size("x").unwrap_err().contains("not a size"));
-        assert_eq!(parse_sizes("2,64,64K").unwrap(), vec![2, 64, 65536]);
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            bw: BwArgs,
+        }
+        let t = T::try_parse_from(["t", "h", "--sizes", "2,64,64K", "--op", "send"]).unwrap();
+        assert_eq!(t.bw.sizes, Some(vec![2, 64, 65536]));
+        assert_eq!(t.bw.op, Op::Send);
+        assert!(T::try_parse_from(["t", "h", "--sizes", "2", "--all-sizes"]).is_err());
+        assert!(T::try_parse_from(["t", "h", "--op", "atomic"]).is_err());
         assert_eq!(sizes(None, &None, false, 65536), vec![65536]);
         assert_eq!(sizes(None, &None, true, 65536).len(), 23);
     }
