@@ -52,8 +52,9 @@ fi
 printf 'fabperf-rdma tests passed in the guest: %d\n' "$total_passed"
 
 # ------------------------------------------------------------ 2. comparison
-PORT=18600
-next_port() { PORT=$((PORT + 1)); }
+# perftest ports: each run gets its own block of 10 (one per attempt); the
+# counter lives in the caller because runs execute in $(...) subshells.
+PORT_BASE=18600
 
 # wait_listen PORT: until something in the peer node listens on TCP PORT.
 wait_listen() {
@@ -71,8 +72,8 @@ perftest_run() {
     local tool=$1 attempt log srv col
     shift
     case $tool in *_bw) col=4 ;; *) col=5 ;; esac # BW average / t_typical
-    for attempt in 1 2 3; do
-        next_port
+    for attempt in 1 2 3 4 5; do
+        PORT=$((PORT_BASE + attempt))
         log=/tmp/st/$tool.$PORT
         "$GUEST_DIR/peer.sh" "$tool" -d "$PDEV" -x "$GID" -p "$PORT" -F "$@" >"$log.srv" 2>&1 &
         srv=$!
@@ -96,7 +97,7 @@ perftest_run() {
         if grep -q 'Correlation coefficient' "$log" ||
             ! awk -v v="$val" 'BEGIN { exit !(v + 0 > 0) }'; then
             echo "$tool: clock calibration failed under emulation (r^2 < 0.9 or zero result: '$val'), retrying" >&2
-            echo "$tool: calibration failed 3 times" >"$log.err"
+            echo "$tool: clock calibration failed in all 5 attempts" >"$log.err"
             continue
         fi
         case $tool in
@@ -112,7 +113,7 @@ perftest_run() {
 
 # fabperf_run TEST ARGS... -> prints BW (Gbit/s) or p50 (µs) of the total record.
 fabperf_run() {
-    local test=$1 log=/tmp/st/fabperf.$RANDOM field
+    local test=$1 log=/tmp/st/fabperf-$test.$PORT_BASE field
     shift
     case $test in rdma-bw) field=.bw_gbps ;; *) field=.lat_us.p50 ;; esac
     if [[ -z $FABPERF_AGENT ]]; then
@@ -152,6 +153,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         order=(fabperf perftest)
         ((r % 2 == 0)) && order=(perftest fabperf)
         for tool in "${order[@]}"; do
+            PORT_BASE=$((PORT_BASE + 10))
             if [[ $tool == fabperf ]]; then
                 # shellcheck disable=SC2086 # word splitting of the argument lists is intended
                 v=$(fabperf_run "$ftest" $fargs) || { failed "round $r: fabperf $ftest $fargs"; continue; }
