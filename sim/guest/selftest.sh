@@ -113,7 +113,8 @@ perftest_run() {
 
 # fabperf_run TEST ARGS... -> prints BW (Gbit/s) or p50 (µs) of the total record.
 fabperf_run() {
-    local test=$1 log=/tmp/st/fabperf-$test.$PORT_BASE field
+    local test=$1 log field
+    log=/tmp/st/fabperf-$test.$PORT_BASE
     shift
     case $test in rdma-bw) field=.bw_gbps ;; *) field=.lat_us.p50 ;; esac
     if [[ -z $FABPERF_AGENT ]]; then
