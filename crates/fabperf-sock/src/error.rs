@@ -10,13 +10,10 @@ pub enum SockError {
     /// The control channel failed or the agent refused.
     #[error(transparent)]
     Proto(#[from] ProtoError),
-    /// A data socket failed.
-    #[error("{what}: {source}{}", hint(.source))]
-    Data {
-        what: String,
-        #[source]
-        source: io::Error,
-    },
+    /// A data socket failed. (The cause is part of the message, not a
+    /// separate source, so `{:#}` chains do not print it twice.)
+    #[error("{what}: {}", describe(.source))]
+    Data { what: String, source: io::Error },
     /// The peer stopped answering or sending within the timeout.
     #[error("{0}")]
     PeerGone(String),
@@ -25,11 +22,18 @@ pub enum SockError {
     Protocol(String),
 }
 
-fn hint(e: &io::Error) -> &'static str {
+fn describe(e: &io::Error) -> String {
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-            " (no progress within the timeout: the peer stalled, died or the path drops packets)"
+            "no progress within the timeout: the peer stalled, died or the path drops packets"
+                .to_string()
         }
+        _ => format!("{e}{}", hint(e)),
+    }
+}
+
+fn hint(e: &io::Error) -> &'static str {
+    match e.kind() {
         io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
             " (the peer closed the connection: did it stop or fail? see its log)"
         }
