@@ -11,10 +11,10 @@
 # fetched with a private APT configuration into the cache and unpacked there.
 set -euo pipefail
 
-SIM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$SIM_DIR/.." && pwd)
+SIM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+REPO=$(cd "$SIM_DIR/.." && pwd -P)
 CACHE=${FABPERF_SIM_CACHE:-$HOME/.cache/fabperf-sim}
-TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+TARGET_DIR=$(realpath -m "${CARGO_TARGET_DIR:-$REPO/target}") # relative: to the cwd, as cargo does
 MIRROR=${FABPERF_SIM_MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${FABPERF_SIM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 KERNEL_CHOICE=${FABPERF_SIM_KERNEL:-auto}   # auto | backports | bookworm
