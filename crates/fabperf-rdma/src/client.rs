@@ -86,9 +86,19 @@ fn start(
     Ok((ctl, acc))
 }
 
-fn finish(ctl: &mut Control) {
+/// End the test and wait until the agent has closed the connection: it
+/// releases its one-test-at-a-time slot before closing, so a command run
+/// right after this one is not refused as "agent busy".
+fn finish(ctl: &mut Control, timeout: Duration) {
     let _ = ctl.send_test(&Step::Finish);
     let _ = ctl.send(&Msg::Bye);
+    let t = std::time::Instant::now();
+    while t.elapsed() < timeout {
+        match ctl.recv_within(timeout, "the agent closing the connection") {
+            Ok(_) => continue,
+            Err(_) => break,
+        }
+    }
 }
 
 fn base_record(test: &str, size: u64, streams: u32, ep: &Endpoint, agent: &EndpointInfo) -> Record {
@@ -159,7 +169,7 @@ pub fn run_bw(
         .map_err(|e| fail(&mut ctl, e))?;
         out.extend(recs);
     }
-    finish(&mut ctl);
+    finish(&mut ctl, cfg.timeout);
     Ok(out)
 }
 
@@ -335,7 +345,7 @@ pub fn run_lat(
             .map_err(|e| fail(&mut ctl, e))?;
         out.push(r);
     }
-    finish(&mut ctl);
+    finish(&mut ctl, cfg.timeout);
     Ok(out)
 }
 
