@@ -13,7 +13,9 @@ set -euo pipefail
 
 SIM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$SIM_DIR/.." && pwd -P)
-CACHE=${FABPERF_SIM_CACHE:-$HOME/.cache/fabperf-sim}
+# CI may run without HOME: fall back to the user's home from the passwd database.
+USER_HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+CACHE=${FABPERF_SIM_CACHE:-${USER_HOME:-/root}/.cache/fabperf-sim}
 TARGET_DIR=$(realpath -m "${CARGO_TARGET_DIR:-$REPO/target}") # relative: to the cwd, as cargo does
 MIRROR=${FABPERF_SIM_MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${FABPERF_SIM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
@@ -190,6 +192,11 @@ module_text() {
     esac
 }
 
+# Kernel ABIs in the cache, newest first.
+cached_kernels() {
+    find "$CACHE/kernels" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' 2>/dev/null | sort -Vr
+}
+
 # choose_kernel: sets KABI, KDIR and TOPOLOGY.
 choose_kernel() {
     local abi=
@@ -212,7 +219,7 @@ deb $SECURITY_MIRROR trixie-security main"; then :; fi
         if [[ -z $abi ]]; then
             # A cached copy of an earlier kernel that had the feature.
             local k
-            for k in $(ls -1 "$CACHE/kernels" 2>/dev/null | sort -Vr); do
+            for k in $(cached_kernels); do
                 if [[ -e $CACHE/kernels/$k/unpacked && $(cat "$CACHE/kernels/$k/topology") == netns ]]; then
                     abi=$k; log "using cached kernel $abi"; break
                 fi
@@ -231,7 +238,7 @@ deb $SECURITY_MIRROR bookworm-security main" || true
         [[ -n $abi ]] || abi=$(kernel_abi_for bookworm bookworm || true)
         if [[ -z $abi ]] || ! fetch_kernel bookworm "$abi"; then
             local k
-            for k in $(ls -1 "$CACHE/kernels" 2>/dev/null | sort -Vr); do
+            for k in $(cached_kernels); do
                 [[ -e $CACHE/kernels/$k/unpacked ]] && { abi=$k; break; }
             done
             [[ -e $CACHE/kernels/$abi/unpacked ]] ||
@@ -330,7 +337,8 @@ pick_accel() {
 }
 
 boot_guest() {
-    local run=$1 qemu_rc=0 init_cpio=$run/init.cpio.gz
+    local run=$1 qemu_rc=0
+    local init_cpio=$run/init.cpio.gz
     # The per-run part of the initrd: /init only (cheap, so edits to it apply at once).
     local st=$run/initstage
     mkdir -p "$st" && cp "$SIM_DIR/guest/init" "$st/init" && chmod 755 "$st/init"
@@ -343,7 +351,7 @@ boot_guest() {
         mkdir -p "$TARGET_DIR"
         shares+=(-virtfs "local,path=$TARGET_DIR,mount_tag=target,security_model=none,id=target")
     fi
-    local accel_args=(-accel tcg,thread=multi -cpu max)
+    local accel_args=(-accel "tcg,thread=multi" -cpu max)
     [[ $ACCEL == kvm ]] && accel_args=(-accel kvm -cpu host)
     log "booting kernel $KABI ($ACCEL, $VM_SMP vCPU, ${VM_MEM} MiB, topology $TOPOLOGY, timeout ${TIMEOUT}s)"
     # stdin from /dev/null: no terminal raw mode, Ctrl-C kills QEMU.

@@ -4,6 +4,7 @@
 # variables, optionally starts a fabperf agent in the peer node, then runs the
 # user's command (mode "cmd") or the self test (mode "selftest").
 set -uo pipefail
+# shellcheck source=/dev/null # written per run by sim/softroce.sh
 . /sim/env
 export PATH=/sim/bin:$PATH
 GUEST_DIR=$FABPERF_SIM_REPO/sim/guest

@@ -58,8 +58,8 @@ PORT_BASE=18600
 
 # wait_listen PORT: until something in the peer node listens on TCP PORT.
 wait_listen() {
-    local i
-    for i in $(seq 100); do
+    local _
+    for _ in $(seq 100); do
         [[ -n $("$GUEST_DIR/peer.sh" ss -Hltn "sport = :$1" 2>/dev/null) ]] && return 0
         sleep 0.1
     done
