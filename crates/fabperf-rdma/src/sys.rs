@@ -280,6 +280,26 @@ pub fn memlock_limit() -> Option<u64> {
     }
 }
 
+/// Lower (or raise, with privilege) this process's RLIMIT_MEMLOCK.
+pub fn set_memlock_limit(bytes: u64) -> std::io::Result<()> {
+    let rl = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: setrlimit only reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// True when running as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -500,3 +500,76 @@ fn remote_access_error_is_named_in_words() {
     drop(ctl);
     eventually_serves(a.addr(), &dev);
 }
+
+/// Child half of `memlock_limit_is_explained`: runs without CAP_IPC_LOCK
+/// (dropped by the parent through setpriv) under a 64 KiB memlock limit.
+#[test]
+fn memlock_child() {
+    if std::env::var_os("FABPERF_MEMLOCK_CHILD").is_none() {
+        return; // only meaningful when started by memlock_limit_is_explained
+    }
+    let Some(dev) = device() else { return };
+    fabperf_rdma::sys::set_memlock_limit(65536).unwrap();
+    let d = open_device(Some(&dev), None, None, None, None).unwrap();
+    let e = match Endpoint::new(
+        d,
+        EpConfig {
+            qps: 1,
+            slot: 1 << 20,
+            tx_depth: 8,
+            rx_depth: 0,
+            inline: 0,
+        },
+    ) {
+        Ok(_) => {
+            panic!("registering 1 MiB under a 64 KiB memlock limit without CAP_IPC_LOCK succeeded")
+        }
+        Err(e) => e,
+    };
+    let m = e.to_string();
+    assert!(matches!(e, RdmaError::Register(_)), "{m}");
+    for want in [
+        "RLIMIT_MEMLOCK",
+        "65536 bytes",
+        "1048576 bytes",
+        "ulimit -l",
+        "IPC_LOCK",
+    ] {
+        assert!(m.contains(want), "missing {want}: {m}");
+    }
+}
+
+#[test]
+fn memlock_limit_is_explained() {
+    let Some(_dev) = device() else { return };
+    if !fabperf_rdma::sys::is_root() {
+        eprintln!("skipped: needs root to drop CAP_IPC_LOCK with setpriv");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = match std::process::Command::new("setpriv")
+        .args(["--bounding-set=-ipc_lock", "--"])
+        .arg(&exe)
+        .args([
+            "--exact",
+            "memlock_child",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env("FABPERF_MEMLOCK_CHILD", "1")
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: setpriv (util-linux) not available: {e}");
+            return;
+        }
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "child failed:\n{text}");
+    assert!(text.contains("1 passed"), "child did not run:\n{text}");
+}
