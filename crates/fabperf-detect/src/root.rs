@@ -199,9 +199,30 @@ impl Root {
     }
 
     /// Last component of a symlink's target (e.g. the driver name behind `device/driver`).
+    ///
+    /// Only the link itself has to exist: its target may be absent, as in a
+    /// snapshot kept in git, which drops empty directories such as
+    /// `sys/bus/pci/drivers/mlx5_core`.
     pub fn link_name(&self, host_path: &str) -> Option<String> {
-        let real = self.canonical(host_path)?;
-        real.rsplit('/').next().map(|s| s.to_string())
+        // Record the path for captures, as other reads do.
+        let _ = self.canonical(host_path);
+        let mut comps = split(host_path);
+        let last = comps.pop()?;
+        let mut real = self.resolve(&join(&comps))?;
+        real.push(last);
+        let disk = self.on_disk(&real);
+        let md = fs::symlink_metadata(&disk).ok()?;
+        let name = if md.file_type().is_symlink() {
+            let t = fs::read_link(&disk).ok()?;
+            let t = t.to_string_lossy();
+            t.trim_end_matches('/').rsplit('/').next()?.to_string()
+        } else {
+            real.last()?.clone()
+        };
+        if name.is_empty() || name == "." || name == ".." {
+            return None;
+        }
+        Some(name)
     }
 }
 
