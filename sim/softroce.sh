@@ -117,7 +117,9 @@ EOF
     # Refresh the package lists at most once every 12 hours.
     local stamp=$d/updated
     if [[ ! -e $stamp || -n $(find "$stamp" -mmin +720 2>/dev/null) ]]; then
-        if APT_CONFIG=$d/apt.conf apt-get -q update >"$d/update.log" 2>&1; then
+        # apt-get update exits 0 even when it could not fetch: read its log too.
+        if APT_CONFIG=$d/apt.conf apt-get -q update >"$d/update.log" 2>&1 &&
+            ! grep -q -E '^(Err:|E:|W: Failed to fetch|W: Some index files failed)' "$d/update.log"; then
             touch "$stamp"
         else
             log "apt-get update for $name failed (see $d/update.log); using cached lists if any"
@@ -430,6 +432,8 @@ main() {
 
     RUN_DIR=
     mkdir -p "$CACHE/runs"
+    # Leftovers of runs that were killed outright (a day old: no live run is that long).
+    find "$CACHE/runs" -mindepth 1 -maxdepth 1 -type d -mmin +1440 -exec rm -rf {} + 2>/dev/null || true
     RUN_DIR=$(mktemp -d "$CACHE/runs/run.XXXXXX"); local run=$RUN_DIR
     trap 'rm -rf "$RUN_DIR"' EXIT
     chmod 755 "$run" && mkdir -p "$run/bin" "$run/out"
