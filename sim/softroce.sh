@@ -17,8 +17,25 @@ REPO=$(cd "$SIM_DIR/.." && pwd -P)
 USER_HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 CACHE=${FABPERF_SIM_CACHE:-${USER_HOME:-/root}/.cache/fabperf-sim}
 TARGET_DIR=$(realpath -m "${CARGO_TARGET_DIR:-$REPO/target}") # relative: to the cwd, as cargo does
-MIRROR=${FABPERF_SIM_MIRROR:-http://deb.debian.org/debian}
-SECURITY_MIRROR=${FABPERF_SIM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+# The Debian mirrors this host's apt already uses (main archive and security).
+host_apt_uris() {
+  { grep -hE '^[[:space:]]*(deb|URIs:)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+      /etc/apt/sources.list.d/*.sources 2>/dev/null || true; } \
+    | grep -oE 'https?://[^[:space:]]+' | sed 's:/*$::'
+}
+host_mirror() {
+  host_apt_uris | grep -vE -- '-security$' | grep -E '/debian$' | head -n1
+}
+host_security_mirror() {
+  host_apt_uris | grep -E '/debian-security$' | head -n1
+}
+MIRROR=${FABPERF_SIM_MIRROR:-$(host_mirror)}
+SECURITY_MIRROR=${FABPERF_SIM_SECURITY_MIRROR:-$(host_security_mirror)}
+if [ -z "$MIRROR" ]; then
+  echo "softroce: no Debian mirror found in this host's apt sources; set FABPERF_SIM_MIRROR=<URL of a Debian archive>" >&2
+  exit 2
+fi
+if [ -z "$SECURITY_MIRROR" ]; then SECURITY_MIRROR="${MIRROR%/debian}/debian-security"; fi
 KERNEL_CHOICE=${FABPERF_SIM_KERNEL:-auto}   # auto | backports | bookworm
 VM_MEM=${FABPERF_SIM_MEM:-2048}
 VM_SMP=${FABPERF_SIM_SMP:-2}

@@ -22,7 +22,8 @@ if [ "${FABPERF_BASES:-local}" != registry ] && [ "${FABPERF_SMOKE_ONLY:-0}" != 
   trap 'rm -rf "$work"' EXIT
   if ! buildah inspect localhost/fabperf-base:bookworm >/dev/null 2>&1; then
     echo "==> base: Debian bookworm (mmdebstrap)"
-    mmdebstrap --variant=minbase bookworm "$work/rootfs.tar" http://deb.debian.org/debian >/dev/null
+    mirror="$({ grep -hE '^[[:space:]]*(deb|URIs:)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null || true; } | grep -oE 'https?://[^[:space:]]+/debian' | head -n1)"
+    mmdebstrap --variant=minbase bookworm "$work/rootfs.tar" ${mirror:+"$mirror"} >/dev/null
     c="$(buildah from scratch)"
     m="$(buildah mount "$c")"
     tar -C "$m" -xf "$work/rootfs.tar"
