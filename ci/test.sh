@@ -22,6 +22,8 @@ step "cargo test --workspace"
 cargo test --workspace --locked --no-fail-fast
 step "Kubernetes manifests against upstream schemas"
 ./ci/k8s-validate.sh
+step "real ConnectX pair (hw-tests; skipped with the reason unless FABPERF_HW_PEER is set)"
+./hw-tests/connectx.sh
 if [ "$VM" = 1 ]; then
   step "soft-RoCE guest: RDMA tests and fabperf vs perftest"
   ./sim/softroce.sh
