@@ -40,5 +40,6 @@ pub use frame::{
     DEFAULT_PORT, MAGIC, MAX_FRAME, PROTO_VERSION,
 };
 pub use plugin::{
-    connect_data, Cookie, DataHub, DataWaiter, Limits, ServeCtx, ServeError, TestKind,
+    connect_data, decode_params, Cookie, DataHub, DataWaiter, Limits, ServeCtx, ServeError,
+    TestKind,
 };

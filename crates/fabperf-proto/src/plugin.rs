@@ -135,6 +135,16 @@ impl From<std::io::Error> for ServeError {
     }
 }
 
+/// Decode a test kind's request parameters; a malformed request becomes a
+/// `bad request` naming the test.
+pub fn decode_params<T: serde::de::DeserializeOwned>(
+    test: &str,
+    params: serde_json::Value,
+) -> Result<T, ServeError> {
+    serde_json::from_value(params)
+        .map_err(|e| ServeError::bad_request(format!("{test} parameters: {e}")))
+}
+
 /// What a test kind gets from the agent for one test.
 pub struct ServeCtx<'a> {
     pub ctl: &'a mut Control,

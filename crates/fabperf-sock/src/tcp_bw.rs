@@ -590,8 +590,7 @@ impl TestKind for TcpBw {
     }
 
     fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
-        let p: TcpBwParams = serde_json::from_value(params)
-            .map_err(|e| ServeError::bad_request(format!("tcp-bw parameters: {e}")))?;
+        let p: TcpBwParams = fabperf_proto::decode_params("tcp-bw", params)?;
         p.validate().map_err(ServeError::bad_request)?;
         ctx.limits.check_streams(p.streams)?;
         ctx.limits.check_duration(p.duration_s + p.omit_s)?;

@@ -257,8 +257,7 @@ impl TestKind for TcpLat {
     }
 
     fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
-        let p: TcpLatParams = serde_json::from_value(params)
-            .map_err(|e| ServeError::bad_request(format!("tcp-lat parameters: {e}")))?;
+        let p: TcpLatParams = fabperf_proto::decode_params("tcp-lat", params)?;
         p.validate().map_err(ServeError::bad_request)?;
         if p.iterations.is_none() {
             ctx.limits.check_duration(p.duration_s)?;

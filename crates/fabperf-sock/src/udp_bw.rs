@@ -694,8 +694,7 @@ impl TestKind for UdpBw {
     }
 
     fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
-        let p: UdpBwParams = serde_json::from_value(params)
-            .map_err(|e| ServeError::bad_request(format!("udp-bw parameters: {e}")))?;
+        let p: UdpBwParams = fabperf_proto::decode_params("udp-bw", params)?;
         p.validate().map_err(ServeError::bad_request)?;
         ctx.limits.check_duration(p.duration_s + p.omit_s)?;
         let want = p.window.unwrap_or(DEFAULT_WINDOW);

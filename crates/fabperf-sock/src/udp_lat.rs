@@ -324,8 +324,7 @@ impl TestKind for UdpLat {
     }
 
     fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
-        let p: UdpLatParams = serde_json::from_value(params)
-            .map_err(|e| ServeError::bad_request(format!("udp-lat parameters: {e}")))?;
+        let p: UdpLatParams = fabperf_proto::decode_params("udp-lat", params)?;
         p.validate().map_err(ServeError::bad_request)?;
         if p.iterations.is_none() {
             ctx.limits.check_duration(p.duration_s)?;

@@ -5,7 +5,7 @@ use fabperf_proto::{ClientConfig, DEFAULT_PORT};
 use fabperf_results::{write_csv, write_json_lines, Record, Table};
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How to reach the agent.
@@ -30,18 +30,27 @@ impl ClientOpts {
     }
 
     pub fn config(&self) -> anyhow::Result<ClientConfig> {
-        if !(self.timeout.is_finite() && self.timeout > 0.0) {
-            anyhow::bail!("--timeout must be a positive number of seconds");
-        }
-        let token = match &self.token_file {
-            Some(p) => Some(fabperf_proto::auth::read_token_file(p).map_err(anyhow::Error::msg)?),
-            None => None,
-        };
-        Ok(ClientConfig {
-            token,
-            timeout: Duration::from_secs_f64(self.timeout),
-        })
+        client_config(self.token_file.as_deref(), self.timeout)
     }
+}
+
+/// The client settings from `--token-file` and `--timeout` (shared by the
+/// test commands and `fabperf suite`).
+pub fn client_config(token_file: Option<&Path>, timeout: f64) -> anyhow::Result<ClientConfig> {
+    if !(timeout.is_finite() && timeout > 0.0) {
+        anyhow::bail!("--timeout must be a positive number of seconds");
+    }
+    Ok(ClientConfig {
+        token: read_token(token_file)?,
+        timeout: Duration::from_secs_f64(timeout),
+    })
+}
+
+/// The shared secret in `--token-file`, if one was given.
+pub fn read_token(token_file: Option<&Path>) -> anyhow::Result<Option<Vec<u8>>> {
+    token_file
+        .map(|p| fabperf_proto::auth::read_token_file(p).map_err(anyhow::Error::msg))
+        .transpose()
 }
 
 /// Output selection.

@@ -63,10 +63,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if !(a.timeout.is_finite() && a.timeout > 0.0) {
         anyhow::bail!("--timeout must be a positive number of seconds");
     }
-    let token = match &a.token_file {
-        Some(p) => Some(fabperf_proto::auth::read_token_file(p).map_err(anyhow::Error::msg)?),
-        None => None,
-    };
+    let token = super::common::read_token(a.token_file.as_deref())?;
     let cfg = AgentConfig {
         bind: SocketAddr::new(a.bind, a.port),
         token,

@@ -6,7 +6,7 @@
 //! nothing. A failing test does not stop the others; the exit status is
 //! non-zero when any failed.
 
-use super::common::{emit, OutputOpts, TableStyle};
+use super::common::{client_config, emit, OutputOpts, TableStyle};
 use anyhow::Context;
 use fabperf_agent::{Agent, AgentConfig};
 use fabperf_proto::{ClientConfig, Limits, DEFAULT_PORT};
@@ -16,7 +16,6 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -54,17 +53,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if !(a.duration.is_finite() && a.duration > 0.0) {
         anyhow::bail!("--duration must be a positive number of seconds");
     }
-    if !(a.timeout.is_finite() && a.timeout > 0.0) {
-        anyhow::bail!("--timeout must be a positive number of seconds");
-    }
-    let token = match &a.token_file {
-        Some(p) => Some(fabperf_proto::auth::read_token_file(p).map_err(anyhow::Error::msg)?),
-        None => None,
-    };
-    let cfg = ClientConfig {
-        token,
-        timeout: Duration::from_secs_f64(a.timeout),
-    };
+    let cfg = client_config(a.token_file.as_deref(), a.timeout)?;
 
     // The agent: remote, or in this process on loopback.
     let (_local_agent, addr): (Option<fabperf_agent::AgentHandle>, SocketAddr) = match &a.peer {
