@@ -4,7 +4,7 @@ use crate::engine::{bw_side, lat_initiator, recv_step, with_peer, LatPlan, Plan}
 use crate::error::RdmaError;
 use crate::msg::{AcceptInfo, EndpointInfo, Report, Request, SideStats, Step};
 use crate::select::path_mtu;
-use crate::verbs::{open_device, Endpoint, EpConfig, Op};
+use crate::verbs::{open_device, Device, Endpoint, EpConfig, Op};
 use crate::{slot_for, BwParams, LatParams};
 use fabperf_proto::{connect_test, ClientConfig, Control, ErrorCode, Msg, ProtoError};
 use fabperf_results::{Record, Transport};
@@ -117,6 +117,21 @@ fn base_record(test: &str, size: u64, streams: u32, ep: &Endpoint, agent: &Endpo
     r
 }
 
+/// Open the client's device (preferring the one that reaches `addr`) and say
+/// which was picked when the choice was not obvious.
+fn client_device(
+    device: Option<&str>,
+    ib_port: Option<u8>,
+    gid_index: Option<u32>,
+    addr: SocketAddr,
+) -> Result<Device, RdmaError> {
+    let dev = open_device(device, ib_port, gid_index, local_ip_towards(addr), None)?;
+    if let Some(n) = &dev.note {
+        eprintln!("fabperf: {n}");
+    }
+    Ok(dev)
+}
+
 /// Run `rdma-bw` against the agent at `addr`: one record per size, plus
 /// per-QP records when more than one QP runs.
 pub fn run_bw(
@@ -125,16 +140,7 @@ pub fn run_bw(
     p: &BwParams,
 ) -> Result<Vec<Record>, RdmaError> {
     p.validate().map_err(RdmaError::BadRequest)?;
-    let dev = open_device(
-        p.device.as_deref(),
-        p.ib_port,
-        p.gid_index,
-        local_ip_towards(addr),
-        None,
-    )?;
-    if let Some(n) = &dev.note {
-        eprintln!("fabperf: {n}");
-    }
+    let dev = client_device(p.device.as_deref(), p.ib_port, p.gid_index, addr)?;
     let recv = p.op == Op::Send && p.bidir;
     let rx_depth = if recv { p.tx_depth.max(512) } else { 0 };
     let mut ep = Endpoint::new(
@@ -308,16 +314,7 @@ pub fn run_lat(
     p: &LatParams,
 ) -> Result<Vec<Record>, RdmaError> {
     p.validate().map_err(RdmaError::BadRequest)?;
-    let dev = open_device(
-        p.device.as_deref(),
-        p.ib_port,
-        p.gid_index,
-        local_ip_towards(addr),
-        None,
-    )?;
-    if let Some(n) = &dev.note {
-        eprintln!("fabperf: {n}");
-    }
+    let dev = client_device(p.device.as_deref(), p.ib_port, p.gid_index, addr)?;
     let rx_depth = if p.op == Op::Send { LAT_RX_DEPTH } else { 0 };
     let inline = if p.op == Op::Read {
         0

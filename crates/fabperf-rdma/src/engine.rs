@@ -659,31 +659,19 @@ pub fn lat_initiator(
                     }
                 }
             }
-            Op::Send => {
-                ep.post(0, Op::Send, 1, p.size, p.inline)?;
+            Op::Send | Op::Read => {
+                // Send: done when the peer's reply arrives as a receive.
+                // Read: done when our own read completes. Reads are never inline.
+                let send = p.op == Op::Send;
+                ep.post(0, p.op, 1, p.size, send && p.inline)?;
                 sends_out += 1;
                 let mut spins: u32 = 0;
-                while recvs.is_empty() {
-                    reap(ep, &mut wcs, &mut sends_out, &mut recvs, "send")?;
-                    spins = spins.wrapping_add(1);
-                    if spins & (16 - 1) == 0 {
-                        idle.wait();
-                    }
-                    if spins & (256 - 1) == 0 {
-                        let now = Instant::now();
-                        if now.duration_since(t0) >= timeout {
-                            return Err(stalled(ep, p.op, timeout));
-                        }
-                        beat.tick(now)?;
-                    }
-                }
-            }
-            Op::Read => {
-                ep.post(0, Op::Read, 1, p.size, false)?;
-                sends_out += 1;
-                let mut spins: u32 = 0;
-                while sends_out > 0 {
-                    reap(ep, &mut wcs, &mut sends_out, &mut recvs, "read")?;
+                while if send {
+                    recvs.is_empty()
+                } else {
+                    sends_out > 0
+                } {
+                    reap(ep, &mut wcs, &mut sends_out, &mut recvs, p.op.as_str())?;
                     spins = spins.wrapping_add(1);
                     if spins & (16 - 1) == 0 {
                         idle.wait();
