@@ -76,10 +76,13 @@ Environment:
   FABPERF_BIN          use this fabperf binary instead of building one
   FABPERF_SIM_KERNEL   auto (default) | backports | bookworm
   FABPERF_SIM_TIMEOUT  seconds before the guest is killed (default 900; 1500 without --)
-  FABPERF_SIM_ROUNDS   comparison rounds (default 4, alternating which tool goes first)
+  FABPERF_SIM_ROUNDS   comparison rounds (default 6, alternating which tool goes first)
   FABPERF_SIM_MTU      veth MTU in the guest (default 9000 -> rxe active_mtu 4096)
   FABPERF_SIM_AGENT=0  do not start a fabperf agent in the peer node
   FABPERF_SIM_ENFORCE_TARGETS=1  fail when a ratio misses its target
+  FABPERF_SIM_LAT_ITERS  latency iterations per comparison run (default 1000)
+  FABPERF_SIM_BW_SECONDS measured seconds per bandwidth comparison run (default 4)
+  FABPERF_SIM_COMPARE_ONLY=1  skip the test binaries, only compare with perftest
   FABPERF_SIM_MEM / FABPERF_SIM_SMP / FABPERF_SIM_ACCEL (kvm|tcg)
 EOF
 }
@@ -421,7 +424,7 @@ write_env() {
         for v in $(compgen -e); do
             case $v in
                 FABPERF_SIM_CACHE|FABPERF_BIN) ;;
-                FABPERF_SIM_ROUNDS|FABPERF_SIM_AGENT|FABPERF_SIM_ENFORCE_TARGETS) printf 'export %s=%q\n' "$v" "${!v}" ;;
+                FABPERF_SIM_ROUNDS|FABPERF_SIM_AGENT|FABPERF_SIM_ENFORCE_TARGETS|FABPERF_SIM_LAT_ITERS|FABPERF_SIM_BW_SECONDS|FABPERF_SIM_COMPARE_ONLY) printf 'export %s=%q\n' "$v" "${!v}" ;;
                 FABPERF_SIM_*) ;;
                 FABPERF_*|RUST_LOG|RUST_BACKTRACE|RUST_TEST_THREADS) printf 'export %s=%q\n' "$v" "${!v}" ;;
             esac
@@ -454,7 +457,9 @@ main() {
     RUN_DIR=$(mktemp -d "$CACHE/runs/run.XXXXXX"); local run=$RUN_DIR
     trap 'rm -rf "$RUN_DIR"' EXIT
     chmod 755 "$run" && mkdir -p "$run/bin" "$run/out"
-    cp "$FABPERF" "$run/bin/fabperf"
+    # Without debug info (38 -> ~6 MB): the guest copies it into its RAM at
+    # boot (sim/guest/main.sh), so no page of it is read over 9p mid-run.
+    strip --strip-debug -o "$run/bin/fabperf" "$FABPERF" 2>/dev/null || cp "$FABPERF" "$run/bin/fabperf"
     write_env "$run/env"
     if [[ $MODE == cmd ]]; then
         printf '%s\0' "${CMD[@]}" >"$run/argv"

@@ -6,7 +6,11 @@
 set -uo pipefail
 # shellcheck source=/dev/null # written per run by sim/softroce.sh
 . /sim/env
-export PATH=/sim/bin:$PATH
+# fabperf runs from the guest's RAM, not from the 9p share: the share has no
+# page cache (cache=none), so a binary run from it fetches pages through QEMU
+# mid-measurement, host work that competes with the vCPUs on a small host.
+mkdir -p /opt/sim-bin && cp /sim/bin/* /opt/sim-bin/ && export PATH=/opt/sim-bin:$PATH ||
+    export PATH=/sim/bin:$PATH
 GUEST_DIR=$FABPERF_SIM_REPO/sim/guest
 
 say() { printf 'softroce-guest: %s\n' "$*" >&2; }

@@ -165,7 +165,7 @@ impl TestKind for BwKind {
                 warmup: Duration::from_secs_f64(p.warmup_secs()),
                 duration: p.duration.map(Duration::from_secs_f64),
                 tx_depth: p.tx_depth,
-                cq_mod: p.effective_cq_mod(),
+                cq_mod: p.effective_cq_mod(size),
                 inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
             });
             let o = with_peer(ctl, timeout, |beat| {

@@ -203,7 +203,7 @@ fn bw_one(
         warmup: Duration::from_secs_f64(p.warmup_secs()),
         duration: p.duration.map(Duration::from_secs_f64),
         tx_depth: p.tx_depth,
-        cq_mod: p.effective_cq_mod(),
+        cq_mod: p.effective_cq_mod(size),
         inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
     };
     let outcome = with_peer(ctl, timeout, |beat| {

@@ -43,14 +43,14 @@ impl Idle {
         self.yielding = false;
     }
 
-    /// Call every few dozen empty polls.
+    /// Call on every slow check of an empty wait (one clock read per few
+    /// hundred polls, not per poll).
     #[inline]
-    fn wait(&mut self) {
+    fn wait_at(&mut self, now: Instant) {
         if self.yielding {
             std::thread::yield_now();
             return;
         }
-        let now = Instant::now();
         match self.since {
             None => self.since = Some(now),
             Some(s) if now.duration_since(s) >= YIELD_AFTER => self.yielding = true,
@@ -331,6 +331,13 @@ pub fn bw_side(
             }
         }
         let n = ep.poll(&mut wcs)?;
+        spins = spins.wrapping_add(1);
+        // Read the clock only when something happened or every 64 empty
+        // polls: the loop spins millions of times, and under emulation a
+        // clock read costs as much as a poll.
+        if n == 0 && spins & (64 - 1) != 0 {
+            continue;
+        }
         let now = Instant::now();
         let mut got_send = false;
         if n > 0 {
@@ -360,7 +367,10 @@ pub fn bw_side(
                 if m_first.is_none() {
                     m_first = Some((now, completed.clone()));
                 } else {
-                    m_last = Some((now, completed.clone()));
+                    // Reuse the vector: no allocation per completion.
+                    let (t, c) = m_last.get_or_insert_with(|| (now, completed.clone()));
+                    *t = now;
+                    c.copy_from_slice(&completed);
                 }
             }
             if recv {
@@ -425,15 +435,12 @@ pub fn bw_side(
         if sender_done && beat.peer_done() {
             break;
         }
-        spins = spins.wrapping_add(1);
         if n > 0 {
             idle.progress();
-        } else if spins & (16 - 1) == 0 {
-            idle.wait();
+        } else {
+            idle.wait_at(now);
         }
-        if n > 0 || spins & (64 - 1) == 0 {
-            beat.tick(now)?;
-        }
+        beat.tick(now)?;
     }
     // Leave receives posted for the next size.
     if recv {
@@ -646,12 +653,10 @@ pub fn lat_initiator(
                 while ep.dst.load(last) != t {
                     std::hint::spin_loop();
                     spins = spins.wrapping_add(1);
-                    if spins & (16 - 1) == 0 {
-                        idle.wait();
-                    }
                     if spins & (1024 - 1) == 0 {
                         reap(ep, &mut wcs, &mut sends_out, &mut recvs, "write")?;
                         let now = Instant::now();
+                        idle.wait_at(now);
                         if now.duration_since(t0) >= timeout {
                             return Err(stalled(ep, p.op, timeout));
                         }
@@ -673,11 +678,9 @@ pub fn lat_initiator(
                 } {
                     reap(ep, &mut wcs, &mut sends_out, &mut recvs, p.op.as_str())?;
                     spins = spins.wrapping_add(1);
-                    if spins & (16 - 1) == 0 {
-                        idle.wait();
-                    }
                     if spins & (256 - 1) == 0 {
                         let now = Instant::now();
+                        idle.wait_at(now);
                         if now.duration_since(t0) >= timeout {
                             return Err(stalled(ep, p.op, timeout));
                         }
@@ -760,15 +763,14 @@ pub fn lat_responder(
                 while ep.dst.load(last) != t {
                     std::hint::spin_loop();
                     spins = spins.wrapping_add(1);
-                    if spins & (16 - 1) == 0 {
-                        idle.wait();
-                    }
                     if spins & (1024 - 1) == 0 {
                         if beat.peer_done() {
                             break 'outer;
                         }
                         reap(ep, &mut wcs, &mut sends_out, &mut recvs, "write")?;
-                        beat.tick(Instant::now())?;
+                        let now = Instant::now();
+                        idle.wait_at(now);
+                        beat.tick(now)?;
                     }
                 }
                 ep.src.store(last, t);
@@ -785,14 +787,13 @@ pub fn lat_responder(
                 while recvs.is_empty() {
                     reap(ep, &mut wcs, &mut sends_out, &mut recvs, "send")?;
                     spins = spins.wrapping_add(1);
-                    if spins & (16 - 1) == 0 {
-                        idle.wait();
-                    }
                     if spins & (256 - 1) == 0 {
                         if beat.peer_done() {
                             break 'outer;
                         }
-                        beat.tick(Instant::now())?;
+                        let now = Instant::now();
+                        idle.wait_at(now);
+                        beat.tick(now)?;
                     }
                 }
                 ep.post(0, Op::Send, 1, size, inline)?;

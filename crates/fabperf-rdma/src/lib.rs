@@ -40,6 +40,11 @@ pub fn all_sizes() -> Vec<u64> {
     (1..=23).map(|s| 1u64 << s).collect()
 }
 
+/// perftest's default completion moderation (`-Q`).
+pub const DEFAULT_CQ_MOD: u32 = 100;
+/// Above this message size perftest signals every request by default.
+pub const CQ_MOD_SIZE_LIMIT: u64 = 8192;
+
 /// Bandwidth test parameters (defaults = the CLI defaults = perftest's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -48,8 +53,9 @@ pub struct BwParams {
     pub sizes: Vec<u64>,
     pub qps: u32,
     pub tx_depth: u32,
-    /// Signal one completion every `cq_mod` requests.
-    pub cq_mod: u32,
+    /// Signal one completion every `cq_mod` requests; `None`: perftest's
+    /// rule (100, but every request for messages above 8 KiB).
+    pub cq_mod: Option<u32>,
     /// Send up to this many bytes inline (0: never).
     pub inline: u32,
     pub bidir: bool,
@@ -74,7 +80,7 @@ impl Default for BwParams {
             sizes: vec![65536],
             qps: 1,
             tx_depth: 128,
-            cq_mod: 100,
+            cq_mod: None,
             inline: 0,
             bidir: false,
             duration: None,
@@ -176,7 +182,7 @@ impl BwParams {
         if self.tx_depth == 0 || self.tx_depth > 16384 {
             return Err(format!("--tx-depth {} must be 1 .. 16384", self.tx_depth));
         }
-        if self.cq_mod == 0 {
+        if self.cq_mod == Some(0) {
             return Err("--cq-mod must be at least 1".into());
         }
         if self.inline > 4096 {
@@ -197,9 +203,34 @@ impl BwParams {
         }
     }
 
-    /// cq_mod never exceeds tx_depth (or nothing would ever be signaled).
-    pub fn effective_cq_mod(&self) -> u32 {
-        self.cq_mod.min(self.tx_depth).max(1)
+    /// The completion moderation used for `size`-byte messages: the one
+    /// asked for, else perftest's default (every 100th request, every
+    /// request above 8 KiB, where a completion per message costs nothing
+    /// and keeps the send queue full); never above tx_depth (or nothing
+    /// would ever be signaled).
+    pub fn effective_cq_mod(&self, size: u64) -> u32 {
+        let m = self.cq_mod.unwrap_or(if size > CQ_MOD_SIZE_LIMIT {
+            1
+        } else {
+            DEFAULT_CQ_MOD
+        });
+        m.min(self.tx_depth).max(1)
+    }
+
+    /// The moderation in words, for table titles.
+    pub fn cq_mod_label(&self) -> String {
+        match self.cq_mod {
+            Some(_) => self.effective_cq_mod(0).to_string(),
+            None if self.sizes.iter().all(|&s| s > CQ_MOD_SIZE_LIMIT) => "1".into(),
+            None if self.sizes.iter().all(|&s| s <= CQ_MOD_SIZE_LIMIT) => {
+                self.effective_cq_mod(0).to_string()
+            }
+            None => format!(
+                "{} (1 above {} KiB)",
+                self.effective_cq_mod(0),
+                CQ_MOD_SIZE_LIMIT / 1024
+            ),
+        }
     }
 
     pub fn max_size(&self) -> u64 {
@@ -267,8 +298,17 @@ mod tests {
         let b = BwParams::default();
         assert_eq!(
             (b.tx_depth, b.cq_mod, b.iterations, b.sizes[0]),
-            (128, 100, 5000, 65536)
+            (128, None, 5000, 65536)
         );
+        // perftest: -Q 100, but every completion above 8 KiB.
+        assert_eq!(b.effective_cq_mod(8192), 100);
+        assert_eq!(b.effective_cq_mod(8193), 1);
+        assert_eq!(b.cq_mod_label(), "1");
+        let mixed = BwParams {
+            sizes: vec![64, 65536],
+            ..BwParams::default()
+        };
+        assert_eq!(mixed.cq_mod_label(), "100 (1 above 8 KiB)");
         let l = LatParams::default();
         assert_eq!(
             (l.iterations, l.sizes[0], l.op),
@@ -308,8 +348,13 @@ mod tests {
         b.mtu = Some(1500);
         assert!(b.validate().unwrap_err().contains("IB MTU"));
         b.mtu = None;
-        b.cq_mod = 500;
-        assert_eq!(b.effective_cq_mod(), 128);
+        b.cq_mod = Some(500);
+        assert_eq!(b.effective_cq_mod(64), 128);
+        assert_eq!(b.effective_cq_mod(1 << 20), 128);
+        assert_eq!(b.cq_mod_label(), "128");
+        b.cq_mod = Some(0);
+        assert!(b.validate().unwrap_err().contains("--cq-mod"));
+        b.cq_mod = None;
         let mut l = LatParams {
             iterations: 0,
             ..Default::default()

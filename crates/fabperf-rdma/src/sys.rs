@@ -3,15 +3,13 @@
 //!
 //! What needs `unsafe`: registering memory the NIC reads and writes behind
 //! the compiler's back (`ibv_reg_mr`), handing buffer addresses to work
-//! requests (`setup_sge`), reading bytes the peer's RDMA writes change
+//! requests (`SendChain`, `RecvChain`: prebuilt `ibv_post_send`/`ibv_post_recv`
+//! chains), reading bytes the peer's RDMA writes change
 //! (volatile loads), and two plain C calls (`ibv_wc_status_str`,
 //! `getrlimit`).
 
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{
-    LocalBufferHandle, PostSendGuard, RecvWorkRequestHandle, SetScatterGatherEntry,
-};
 use sideway::ibverbs::AccessFlags;
 use std::alloc::Layout;
 use std::ptr::NonNull;
@@ -194,19 +192,271 @@ impl Drop for RegBuf {
     }
 }
 
-/// Point a send-side work request at `len` bytes of `buf` from `off`.
-pub fn send_sge<G: PostSendGuard>(h: LocalBufferHandle<'_, G>, buf: &RegBuf, off: usize, len: u32) {
-    buf.check(off, len as usize);
-    // SAFETY: the range is inside the registered buffer (checked) and the
-    // buffer outlives the work request: its owner destroys the QPs first.
-    unsafe { h.setup_sge(buf.lkey(), buf.addr() + off as u64, len) }
+/// What a prepared send chain does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainOp {
+    /// Two-sided send from the local buffer.
+    Send,
+    /// RDMA write from the local buffer to `(rkey, remote address)`.
+    Write(u32, u64),
+    /// RDMA read from `(rkey, remote address)` into the local buffer.
+    Read(u32, u64),
 }
 
-/// Point a receive work request at `len` bytes of `buf` from `off`.
-pub fn recv_sge(h: RecvWorkRequestHandle<'_, '_>, buf: &RegBuf, off: usize, len: u32) {
-    buf.check(off, len as usize);
-    // SAFETY: as in `send_sge`.
-    unsafe { h.setup_sge(buf.lkey(), buf.addr() + off as u64, len) }
+/// A chain of send work requests built once and posted many times with
+/// one `ibv_post_send` each (what perftest does with its `ctx->wr`), so the
+/// measuring loops allocate nothing per post. sideway's post guard builds
+/// fresh vectors (and copies inline data into a fresh `Vec`) on every call.
+///
+/// Invariants: `wrs[i].sg_list` points to `sges[i]` and `wrs[i].next` to
+/// `wrs[i + 1]` (null for the last); both live in boxed slices that are
+/// never reallocated, so the pointers stay valid when the value moves.
+/// `prepare` is the only way to set addresses, and it bounds-checks them
+/// against a registered `RegBuf`.
+pub struct SendChain {
+    wrs: Box<[rdma_mummy_sys::ibv_send_wr]>,
+    sges: Box<[rdma_mummy_sys::ibv_sge]>,
+    prepared: Option<(ChainOp, u64, u32, bool)>,
+}
+
+// SAFETY: the raw pointers inside point only into this value's own boxed
+// slices (moved along with it) and, once prepared, at registered buffer
+// memory that the NIC may access from any thread; nothing is thread-bound.
+unsafe impl Send for SendChain {}
+
+impl SendChain {
+    /// A chain of `cap` (at least 1) requests, not yet prepared.
+    pub fn new(cap: usize) -> SendChain {
+        let cap = cap.max(1);
+        // SAFETY: ibv_send_wr and ibv_sge are C structs of integers, raw
+        // pointers and unions of those: all-zero bytes (null pointers) are
+        // a valid value of each.
+        let mut wrs: Box<[rdma_mummy_sys::ibv_send_wr]> =
+            (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect();
+        // SAFETY: as above.
+        let mut sges: Box<[rdma_mummy_sys::ibv_sge]> =
+            (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let wp = wrs.as_mut_ptr();
+        let sp = sges.as_mut_ptr();
+        for i in 0..cap {
+            let w = &mut wrs[i];
+            // Pointer arithmetic only (no dereference): i and i + 1 are
+            // within (or one past) the slices.
+            w.sg_list = sp.wrapping_add(i);
+            w.num_sge = 1;
+            w.next = if i + 1 < cap {
+                wp.wrapping_add(i + 1)
+            } else {
+                std::ptr::null_mut()
+            };
+        }
+        SendChain {
+            wrs,
+            sges,
+            prepared: None,
+        }
+    }
+
+    /// Most requests one `post` takes.
+    pub fn capacity(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// Point every request at `len` bytes of `buf` from `off` (the source
+    /// of a send/write, the destination of a read) and set the operation.
+    /// Inline requests (send/write only) let the provider copy the bytes at
+    /// post time. Cheap when nothing changed since the last call.
+    pub fn prepare(&mut self, op: ChainOp, buf: &RegBuf, off: usize, len: u32, inline: bool) {
+        buf.check(off, len as usize);
+        let addr = buf.addr() + off as u64;
+        let inline = inline && !matches!(op, ChainOp::Read(..));
+        let key = (op, addr, len, inline);
+        if self.prepared == Some(key) {
+            return;
+        }
+        use rdma_mummy_sys::ibv_wr_opcode as opc;
+        let (opcode, remote) = match op {
+            ChainOp::Send => (opc::IBV_WR_SEND, None),
+            ChainOp::Write(rkey, raddr) => (opc::IBV_WR_RDMA_WRITE, Some((rkey, raddr))),
+            ChainOp::Read(rkey, raddr) => (opc::IBV_WR_RDMA_READ, Some((rkey, raddr))),
+        };
+        for s in self.sges.iter_mut() {
+            s.addr = addr;
+            s.length = len;
+            s.lkey = buf.lkey();
+        }
+        for w in self.wrs.iter_mut() {
+            w.opcode = opcode;
+            w.send_flags = if inline {
+                rdma_mummy_sys::ibv_send_flags::IBV_SEND_INLINE.0
+            } else {
+                0
+            };
+            if let Some((rkey, raddr)) = remote {
+                w.wr.rdma = rdma_mummy_sys::rdma_t {
+                    remote_addr: raddr,
+                    rkey,
+                };
+            }
+        }
+        self.prepared = Some(key);
+    }
+
+    /// Post requests `0..n` (n ≤ capacity) on `qp` in one call; `id(i)`
+    /// gives request i's wr_id and whether it is signaled.
+    #[inline]
+    pub fn post(
+        &mut self,
+        qp: &mut sideway::ibverbs::queue_pair::GenericQueuePair,
+        n: usize,
+        mut id: impl FnMut(usize) -> (u64, bool),
+    ) -> Result<(), i32> {
+        use sideway::ibverbs::queue_pair::QueuePair;
+        let Some((_, _, _, inline)) = self.prepared else {
+            return Err(libc::EINVAL);
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        assert!(
+            n <= self.wrs.len(),
+            "posting {n} of a {}-request chain",
+            self.wrs.len()
+        );
+        let base = if inline {
+            rdma_mummy_sys::ibv_send_flags::IBV_SEND_INLINE.0
+        } else {
+            0
+        };
+        for i in 0..n {
+            let (wr_id, signaled) = id(i);
+            let w = &mut self.wrs[i];
+            w.wr_id = wr_id;
+            w.send_flags = if signaled {
+                base | rdma_mummy_sys::ibv_send_flags::IBV_SEND_SIGNALED.0
+            } else {
+                base
+            };
+        }
+        // Cut the chain after request n - 1 for this call.
+        let saved = self.wrs[n - 1].next;
+        self.wrs[n - 1].next = std::ptr::null_mut();
+        let mut bad: *mut rdma_mummy_sys::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the QP handle is valid while `qp` is borrowed; the chain
+        // is well formed (invariants above, cut at n - 1) and every sge
+        // points inside a registered buffer (checked in `prepare`) that
+        // outlives the request (its owner destroys the QPs first). The
+        // provider reads the requests during the call and keeps no pointer
+        // to them afterwards.
+        let rc = unsafe {
+            rdma_mummy_sys::ibv_post_send(qp.qp().as_ptr(), self.wrs.as_mut_ptr(), &mut bad)
+        };
+        self.wrs[n - 1].next = saved;
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(rc)
+        }
+    }
+}
+
+/// Receive requests built once and posted many times (see `SendChain`).
+/// Same invariants: `wrs[i].sg_list` → `sges[i]`, `wrs[i].next` →
+/// `wrs[i + 1]`, boxed and never reallocated.
+pub struct RecvChain {
+    wrs: Box<[rdma_mummy_sys::ibv_recv_wr]>,
+    sges: Box<[rdma_mummy_sys::ibv_sge]>,
+    prepared: Option<(u64, u32, u64)>,
+}
+
+// SAFETY: as for `SendChain`.
+unsafe impl Send for RecvChain {}
+
+impl RecvChain {
+    /// A chain of `cap` (at least 1) receives, not yet prepared.
+    pub fn new(cap: usize) -> RecvChain {
+        let cap = cap.max(1);
+        // SAFETY: plain C structs; all-zero (null pointers) is valid.
+        let mut wrs: Box<[rdma_mummy_sys::ibv_recv_wr]> =
+            (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect();
+        // SAFETY: as above.
+        let mut sges: Box<[rdma_mummy_sys::ibv_sge]> =
+            (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let wp = wrs.as_mut_ptr();
+        let sp = sges.as_mut_ptr();
+        for i in 0..cap {
+            let w = &mut wrs[i];
+            w.sg_list = sp.wrapping_add(i);
+            w.num_sge = 1;
+            w.next = if i + 1 < cap {
+                wp.wrapping_add(i + 1)
+            } else {
+                std::ptr::null_mut()
+            };
+        }
+        RecvChain {
+            wrs,
+            sges,
+            prepared: None,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// Every receive lands in `len` bytes of `buf` from `off` and carries `wr_id`.
+    pub fn prepare(&mut self, buf: &RegBuf, off: usize, len: u32, wr_id: u64) {
+        buf.check(off, len as usize);
+        let key = (buf.addr() + off as u64, len, wr_id);
+        if self.prepared == Some(key) {
+            return;
+        }
+        for s in self.sges.iter_mut() {
+            s.addr = buf.addr() + off as u64;
+            s.length = len;
+            s.lkey = buf.lkey();
+        }
+        for w in self.wrs.iter_mut() {
+            w.wr_id = wr_id;
+        }
+        self.prepared = Some(key);
+    }
+
+    /// Post receives `0..n` (n ≤ capacity) on `qp` in one call.
+    #[inline]
+    pub fn post(
+        &mut self,
+        qp: &mut sideway::ibverbs::queue_pair::GenericQueuePair,
+        n: usize,
+    ) -> Result<(), i32> {
+        use sideway::ibverbs::queue_pair::QueuePair;
+        if self.prepared.is_none() {
+            return Err(libc::EINVAL);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        assert!(
+            n <= self.wrs.len(),
+            "posting {n} of a {}-receive chain",
+            self.wrs.len()
+        );
+        let saved = self.wrs[n - 1].next;
+        self.wrs[n - 1].next = std::ptr::null_mut();
+        let mut bad: *mut rdma_mummy_sys::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: as in `SendChain::post`; the receive buffer is registered
+        // with local write access and outlives the request.
+        let rc = unsafe {
+            rdma_mummy_sys::ibv_post_recv(qp.qp().as_ptr(), self.wrs.as_mut_ptr(), &mut bad)
+        };
+        self.wrs[n - 1].next = saved;
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(rc)
+        }
+    }
 }
 
 /// Up to this many completions per `ibv_poll_cq`.
@@ -323,6 +573,46 @@ mod tests {
     fn out_of_bounds_is_refused() {
         let b = RegBuf::new(PAGE).unwrap();
         let _ = b.local_bytes(PAGE - 1, 2);
+    }
+
+    #[test]
+    fn chains_are_linked_and_prepared_in_bounds() {
+        let buf = RegBuf::new(2 * PAGE).unwrap();
+        let mut c = SendChain::new(4);
+        assert_eq!(c.capacity(), 4);
+        for i in 0..4 {
+            assert_eq!(c.wrs[i].sg_list, &mut c.sges[i] as *mut _);
+            let next = if i < 3 {
+                &mut c.wrs[i + 1] as *mut _
+            } else {
+                std::ptr::null_mut()
+            };
+            assert_eq!(c.wrs[i].next, next);
+        }
+        c.prepare(ChainOp::Write(7, 0x1000), &buf, PAGE, 64, true);
+        assert_eq!(c.sges[3].addr, buf.addr() + PAGE as u64);
+        assert_eq!(c.sges[3].length, 64);
+        assert_eq!(
+            c.wrs[2].opcode,
+            rdma_mummy_sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+        );
+        // SAFETY (test): reading the union member prepare just wrote.
+        let rkey = unsafe { c.wrs[1].wr.rdma.rkey };
+        assert_eq!(rkey, 7);
+        // Reads are never inline.
+        c.prepare(ChainOp::Read(7, 0x1000), &buf, 0, 64, true);
+        assert_eq!(c.prepared.map(|p| p.3), Some(false));
+        let mut r = RecvChain::new(0);
+        assert_eq!(r.capacity(), 1);
+        r.prepare(&buf, 0, PAGE as u32, 42);
+        assert_eq!(r.wrs[0].wr_id, 42);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn chain_outside_the_buffer_is_refused() {
+        let buf = RegBuf::new(PAGE).unwrap();
+        SendChain::new(2).prepare(ChainOp::Send, &buf, PAGE - 8, 64, false);
     }
 
     #[test]

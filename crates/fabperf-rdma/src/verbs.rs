@@ -14,8 +14,7 @@ use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
-    GenericQueuePair, PostSendGuard, QueuePair, QueuePairAttribute, QueuePairState, SetInlineData,
-    WorkRequestFlags,
+    GenericQueuePair, QueuePair, QueuePairAttribute, QueuePairState,
 };
 use sideway::ibverbs::AccessFlags;
 use std::net::IpAddr;
@@ -251,6 +250,9 @@ pub struct Wc {
 /// first (flushing every work request), then the CQ, then the buffers.
 pub struct Endpoint {
     qps: Vec<GenericQueuePair>,
+    /// Per QP: prebuilt send and receive requests (no allocation per post).
+    chains: Vec<sys::SendChain>,
+    rchains: Vec<sys::RecvChain>,
     cq: GenericCompletionQueue,
     wcs: sys::WcArray,
     pub src: RegBuf,
@@ -266,6 +268,9 @@ pub struct Endpoint {
     pub path_mtu: u32,
     pub tx_depth: u32,
 }
+
+/// Most requests one `ibv_post_send`/`ibv_post_recv` call carries.
+const CHAIN: u32 = 64;
 
 fn psn_seed(i: usize) -> u32 {
     let t = std::time::SystemTime::now()
@@ -339,8 +344,16 @@ impl Endpoint {
             };
             qps.push(qp);
         }
+        let chains = (0..qps.len())
+            .map(|_| sys::SendChain::new(cfg.tx_depth.min(CHAIN) as usize))
+            .collect();
+        let rchains = (0..qps.len())
+            .map(|_| sys::RecvChain::new(cfg.rx_depth.clamp(1, CHAIN) as usize))
+            .collect();
         let mut ep = Endpoint {
             qps,
+            chains,
+            rchains,
             cq,
             wcs: sys::WcArray::default(),
             src,
@@ -516,83 +529,68 @@ impl Endpoint {
             .ok_or_else(|| RdmaError::Setup("posting before connect".into()))?;
         let off = qp * self.slot;
         let rslot = qp as u64 * remote.slot;
-        let q = &mut self.qps[qp];
-        let mut g = q.start_post_send();
+        let (chain_op, buf) = match op {
+            Op::Write => (
+                sys::ChainOp::Write(remote.dst_rkey, remote.dst_addr + rslot),
+                &self.src,
+            ),
+            Op::Send => (sys::ChainOp::Send, &self.src),
+            Op::Read => (
+                sys::ChainOp::Read(remote.src_rkey, remote.src_addr + rslot),
+                &self.dst,
+            ),
+        };
+        let chain = &mut self.chains[qp];
+        chain.prepare(chain_op, buf, off, size, inline);
         let cq_mod = cq_mod.max(1) as u64;
-        for i in 0..n {
-            let k = done + i as u64 + 1;
-            let signaled = k % cq_mod == 0 || Some(k) == last;
-            let count = if signaled {
-                let prev = if k % cq_mod == 0 {
-                    k - cq_mod
-                } else {
-                    k - k % cq_mod
-                };
-                (k - prev) as u32
-            } else {
-                0
-            };
-            let mut flags = if signaled {
-                WorkRequestFlags::Signaled
-            } else {
-                WorkRequestFlags::none()
-            };
-            let use_inline = inline && op != Op::Read;
-            if use_inline {
-                flags |= WorkRequestFlags::Inline;
-            }
-            let h = g.construct_wr(wr_id(qp, count), flags);
-            match op {
-                Op::Write => {
-                    let h = h.setup_write(remote.dst_rkey, remote.dst_addr + rslot);
-                    if use_inline {
-                        h.setup_inline_data(self.src.local_bytes(off, size as usize));
+        let mut first = done;
+        let end = done + n as u64;
+        while first < end {
+            let m = (end - first).min(chain.capacity() as u64) as usize;
+            let base = first;
+            chain
+                .post(&mut self.qps[qp], m, |i| {
+                    let k = base + i as u64 + 1;
+                    let signaled = k % cq_mod == 0 || Some(k) == last;
+                    let count = if !signaled {
+                        0
+                    } else if k % cq_mod == 0 {
+                        cq_mod as u32
                     } else {
-                        sys::send_sge(h, &self.src, off, size);
-                    }
-                }
-                Op::Send => {
-                    let h = h.setup_send();
-                    if use_inline {
-                        h.setup_inline_data(self.src.local_bytes(off, size as usize));
-                    } else {
-                        sys::send_sge(h, &self.src, off, size);
-                    }
-                }
-                Op::Read => {
-                    let h = h.setup_read(remote.src_rkey, remote.src_addr + rslot);
-                    sys::send_sge(h, &self.dst, off, size);
-                }
-            }
+                        (k % cq_mod) as u32
+                    };
+                    (wr_id(qp, count), signaled)
+                })
+                .map_err(|rc| {
+                    RdmaError::Setup(format!(
+                        "posting {m} {} request(s) on QP {qp}: {} (send queue depth {})",
+                        op.as_str(),
+                        std::io::Error::from_raw_os_error(rc),
+                        self.tx_depth
+                    ))
+                })?;
+            first += m as u64;
         }
-        g.post().map_err(|e| {
-            RdmaError::Setup(format!(
-                "posting {n} {} request(s) on QP {qp}: {e} ({:?})",
-                op.as_str(),
-                std::error::Error::source(&e)
-            ))
-        })
+        Ok(())
     }
 
     /// Post `n` receives of a whole slot on QP `qp`.
     pub fn post_recvs(&mut self, qp: usize, n: u32) -> Result<(), RdmaError> {
-        if n == 0 {
-            return Ok(());
-        }
         let off = qp * self.slot;
-        let slot = self.slot as u32;
-        let q = &mut self.qps[qp];
-        let mut g = q.start_post_recv();
-        for _ in 0..n {
-            sys::recv_sge(
-                g.construct_wr(RECV_FLAG | wr_id(qp, 1)),
-                &self.dst,
-                off,
-                slot,
-            );
+        let chain = &mut self.rchains[qp];
+        chain.prepare(&self.dst, off, self.slot as u32, RECV_FLAG | wr_id(qp, 1));
+        let mut left = n as usize;
+        while left > 0 {
+            let m = left.min(chain.capacity());
+            chain.post(&mut self.qps[qp], m).map_err(|rc| {
+                RdmaError::Setup(format!(
+                    "posting {m} receive(s) on QP {qp}: {}",
+                    std::io::Error::from_raw_os_error(rc)
+                ))
+            })?;
+            left -= m;
         }
-        g.post()
-            .map_err(|e| RdmaError::Setup(format!("posting {n} receive(s) on QP {qp}: {e}")))
+        Ok(())
     }
 
     /// Poll the CQ until it is empty (or a few batches); completions are

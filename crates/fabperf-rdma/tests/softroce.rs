@@ -139,7 +139,7 @@ fn bandwidth_multi_qp_bidir_cq_mod_inline() {
         let p = BwParams {
             qps: 2,
             bidir: true,
-            cq_mod: 10,
+            cq_mod: Some(10),
             tx_depth: 32,
             inline: 64,
             sizes: vec![64],

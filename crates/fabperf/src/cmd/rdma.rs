@@ -78,9 +78,10 @@ pub struct BwArgs {
     /// Outstanding requests per QP.
     #[arg(long, default_value_t = 128)]
     pub tx_depth: u32,
-    /// Signal one completion every N requests.
-    #[arg(long, default_value_t = 100)]
-    pub cq_mod: u32,
+    /// Signal one completion every N requests [default: 100, but every
+    /// request above 8 KiB, as perftest]
+    #[arg(long, value_name = "N")]
+    pub cq_mod: Option<u32>,
     /// Send messages up to N bytes inline (if the device allows).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub inline: u32,
@@ -212,7 +213,7 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
                     " — {} QP(s), tx-depth {}, cq-mod {}, {mode}",
                     p.qps,
                     p.tx_depth,
-                    p.effective_cq_mod()
+                    p.cq_mod_label()
                 ),
             )
         );
