@@ -1,6 +1,7 @@
 //! Agent side: the `rdma-bw` and `rdma-lat` test kinds.
 
 use crate::client::{LAT_RX_DEPTH, LAT_TX_DEPTH};
+use crate::cm::CmLink;
 use crate::engine::{bw_side, lat_responder, passive_wait, recv_step, with_peer, Plan};
 use crate::error::RdmaError;
 use crate::msg::{AcceptInfo, Report, Request, Step};
@@ -48,7 +49,8 @@ fn setup<P>(
     req: &Request<P>,
     cfg: EpConfig,
     forced_mtu: Option<u32>,
-) -> Result<Endpoint, RdmaError> {
+    rdma_cm: bool,
+) -> Result<(Endpoint, Option<CmLink>), RdmaError> {
     let bytes = 2 * cfg.slot as u64 * cfg.qps as u64;
     ctx.limits.check_memory(bytes, "the RDMA buffers")?;
     let dev = open_device(
@@ -64,14 +66,30 @@ fn setup<P>(
     let mtu = path_mtu(dev.port.active_mtu, req.client.active_mtu, forced_mtu)
         .map_err(RdmaError::BadRequest)?;
     let mut ep = Endpoint::new(dev, cfg)?;
-    ep.connect(&req.client, mtu)?;
+    let listening = if rdma_cm {
+        Some(crate::cm::listen(ctx.local())?)
+    } else {
+        ep.connect(&req.client, mtu)?;
+        None
+    };
     let info = serde_json::to_value(AcceptInfo {
         agent: ep.info(),
         path_mtu: mtu,
     })
     .map_err(|e| RdmaError::Setup(e.to_string()))?;
     ctx.ctl.send(&Msg::Accept { info })?;
-    Ok(ep)
+    let link = match listening {
+        Some((ch, listener)) => Some(crate::cm::accept_all(
+            &mut ep,
+            ch,
+            listener,
+            &req.client,
+            mtu,
+            ctx.limits.io_timeout,
+        )?),
+        None => None,
+    };
+    Ok((ep, link))
 }
 
 /// Serve sizes until the client's `Finish`.
@@ -135,7 +153,8 @@ impl TestKind for BwKind {
             inline: p.inline,
         };
         let timeout = ctx.limits.io_timeout;
-        let mut ep = setup(ctx, &self.opts, &req, cfg, p.mtu).map_err(|e| e.to_serve())?;
+        let (mut ep, _cm) =
+            setup(ctx, &self.opts, &req, cfg, p.mtu, p.rdma_cm).map_err(|e| e.to_serve())?;
         if recv {
             for q in 0..ep.nqps() {
                 ep.post_recvs(q, rx_depth).map_err(|e| e.to_serve())?;
@@ -210,7 +229,8 @@ impl TestKind for LatKind {
             inline,
         };
         let timeout = ctx.limits.io_timeout;
-        let mut ep = setup(ctx, &self.opts, &req, cfg, p.mtu).map_err(|e| e.to_serve())?;
+        let (mut ep, _cm) =
+            setup(ctx, &self.opts, &req, cfg, p.mtu, p.rdma_cm).map_err(|e| e.to_serve())?;
         if rx_depth > 0 {
             ep.post_recvs(0, rx_depth).map_err(|e| e.to_serve())?;
         }

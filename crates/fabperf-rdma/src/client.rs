@@ -1,5 +1,6 @@
 //! Client side of `rdma-bw` / `rdma-lat`.
 
+use crate::cm::CmLink;
 use crate::engine::{bw_side, lat_initiator, recv_step, with_peer, LatPlan, Plan};
 use crate::error::RdmaError;
 use crate::msg::{AcceptInfo, EndpointInfo, Report, Request, SideStats, Step};
@@ -54,7 +55,8 @@ fn start(
     params: serde_json::Value,
     ep: &mut Endpoint,
     forced_mtu: Option<u32>,
-) -> Result<(Control, AcceptInfo), RdmaError> {
+    rdma_cm: bool,
+) -> Result<(Control, AcceptInfo, Option<CmLink>), RdmaError> {
     let req = serde_json::to_value(Request {
         params,
         client: ep.info(),
@@ -80,10 +82,17 @@ fn start(
         }
         Err(e) => return Err(fail(&mut ctl, RdmaError::BadRequest(e))),
     }
+    if rdma_cm {
+        let timeout = ctl.io_timeout();
+        return match crate::cm::connect_all(ep, addr, &acc.agent, acc.path_mtu, timeout) {
+            Ok(link) => Ok((ctl, acc, Some(link))),
+            Err(e) => Err(fail(&mut ctl, e)),
+        };
+    }
     if let Err(e) = ep.connect(&acc.agent, acc.path_mtu) {
         return Err(fail(&mut ctl, e));
     }
-    Ok((ctl, acc))
+    Ok((ctl, acc, None))
 }
 
 /// End the test and wait until the agent has closed the connection: it
@@ -154,7 +163,7 @@ pub fn run_bw(
         },
     )?;
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
-    let (mut ctl, acc) = start(addr, cfg, "rdma-bw", params, &mut ep, p.mtu)?;
+    let (mut ctl, acc, _cm) = start(addr, cfg, "rdma-bw", params, &mut ep, p.mtu, p.rdma_cm)?;
     if recv {
         for q in 0..ep.nqps() {
             ep.post_recvs(q, rx_depth).map_err(|e| fail(&mut ctl, e))?;
@@ -332,7 +341,7 @@ pub fn run_lat(
         },
     )?;
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
-    let (mut ctl, acc) = start(addr, cfg, "rdma-lat", params, &mut ep, p.mtu)?;
+    let (mut ctl, acc, _cm) = start(addr, cfg, "rdma-lat", params, &mut ep, p.mtu, p.rdma_cm)?;
     if rx_depth > 0 {
         ep.post_recvs(0, rx_depth).map_err(|e| fail(&mut ctl, e))?;
     }

@@ -18,6 +18,7 @@
 
 mod agent;
 mod client;
+pub mod cm;
 mod engine;
 pub mod error;
 pub mod msg;
@@ -71,6 +72,8 @@ pub struct BwParams {
     pub gid_index: Option<u32>,
     /// Force the path MTU (bytes).
     pub mtu: Option<u32>,
+    /// Connect the QPs through librdmacm instead of the out-of-band exchange.
+    pub rdma_cm: bool,
 }
 
 impl Default for BwParams {
@@ -90,6 +93,7 @@ impl Default for BwParams {
             ib_port: None,
             gid_index: None,
             mtu: None,
+            rdma_cm: false,
         }
     }
 }
@@ -110,6 +114,8 @@ pub struct LatParams {
     pub ib_port: Option<u8>,
     pub gid_index: Option<u32>,
     pub mtu: Option<u32>,
+    /// Connect the QPs through librdmacm instead of the out-of-band exchange.
+    pub rdma_cm: bool,
 }
 
 impl Default for LatParams {
@@ -125,6 +131,7 @@ impl Default for LatParams {
             ib_port: None,
             gid_index: None,
             mtu: None,
+            rdma_cm: false,
         }
     }
 }

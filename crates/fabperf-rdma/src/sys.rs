@@ -500,6 +500,33 @@ pub fn poll_cq(
     Ok(n as usize)
 }
 
+/// Wait up to `timeout` until `fd` is readable; returns whether it is.
+pub fn wait_readable(
+    fd: &impl std::os::fd::AsRawFd,
+    timeout: std::time::Duration,
+) -> std::io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one valid pollfd and a valid timespec, no signal mask;
+    // ppoll only writes `revents`.
+    let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(n > 0)
+}
+
 /// libibverbs' text for a work completion status (`ibv_wc_status_str`).
 pub fn wc_status_str(status: u32) -> String {
     // SAFETY: ibv_wc_status_str takes any value and returns a pointer to a

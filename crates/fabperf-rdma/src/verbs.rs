@@ -483,6 +483,51 @@ impl Endpoint {
         Ok(())
     }
 
+    /// QP `q`'s number.
+    pub fn qp_num(&self, q: usize) -> u32 {
+        self.qps[q].qp_number()
+    }
+
+    /// `--rdma-cm`: move QP `q` to RTR and RTS with the attributes the
+    /// connection manager derived for `id` (destination QP, PSNs, path,
+    /// GID), keeping fabperf's path MTU and read depth.
+    pub fn connect_qp_cm(
+        &mut self,
+        q: usize,
+        id: &sideway::rdmacm::communication_manager::Identifier,
+        path_mtu: u32,
+    ) -> Result<(), RdmaError> {
+        let mtu = match crate::select::mtu_enum(path_mtu) {
+            Some(v) => Mtu::from(v),
+            None => return Err(RdmaError::BadRequest(format!("bad path MTU {path_mtu}"))),
+        };
+        let fail = |stage: &str, e: &dyn std::fmt::Display| {
+            RdmaError::Connect(format!(
+                "rdma_cm: moving QP {q} on {} to {stage}: {e} (with --rdma-cm the device is the \
+                 one the route to the peer leads to; --device must name that device)",
+                self.dev.name
+            ))
+        };
+        let mut a = id
+            .get_qp_attr(QueuePairState::ReadyToReceive)
+            .map_err(|e| fail("RTR (rdma_init_qp_attr)", &e))?;
+        a.setup_path_mtu(mtu)
+            .setup_max_dest_read_atomic(self.dev.max_rd_atomic);
+        self.qps[q].modify(&a).map_err(|e| fail("RTR", &e))?;
+        let mut a = id
+            .get_qp_attr(QueuePairState::ReadyToSend)
+            .map_err(|e| fail("RTS (rdma_init_qp_attr)", &e))?;
+        a.setup_max_read_atomic(self.dev.max_rd_atomic);
+        self.qps[q].modify(&a).map_err(|e| fail("RTS", &e))?;
+        Ok(())
+    }
+
+    /// Record the peer once every QP is connected (by the CM).
+    pub fn set_connected(&mut self, remote: &EndpointInfo, path_mtu: u32) {
+        self.remote = Some(remote.clone());
+        self.path_mtu = path_mtu;
+    }
+
     /// Point later requests at other buffers (addresses and keys) of the
     /// connected peer; the QP connection is unchanged.
     pub fn set_remote_buffers(&mut self, remote: &EndpointInfo) {

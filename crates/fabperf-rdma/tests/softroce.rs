@@ -579,3 +579,97 @@ fn memlock_limit_is_explained() {
     assert!(out.status.success(), "child failed:\n{text}");
     assert!(text.contains("1 passed"), "child did not run:\n{text}");
 }
+
+/// The agent serving in the peer node (`FABPERF_AGENT`, host:port): the
+/// connection manager resolves real addresses, so `--rdma-cm` needs an agent
+/// on the peer's RDMA address, not the in-process agent on loopback.
+fn peer_agent() -> Option<SocketAddr> {
+    device()?;
+    match std::env::var("FABPERF_AGENT")
+        .ok()
+        .and_then(|a| a.parse::<SocketAddr>().ok())
+    {
+        Some(a) => Some(a),
+        None => {
+            eprintln!(
+                "skipped: FABPERF_AGENT (host:port of a fabperf agent on the peer's RDMA \
+                 address) is not set; the soft-RoCE guest sets it"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn rdma_cm_connects_every_op_and_several_qps() {
+    let Some(agent) = peer_agent() else { return };
+    let dev = device().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for op in [Op::Write, Op::Read, Op::Send] {
+        let p = BwParams {
+            rdma_cm: true,
+            sizes: vec![4096],
+            ..bw(&dev, op)
+        };
+        let recs = run_bw(agent, &cfg(), &p).unwrap_or_else(|e| panic!("{op:?} via rdma_cm: {e}"));
+        assert_eq!(recs[0].bytes, 200 * 4096, "{op:?}");
+        assert!(recs[0].bw_gbps.unwrap() > 0.0);
+    }
+    let p = BwParams {
+        rdma_cm: true,
+        qps: 3,
+        bidir: true,
+        ..bw(&dev, Op::Send)
+    };
+    let recs = run_bw(agent, &cfg(), &p).expect("3 QPs bidir via rdma_cm");
+    let per_qp = recs.iter().filter(|r| r.stream.is_some()).count();
+    assert_eq!(per_qp, 3, "{recs:?}");
+    for op in [Op::Send, Op::Write, Op::Read] {
+        let l = LatParams {
+            rdma_cm: true,
+            ..lat(&dev, op)
+        };
+        let r =
+            run_lat(agent, &cfg(), &l).unwrap_or_else(|e| panic!("{op:?} lat via rdma_cm: {e}"));
+        assert_eq!(r[0].lat_us.as_ref().unwrap().samples, 200, "{op:?}");
+    }
+    // The agent keeps serving plain (out-of-band) connections afterwards.
+    run_bw(agent, &cfg(), &bw(&dev, Op::Write)).expect("plain after rdma_cm");
+}
+
+#[test]
+fn rdma_cm_to_a_port_nobody_listens_on_fails_fast_with_the_reason() {
+    let Some(agent) = peer_agent() else { return };
+    let dev = device().unwrap();
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let d = open_device(Some(&dev), None, None, None, None).expect("device");
+    let mut ep = Endpoint::new(
+        d,
+        EpConfig {
+            qps: 1,
+            slot: 4096,
+            tx_depth: 16,
+            rx_depth: 0,
+            inline: 0,
+        },
+    )
+    .expect("endpoint");
+    let info = ep.info();
+    let nobody = SocketAddr::new(agent.ip(), agent.port().wrapping_add(97));
+    let t = Instant::now();
+    let e =
+        match fabperf_rdma::cm::connect_all(&mut ep, nobody, &info, 1024, Duration::from_secs(5)) {
+            Ok(_) => panic!("connected to {nobody} where nothing listens"),
+            Err(e) => e.to_string(),
+        };
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        e.contains("rdma_cm")
+            && (e.contains("Rejected") || e.contains("did not answer") || e.contains("no ")),
+        "{e}"
+    );
+}

@@ -43,6 +43,11 @@ pub struct DevOpts {
     /// Path MTU in bytes (default: the smaller active MTU of both ends).
     #[arg(long, value_name = "BYTES")]
     pub mtu: Option<u32>,
+    /// Connect the queue pairs through librdmacm (the agent listens on its
+    /// control port number in the RDMA CM's port space) instead of
+    /// exchanging QP numbers and GIDs over the control channel.
+    #[arg(long)]
+    pub rdma_cm: bool,
 }
 
 impl DevOpts {
@@ -189,6 +194,7 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
         ib_port: a.dev.ib_port,
         gid_index: a.dev.gid_index,
         mtu: a.dev.mtu,
+        rdma_cm: a.dev.rdma_cm,
     };
     p.validate().map_err(anyhow::Error::msg)?;
     let addr = a.client.addr()?;
@@ -210,10 +216,15 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
                     if p.bidir { ", bidirectional" } else { "" }
                 ),
                 &format!(
-                    " — {} QP(s), tx-depth {}, cq-mod {}, {mode}",
+                    " — {} QP(s), tx-depth {}, cq-mod {}, {mode}{}",
                     p.qps,
                     p.tx_depth,
-                    p.cq_mod_label()
+                    p.cq_mod_label(),
+                    if p.rdma_cm {
+                        ", connected via rdma_cm"
+                    } else {
+                        ""
+                    }
                 ),
             )
         );
@@ -270,6 +281,7 @@ pub fn run_lat(a: LatArgs) -> anyhow::Result<ExitCode> {
         ib_port: a.dev.ib_port,
         gid_index: a.dev.gid_index,
         mtu: a.dev.mtu,
+        rdma_cm: a.dev.rdma_cm,
     };
     p.validate().map_err(anyhow::Error::msg)?;
     let addr = a.client.addr()?;
@@ -291,7 +303,14 @@ pub fn run_lat(a: LatArgs) -> anyhow::Result<ExitCode> {
             header(
                 &records,
                 &format!("RDMA {} latency, {kind}", p.op.as_str()),
-                &format!(" — {mode}"),
+                &format!(
+                    " — {mode}{}",
+                    if p.rdma_cm {
+                        ", connected via rdma_cm"
+                    } else {
+                        ""
+                    }
+                ),
             )
         );
     }
