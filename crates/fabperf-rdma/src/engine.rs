@@ -651,7 +651,6 @@ pub fn lat_initiator(
                 sends_out += 1;
                 let mut spins: u32 = 0;
                 while ep.dst.load(last) != t {
-                    std::hint::spin_loop();
                     spins = spins.wrapping_add(1);
                     if spins & (1024 - 1) == 0 {
                         reap(ep, &mut wcs, &mut sends_out, &mut recvs, "write")?;
@@ -761,7 +760,6 @@ pub fn lat_responder(
         match op {
             Op::Write => {
                 while ep.dst.load(last) != t {
-                    std::hint::spin_loop();
                     spins = spins.wrapping_add(1);
                     if spins & (1024 - 1) == 0 {
                         if beat.peer_done() {
