@@ -203,63 +203,136 @@ pub enum ChainOp {
     Read(u32, u64),
 }
 
-/// A chain of send work requests built once and posted many times with
-/// one `ibv_post_send` each (what perftest does with its `ctx->wr`), so the
-/// measuring loops allocate nothing per post. sideway's post guard builds
-/// fresh vectors (and copies inline data into a fresh `Vec`) on every call.
+/// Work-request types a `Chain` can hold.
 ///
-/// Invariants: `wrs[i].sg_list` points to `sges[i]` and `wrs[i].next` to
-/// `wrs[i + 1]` (null for the last); both live in boxed slices that are
+/// # Safety
+/// Implementors must be plain C structs for which all-zero bytes are a
+/// valid value (integers, raw pointers, unions of those).
+unsafe trait ChainWr {
+    fn link(&mut self, sge: *mut rdma_mummy_sys::ibv_sge, next: *mut Self);
+    fn next_mut(&mut self) -> &mut *mut Self;
+}
+
+// SAFETY: ibv_send_wr is a C struct of integers, raw pointers and unions
+// of those.
+unsafe impl ChainWr for rdma_mummy_sys::ibv_send_wr {
+    fn link(&mut self, sge: *mut rdma_mummy_sys::ibv_sge, next: *mut Self) {
+        self.sg_list = sge;
+        self.num_sge = 1;
+        self.next = next;
+    }
+    fn next_mut(&mut self) -> &mut *mut Self {
+        &mut self.next
+    }
+}
+
+// SAFETY: as above.
+unsafe impl ChainWr for rdma_mummy_sys::ibv_recv_wr {
+    fn link(&mut self, sge: *mut rdma_mummy_sys::ibv_sge, next: *mut Self) {
+        self.sg_list = sge;
+        self.num_sge = 1;
+        self.next = next;
+    }
+    fn next_mut(&mut self) -> &mut *mut Self {
+        &mut self.next
+    }
+}
+
+/// Work requests built once and posted many times with one
+/// `ibv_post_send`/`ibv_post_recv` each (what perftest does with its
+/// `ctx->wr`), so the measuring loops allocate nothing per post. sideway's
+/// post guard builds fresh vectors (and copies inline data into a fresh
+/// `Vec`) on every call.
+///
+/// Invariants: `wrs[i]` has one sge, `sges[i]`, and `wrs[i].next` points
+/// to `wrs[i + 1]` (null for the last); both live in boxed slices that are
 /// never reallocated, so the pointers stay valid when the value moves.
-/// `prepare` is the only way to set addresses, and it bounds-checks them
-/// against a registered `RegBuf`.
-pub struct SendChain {
-    wrs: Box<[rdma_mummy_sys::ibv_send_wr]>,
+struct Chain<W: ChainWr> {
+    wrs: Box<[W]>,
     sges: Box<[rdma_mummy_sys::ibv_sge]>,
-    prepared: Option<(ChainOp, u64, u32, bool)>,
 }
 
 // SAFETY: the raw pointers inside point only into this value's own boxed
 // slices (moved along with it) and, once prepared, at registered buffer
 // memory that the NIC may access from any thread; nothing is thread-bound.
-unsafe impl Send for SendChain {}
+unsafe impl<W: ChainWr> Send for Chain<W> {}
 
-impl SendChain {
-    /// A chain of `cap` (at least 1) requests, not yet prepared.
-    pub fn new(cap: usize) -> SendChain {
+impl<W: ChainWr> Chain<W> {
+    fn new(cap: usize) -> Chain<W> {
         let cap = cap.max(1);
-        // SAFETY: ibv_send_wr and ibv_sge are C structs of integers, raw
-        // pointers and unions of those: all-zero bytes (null pointers) are
-        // a valid value of each.
-        let mut wrs: Box<[rdma_mummy_sys::ibv_send_wr]> =
-            (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect();
+        // SAFETY: ChainWr types and ibv_sge are valid when all-zero (null
+        // pointers, zero integers).
+        let mut wrs: Box<[W]> = (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect();
         // SAFETY: as above.
         let mut sges: Box<[rdma_mummy_sys::ibv_sge]> =
             (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect();
         let wp = wrs.as_mut_ptr();
         let sp = sges.as_mut_ptr();
-        for i in 0..cap {
-            let w = &mut wrs[i];
+        for (i, w) in wrs.iter_mut().enumerate() {
             // Pointer arithmetic only (no dereference): i and i + 1 are
             // within (or one past) the slices.
-            w.sg_list = sp.wrapping_add(i);
-            w.num_sge = 1;
-            w.next = if i + 1 < cap {
+            let next = if i + 1 < cap {
                 wp.wrapping_add(i + 1)
             } else {
                 std::ptr::null_mut()
             };
+            w.link(sp.wrapping_add(i), next);
         }
+        Chain { wrs, sges }
+    }
+
+    /// Point every sge at `len` bytes of `buf` from `off`.
+    fn point(&mut self, buf: &RegBuf, off: usize, len: u32) {
+        buf.check(off, len as usize);
+        for s in self.sges.iter_mut() {
+            s.addr = buf.addr() + off as u64;
+            s.length = len;
+            s.lkey = buf.lkey();
+        }
+    }
+
+    /// Call `post` with the head of requests `0..n` (n ≤ capacity), the
+    /// chain cut after request n - 1 for the call.
+    fn post_cut(&mut self, n: usize, post: impl FnOnce(*mut W) -> i32) -> Result<(), i32> {
+        if n == 0 {
+            return Ok(());
+        }
+        assert!(
+            n <= self.wrs.len(),
+            "posting {n} of a {}-request chain",
+            self.wrs.len()
+        );
+        let saved = *self.wrs[n - 1].next_mut();
+        *self.wrs[n - 1].next_mut() = std::ptr::null_mut();
+        let rc = post(self.wrs.as_mut_ptr());
+        *self.wrs[n - 1].next_mut() = saved;
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(rc)
+        }
+    }
+}
+
+/// Send work requests for one QP (see `Chain`). `prepare` is the only way
+/// to set addresses, and it bounds-checks them against a registered `RegBuf`.
+pub struct SendChain {
+    chain: Chain<rdma_mummy_sys::ibv_send_wr>,
+    prepared: Option<(ChainOp, u64, u32, bool)>,
+}
+
+impl SendChain {
+    /// A chain of `cap` (at least 1) requests, not yet prepared.
+    pub fn new(cap: usize) -> SendChain {
         SendChain {
-            wrs,
-            sges,
+            chain: Chain::new(cap),
             prepared: None,
         }
     }
 
     /// Most requests one `post` takes.
     pub fn capacity(&self) -> usize {
-        self.wrs.len()
+        self.chain.wrs.len()
     }
 
     /// Point every request at `len` bytes of `buf` from `off` (the source
@@ -268,9 +341,8 @@ impl SendChain {
     /// post time. Cheap when nothing changed since the last call.
     pub fn prepare(&mut self, op: ChainOp, buf: &RegBuf, off: usize, len: u32, inline: bool) {
         buf.check(off, len as usize);
-        let addr = buf.addr() + off as u64;
         let inline = inline && !matches!(op, ChainOp::Read(..));
-        let key = (op, addr, len, inline);
+        let key = (op, buf.addr() + off as u64, len, inline);
         if self.prepared == Some(key) {
             return;
         }
@@ -280,18 +352,9 @@ impl SendChain {
             ChainOp::Write(rkey, raddr) => (opc::IBV_WR_RDMA_WRITE, Some((rkey, raddr))),
             ChainOp::Read(rkey, raddr) => (opc::IBV_WR_RDMA_READ, Some((rkey, raddr))),
         };
-        for s in self.sges.iter_mut() {
-            s.addr = addr;
-            s.length = len;
-            s.lkey = buf.lkey();
-        }
-        for w in self.wrs.iter_mut() {
+        self.chain.point(buf, off, len);
+        for w in self.chain.wrs.iter_mut() {
             w.opcode = opcode;
-            w.send_flags = if inline {
-                rdma_mummy_sys::ibv_send_flags::IBV_SEND_INLINE.0
-            } else {
-                0
-            };
             if let Some((rkey, raddr)) = remote {
                 w.wr.rdma = rdma_mummy_sys::rdma_t {
                     remote_addr: raddr,
@@ -315,22 +378,13 @@ impl SendChain {
         let Some((_, _, _, inline)) = self.prepared else {
             return Err(libc::EINVAL);
         };
-        if n == 0 {
-            return Ok(());
-        }
-        assert!(
-            n <= self.wrs.len(),
-            "posting {n} of a {}-request chain",
-            self.wrs.len()
-        );
         let base = if inline {
             rdma_mummy_sys::ibv_send_flags::IBV_SEND_INLINE.0
         } else {
             0
         };
-        for i in 0..n {
+        for (i, w) in self.chain.wrs.iter_mut().take(n).enumerate() {
             let (wr_id, signaled) = id(i);
-            let w = &mut self.wrs[i];
             w.wr_id = wr_id;
             w.send_flags = if signaled {
                 base | rdma_mummy_sys::ibv_send_flags::IBV_SEND_SIGNALED.0
@@ -338,71 +392,36 @@ impl SendChain {
                 base
             };
         }
-        // Cut the chain after request n - 1 for this call.
-        let saved = self.wrs[n - 1].next;
-        self.wrs[n - 1].next = std::ptr::null_mut();
-        let mut bad: *mut rdma_mummy_sys::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the QP handle is valid while `qp` is borrowed; the chain
-        // is well formed (invariants above, cut at n - 1) and every sge
-        // points inside a registered buffer (checked in `prepare`) that
-        // outlives the request (its owner destroys the QPs first). The
-        // provider reads the requests during the call and keeps no pointer
-        // to them afterwards.
-        let rc = unsafe {
-            rdma_mummy_sys::ibv_post_send(qp.qp().as_ptr(), self.wrs.as_mut_ptr(), &mut bad)
-        };
-        self.wrs[n - 1].next = saved;
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(rc)
-        }
+        self.chain.post_cut(n, |head| {
+            let mut bad: *mut rdma_mummy_sys::ibv_send_wr = std::ptr::null_mut();
+            // SAFETY: the QP handle is valid while `qp` is borrowed; the
+            // chain is well formed (Chain invariants, cut at n - 1) and
+            // every sge points inside a registered buffer (checked in
+            // `prepare`) that outlives the request (its owner destroys the
+            // QPs first). The provider reads the requests during the call
+            // and keeps no pointer to them afterwards.
+            unsafe { rdma_mummy_sys::ibv_post_send(qp.qp().as_ptr(), head, &mut bad) }
+        })
     }
 }
 
-/// Receive requests built once and posted many times (see `SendChain`).
-/// Same invariants: `wrs[i].sg_list` → `sges[i]`, `wrs[i].next` →
-/// `wrs[i + 1]`, boxed and never reallocated.
+/// Receive requests for one QP (see `Chain`).
 pub struct RecvChain {
-    wrs: Box<[rdma_mummy_sys::ibv_recv_wr]>,
-    sges: Box<[rdma_mummy_sys::ibv_sge]>,
+    chain: Chain<rdma_mummy_sys::ibv_recv_wr>,
     prepared: Option<(u64, u32, u64)>,
 }
-
-// SAFETY: as for `SendChain`.
-unsafe impl Send for RecvChain {}
 
 impl RecvChain {
     /// A chain of `cap` (at least 1) receives, not yet prepared.
     pub fn new(cap: usize) -> RecvChain {
-        let cap = cap.max(1);
-        // SAFETY: plain C structs; all-zero (null pointers) is valid.
-        let mut wrs: Box<[rdma_mummy_sys::ibv_recv_wr]> =
-            (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect();
-        // SAFETY: as above.
-        let mut sges: Box<[rdma_mummy_sys::ibv_sge]> =
-            (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect();
-        let wp = wrs.as_mut_ptr();
-        let sp = sges.as_mut_ptr();
-        for i in 0..cap {
-            let w = &mut wrs[i];
-            w.sg_list = sp.wrapping_add(i);
-            w.num_sge = 1;
-            w.next = if i + 1 < cap {
-                wp.wrapping_add(i + 1)
-            } else {
-                std::ptr::null_mut()
-            };
-        }
         RecvChain {
-            wrs,
-            sges,
+            chain: Chain::new(cap),
             prepared: None,
         }
     }
 
     pub fn capacity(&self) -> usize {
-        self.wrs.len()
+        self.chain.wrs.len()
     }
 
     /// Every receive lands in `len` bytes of `buf` from `off` and carries `wr_id`.
@@ -412,12 +431,8 @@ impl RecvChain {
         if self.prepared == Some(key) {
             return;
         }
-        for s in self.sges.iter_mut() {
-            s.addr = buf.addr() + off as u64;
-            s.length = len;
-            s.lkey = buf.lkey();
-        }
-        for w in self.wrs.iter_mut() {
+        self.chain.point(buf, off, len);
+        for w in self.chain.wrs.iter_mut() {
             w.wr_id = wr_id;
         }
         self.prepared = Some(key);
@@ -434,28 +449,12 @@ impl RecvChain {
         if self.prepared.is_none() {
             return Err(libc::EINVAL);
         }
-        if n == 0 {
-            return Ok(());
-        }
-        assert!(
-            n <= self.wrs.len(),
-            "posting {n} of a {}-receive chain",
-            self.wrs.len()
-        );
-        let saved = self.wrs[n - 1].next;
-        self.wrs[n - 1].next = std::ptr::null_mut();
-        let mut bad: *mut rdma_mummy_sys::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: as in `SendChain::post`; the receive buffer is registered
-        // with local write access and outlives the request.
-        let rc = unsafe {
-            rdma_mummy_sys::ibv_post_recv(qp.qp().as_ptr(), self.wrs.as_mut_ptr(), &mut bad)
-        };
-        self.wrs[n - 1].next = saved;
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(rc)
-        }
+        self.chain.post_cut(n, |head| {
+            let mut bad: *mut rdma_mummy_sys::ibv_recv_wr = std::ptr::null_mut();
+            // SAFETY: as in `SendChain::post`; the receive buffer is
+            // registered with local write access and outlives the request.
+            unsafe { rdma_mummy_sys::ibv_post_recv(qp.qp().as_ptr(), head, &mut bad) }
+        })
     }
 }
 
@@ -608,23 +607,23 @@ mod tests {
         let mut c = SendChain::new(4);
         assert_eq!(c.capacity(), 4);
         for i in 0..4 {
-            assert_eq!(c.wrs[i].sg_list, &mut c.sges[i] as *mut _);
+            assert_eq!(c.chain.wrs[i].sg_list, &mut c.chain.sges[i] as *mut _);
             let next = if i < 3 {
-                &mut c.wrs[i + 1] as *mut _
+                &mut c.chain.wrs[i + 1] as *mut _
             } else {
                 std::ptr::null_mut()
             };
-            assert_eq!(c.wrs[i].next, next);
+            assert_eq!(c.chain.wrs[i].next, next);
         }
         c.prepare(ChainOp::Write(7, 0x1000), &buf, PAGE, 64, true);
-        assert_eq!(c.sges[3].addr, buf.addr() + PAGE as u64);
-        assert_eq!(c.sges[3].length, 64);
+        assert_eq!(c.chain.sges[3].addr, buf.addr() + PAGE as u64);
+        assert_eq!(c.chain.sges[3].length, 64);
         assert_eq!(
-            c.wrs[2].opcode,
+            c.chain.wrs[2].opcode,
             rdma_mummy_sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
         );
         // SAFETY (test): reading the union member prepare just wrote.
-        let rkey = unsafe { c.wrs[1].wr.rdma.rkey };
+        let rkey = unsafe { c.chain.wrs[1].wr.rdma.rkey };
         assert_eq!(rkey, 7);
         // Reads are never inline.
         c.prepare(ChainOp::Read(7, 0x1000), &buf, 0, 64, true);
@@ -632,7 +631,7 @@ mod tests {
         let mut r = RecvChain::new(0);
         assert_eq!(r.capacity(), 1);
         r.prepare(&buf, 0, PAGE as u32, 42);
-        assert_eq!(r.wrs[0].wr_id, 42);
+        assert_eq!(r.chain.wrs[0].wr_id, 42);
     }
 
     #[test]
