@@ -11,6 +11,8 @@ GUEST_DIR=$FABPERF_SIM_REPO/sim/guest
 OUT=/sim/out
 mkdir -p "$OUT" /tmp/st
 ROUNDS=${FABPERF_SIM_ROUNDS:-6}
+# Number of this boot's first round (sim/softroce.sh boots a fresh guest per round).
+FIRST=${FABPERF_SIM_ROUND_FIRST:-1}
 # Bandwidth runs are timed so a slow, busy host cannot stretch them: perftest
 # -D N+2 measures between its default margins (D/4 = 1 s at each end; an
 # explicit --margin switches perftest 4.5 to a different, erratic reporting
@@ -151,7 +153,7 @@ PAIRS=(
 TSV=$OUT/compare.tsv
 printf 'round\ttest\ttool\tvalue\tunit\n' >"$TSV"
 say "fabperf vs perftest on $DEV -> $PDEV ($PEER), $ROUNDS rounds, BW ${BW_SIZE} B (perftest -D $PT_D, fabperf --warmup $FB_WARM --duration $FB_DUR), lat ${LAT_SIZE} B x $LAT_ITERS"
-for ((r = 1; r <= ROUNDS; r++)); do
+for ((r = FIRST; r < FIRST + ROUNDS; r++)); do
     for pair in "${PAIRS[@]}"; do
         IFS='|' read -r name ftest fargs ptool pargs unit SIZE <<<"$pair"
         # Alternate which tool goes first so drift (a busy host) hits both alike.
@@ -174,38 +176,9 @@ done
 
 # Ratio table: medians over the rounds; BW: fabperf / perftest (target >= 1.00),
 # latency: fabperf p50 / perftest t_typical (target <= 1.02).
-awk -F'\t' -v rounds="$ROUNDS" -v kernel="$(uname -r)" -v topo="$FABPERF_SIM_TOPOLOGY" \
-    -v mtu="$(ibv_devinfo -d "$DEV" | awk '/active_mtu/ { print $2 }')" -v accel="$FABPERF_SIM_ACCEL" '
-function median(key,    n, i, j, t, a) {
-    n = cnt[key]
-    for (i = 1; i <= n; i++) a[i] = val[key, i]
-    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-    if (n == 0) return ""
-    return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
-NR > 1 { k = $2 SUBSEP $3; cnt[k]++; val[k, cnt[k]] = $4; unit[$2] = $5 }
-END {
-    split("write-bw send-bw send-lat write-lat", names, " ")
-    desc["write-bw"] = "`rdma-bw --op write` vs `ib_write_bw`, 64 KiB"
-    desc["send-bw"] = "`rdma-bw --op send` vs `ib_send_bw`, 64 KiB"
-    desc["send-lat"] = "`rdma-lat --op send` p50 vs `ib_send_lat` t_typical, 2 B"
-    desc["write-lat"] = "`rdma-lat --op write` p50 vs `ib_write_lat` t_typical, 2 B"
-    printf "Soft-RoCE (rdma_rxe, QEMU %s, kernel %s, topology %s, active_mtu %s), median of %d rounds\n\n", accel, kernel, topo, mtu, rounds
-    printf "| test | perftest | fabperf | ratio | target | |\n|---|---:|---:|---:|---|---|\n"
-    for (i = 1; i <= 4; i++) {
-        n = names[i]; f = median(n SUBSEP "fabperf"); p = median(n SUBSEP "perftest")
-        bw = (n ~ /bw$/)
-        u = bw ? " Gbit/s" : " µs"
-        if (f == "" || p == "" || p + 0 == 0) { r = "n/a"; verdict = "FAILED (missing runs)" }
-        else {
-            r = sprintf("%.3f", f / p)
-            ok = bw ? (f / p >= 1.00) : (f / p <= 1.02)
-            verdict = ok ? "met" : "MISSED"
-        }
-        printf "| %s | %s | %s | %s | %s | %s |\n", desc[n], (p == "" ? "-" : sprintf("%.3f%s", p, u)), \
-            (f == "" ? "-" : sprintf("%.3f%s", f, u)), r, (bw ? ">= 1.00" : "<= 1.02"), verdict
-    }
-}' "$TSV" >"$OUT/compare.md"
+KERNEL=$(uname -r) TOPOLOGY=$FABPERF_SIM_TOPOLOGY ACCEL=$FABPERF_SIM_ACCEL \
+    MTU=$(ibv_devinfo -d "$DEV" | awk '/active_mtu/ { print $2 }') \
+    "$FABPERF_SIM_REPO/sim/compare-table.sh" "$TSV" >"$OUT/compare.md"
 say "ratio table"
 cat "$OUT/compare.md"
 if grep -q 'MISSED' "$OUT/compare.md"; then
