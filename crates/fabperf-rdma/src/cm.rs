@@ -94,6 +94,19 @@ fn expect(
     }
 }
 
+/// `expect`, then acknowledge the event (all that is needed of most).
+fn expect_ack(
+    ch: &Arc<EventChannel>,
+    want: EventType,
+    what: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<(), RdmaError> {
+    expect(ch, want, what, deadline, timeout)?
+        .ack()
+        .map_err(|e| cm_err("ack", e))
+}
+
 /// Agent side, before it sends `Accept`: listen on `addr` (the address and
 /// port the client reached the control channel on).
 pub fn listen(addr: SocketAddr) -> Result<(Arc<EventChannel>, Arc<Identifier>), RdmaError> {
@@ -138,15 +151,13 @@ pub fn accept_all(
         let mut cp = ConnectionParameter::default();
         cp.setup_qp_number(ep.qp_num(q));
         id.accept(cp).map_err(|e| cm_err("accept", e))?;
-        expect(
+        expect_ack(
             &ch,
             EventType::Established,
             "connection establishment",
             deadline,
             timeout,
-        )?
-        .ack()
-        .map_err(|e| cm_err("ack", e))?;
+        )?;
         ids.push(id);
     }
     ep.set_connected(remote, path_mtu);
@@ -175,41 +186,35 @@ pub fn connect_all(
             .map_err(|e| cm_err("create_id", e))?;
         id.resolve_addr(None, agent, step)
             .map_err(|e| cm_err(&format!("resolving {agent}"), e))?;
-        expect(
+        expect_ack(
             &ch,
             EventType::AddressResolved,
             &format!("resolving {agent}"),
             deadline,
             timeout,
-        )?
-        .ack()
-        .map_err(|e| cm_err("ack", e))?;
+        )?;
         id.resolve_route(step)
             .map_err(|e| cm_err(&format!("route to {agent}"), e))?;
-        expect(
+        expect_ack(
             &ch,
             EventType::RouteResolved,
             &format!("route to {agent}"),
             deadline,
             timeout,
-        )?
-        .ack()
-        .map_err(|e| cm_err("ack", e))?;
+        )?;
         let mut cp = ConnectionParameter::default();
         cp.setup_qp_number(ep.qp_num(q));
         id.connect(cp)
             .map_err(|e| cm_err(&format!("connecting to {agent}"), e))?;
         // With a QP of its own the active side gets CONNECT_RESPONSE, moves
         // the QP to RTR/RTS and completes the handshake itself.
-        expect(
+        expect_ack(
             &ch,
             EventType::ConnectResponse,
             &format!("connecting QP {q} to {agent}"),
             deadline,
             timeout,
-        )?
-        .ack()
-        .map_err(|e| cm_err("ack", e))?;
+        )?;
         ep.connect_qp_cm(q, &id, path_mtu)?;
         id.establish().map_err(|e| cm_err("establish", e))?;
         ids.push(id);

@@ -31,7 +31,6 @@ pub struct RegBuf {
     ptr: NonNull<u8>,
     layout: Layout,
     mr: Option<Arc<MemoryRegion>>,
-    remote_write: bool,
 }
 
 // SAFETY: RegBuf owns its allocation exclusively (like a Box<[u8]>); the
@@ -60,7 +59,6 @@ impl RegBuf {
             ptr,
             layout,
             mr: None,
-            remote_write: false,
         })
     }
 
@@ -76,7 +74,6 @@ impl RegBuf {
         let mr = unsafe { pd.reg_mr(self.ptr.as_ptr() as usize, self.len(), access) };
         match mr {
             Ok(mr) => {
-                self.remote_write = access.contains(AccessFlags::RemoteWrite);
                 self.mr = Some(mr);
                 Ok(())
             }
@@ -121,23 +118,6 @@ impl RegBuf {
             "buffer access {off}+{len} outside {} bytes",
             self.len()
         );
-    }
-
-    /// A shared view of bytes no peer can write (inline sends copy from it).
-    ///
-    /// Panics when the buffer was registered with remote write access: the
-    /// peer's NIC could change such memory while the slice is alive.
-    pub fn local_bytes(&self, off: usize, len: usize) -> &[u8] {
-        assert!(
-            !self.remote_write,
-            "local_bytes on a remotely writable buffer"
-        );
-        self.check(off, len);
-        // SAFETY: in bounds (checked); the buffer is not remotely writable,
-        // so only this process changes it, and every local write goes
-        // through `&mut self` methods, which cannot run while this shared
-        // borrow is alive. The NIC only reads it (sends, RDMA reads).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) }
     }
 
     /// Set every byte to `v`.
@@ -589,7 +569,10 @@ mod tests {
         b.store(9, 7);
         assert_eq!(b.load(9), 7);
         b.fill_range(0, 4, 3);
-        assert_eq!(b.local_bytes(0, 5), &[3, 3, 3, 3, 0]);
+        assert_eq!(
+            (0..5).map(|i| b.load(i)).collect::<Vec<_>>(),
+            [3, 3, 3, 3, 0]
+        );
         b.fill(1);
         assert_eq!(b.load(PAGE - 1), 1);
     }
@@ -597,8 +580,8 @@ mod tests {
     #[test]
     #[should_panic(expected = "outside")]
     fn out_of_bounds_is_refused() {
-        let b = RegBuf::new(PAGE).unwrap();
-        let _ = b.local_bytes(PAGE - 1, 2);
+        let mut b = RegBuf::new(PAGE).unwrap();
+        b.fill_range(PAGE - 1, 2, 0);
     }
 
     #[test]

@@ -272,6 +272,13 @@ pub struct Endpoint {
 /// Most requests one `ibv_post_send`/`ibv_post_recv` call carries.
 const CHAIN: u32 = 64;
 
+/// The QP attribute value for a path MTU in bytes.
+fn mtu_attr(path_mtu: u32) -> Result<Mtu, RdmaError> {
+    crate::select::mtu_enum(path_mtu)
+        .map(Mtu::from)
+        .ok_or_else(|| RdmaError::BadRequest(format!("bad path MTU {path_mtu}")))
+}
+
 fn psn_seed(i: usize) -> u32 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -436,10 +443,7 @@ impl Endpoint {
                 remote.link_layer.as_str()
             )));
         }
-        let mtu = match crate::select::mtu_enum(path_mtu) {
-            Some(v) => Mtu::from(v),
-            None => return Err(RdmaError::BadRequest(format!("bad path MTU {path_mtu}"))),
-        };
+        let mtu = mtu_attr(path_mtu)?;
         let local = self.info();
         let rd = self.dev.max_rd_atomic.min(remote.max_rd_atomic).max(1);
         for (i, q) in self.qps.iter_mut().enumerate() {
@@ -478,8 +482,7 @@ impl Endpoint {
             q.modify(&a)
                 .map_err(|e| RdmaError::Connect(connect_error("RTS", &e, &local, remote)))?;
         }
-        self.remote = Some(remote.clone());
-        self.path_mtu = path_mtu;
+        self.set_connected(remote, path_mtu);
         Ok(())
     }
 
@@ -497,10 +500,7 @@ impl Endpoint {
         id: &sideway::rdmacm::communication_manager::Identifier,
         path_mtu: u32,
     ) -> Result<(), RdmaError> {
-        let mtu = match crate::select::mtu_enum(path_mtu) {
-            Some(v) => Mtu::from(v),
-            None => return Err(RdmaError::BadRequest(format!("bad path MTU {path_mtu}"))),
-        };
+        let mtu = mtu_attr(path_mtu)?;
         let fail = |stage: &str, e: &dyn std::fmt::Display| {
             RdmaError::Connect(format!(
                 "rdma_cm: moving QP {q} on {} to {stage}: {e} (with --rdma-cm the device is the \
@@ -522,7 +522,7 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Record the peer once every QP is connected (by the CM).
+    /// Record the peer once every QP is connected.
     pub fn set_connected(&mut self, remote: &EndpointInfo, path_mtu: u32) {
         self.remote = Some(remote.clone());
         self.path_mtu = path_mtu;
