@@ -147,7 +147,7 @@ pub fn accept_all(
             .cm_id()
             .ok_or_else(|| cm_err("connect request", "no CM id in the event"))?;
         ev.ack().map_err(|e| cm_err("ack", e))?;
-        ep.connect_qp_cm(q, &id, path_mtu)?;
+        ep.connect_qp_cm(q, &id, remote, path_mtu)?;
         let mut cp = ConnectionParameter::default();
         cp.setup_qp_number(ep.qp_num(q));
         id.accept(cp).map_err(|e| cm_err("accept", e))?;
@@ -215,7 +215,7 @@ pub fn connect_all(
             deadline,
             timeout,
         )?;
-        ep.connect_qp_cm(q, &id, path_mtu)?;
+        ep.connect_qp_cm(q, &id, remote, path_mtu)?;
         id.establish().map_err(|e| cm_err("establish", e))?;
         ids.push(id);
     }

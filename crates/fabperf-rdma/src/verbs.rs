@@ -445,7 +445,7 @@ impl Endpoint {
         }
         let mtu = mtu_attr(path_mtu)?;
         let local = self.info();
-        let rd = self.dev.max_rd_atomic.min(remote.max_rd_atomic).max(1);
+        let rd = self.read_depth(remote);
         for (i, q) in self.qps.iter_mut().enumerate() {
             let r = remote.qps[i];
             let mut av = AddressHandleAttribute::new();
@@ -491,6 +491,12 @@ impl Endpoint {
         self.qps[q].qp_number()
     }
 
+    /// Outstanding reads this end may issue: the smaller of both devices'
+    /// limits (the peer must have the responder resources for them).
+    fn read_depth(&self, remote: &EndpointInfo) -> u8 {
+        self.dev.max_rd_atomic.min(remote.max_rd_atomic).max(1)
+    }
+
     /// `--rdma-cm`: move QP `q` to RTR and RTS with the attributes the
     /// connection manager derived for `id` (destination QP, PSNs, path,
     /// GID), keeping fabperf's path MTU and read depth.
@@ -498,6 +504,7 @@ impl Endpoint {
         &mut self,
         q: usize,
         id: &sideway::rdmacm::communication_manager::Identifier,
+        remote: &EndpointInfo,
         path_mtu: u32,
     ) -> Result<(), RdmaError> {
         let mtu = mtu_attr(path_mtu)?;
@@ -517,7 +524,7 @@ impl Endpoint {
         let mut a = id
             .get_qp_attr(QueuePairState::ReadyToSend)
             .map_err(|e| fail("RTS (rdma_init_qp_attr)", &e))?;
-        a.setup_max_read_atomic(self.dev.max_rd_atomic);
+        a.setup_max_read_atomic(self.read_depth(remote));
         self.qps[q].modify(&a).map_err(|e| fail("RTS", &e))?;
         Ok(())
     }
