@@ -77,6 +77,7 @@ Environment:
   FABPERF_SIM_KERNEL   auto (default) | backports | bookworm
   FABPERF_SIM_TIMEOUT  seconds before the guest is killed (default 900; 1500 without --)
   FABPERF_SIM_ROUNDS   comparison rounds (default 6, alternating which tool goes first)
+  FABPERF_SIM_REPEATS  runs of each tool per test and round, mirrored A B B A (default 2)
   FABPERF_SIM_MTU      veth MTU in the guest (default 9000 -> rxe active_mtu 4096)
   FABPERF_SIM_AGENT=0  do not start a fabperf agent in the peer node
   FABPERF_SIM_ENFORCE_TARGETS=1  fail when a ratio misses its target
@@ -86,6 +87,7 @@ Environment:
   FABPERF_SIM_FRESH_GUEST=0   all comparison rounds in one guest (default: a fresh
                        guest per round; both tools slow down as a guest ages)
   FABPERF_SIM_MEM / FABPERF_SIM_SMP / FABPERF_SIM_ACCEL (kvm|tcg)
+  FABPERF_SIM_EXTRA_APPEND  extra guest kernel arguments (e.g. idle=poll)
 EOF
 }
 
@@ -381,7 +383,7 @@ boot_guest() {
     # stdin from /dev/null: no terminal raw mode, Ctrl-C kills QEMU.
     timeout -k 10 "$TIMEOUT" qemu-system-x86_64 "${accel_args[@]}" -smp "$VM_SMP" -m "$VM_MEM" \
         -nographic -no-reboot -nic none -kernel "$KDIR/vmlinuz" -initrd "$run/initrd.gz" \
-        -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init" \
+        -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init${FABPERF_SIM_EXTRA_APPEND:+ $FABPERF_SIM_EXTRA_APPEND}" \
         "${shares[@]}" </dev/null 2>"$run/qemu.err" | console_filter || qemu_rc=${PIPESTATUS[0]}
     if [[ $qemu_rc == 124 || $qemu_rc == 137 ]]; then
         log "guest killed after ${TIMEOUT}s timeout (FABPERF_SIM_TIMEOUT)"
@@ -426,7 +428,7 @@ write_env() {
         for v in $(compgen -e); do
             case $v in
                 FABPERF_SIM_CACHE|FABPERF_BIN) ;;
-                FABPERF_SIM_ROUNDS|FABPERF_SIM_ROUND_FIRST|FABPERF_SIM_AGENT|FABPERF_SIM_ENFORCE_TARGETS|FABPERF_SIM_LAT_ITERS|FABPERF_SIM_BW_SECONDS|FABPERF_SIM_COMPARE_ONLY) printf 'export %s=%q\n' "$v" "${!v}" ;;
+                FABPERF_SIM_ROUNDS|FABPERF_SIM_REPEATS|FABPERF_SIM_ROUND_FIRST|FABPERF_SIM_AGENT|FABPERF_SIM_ENFORCE_TARGETS|FABPERF_SIM_LAT_ITERS|FABPERF_SIM_BW_SECONDS|FABPERF_SIM_COMPARE_ONLY) printf 'export %s=%q\n' "$v" "${!v}" ;;
                 FABPERF_SIM_*) ;;
                 FABPERF_*|RUST_LOG|RUST_BACKTRACE|RUST_TEST_THREADS) printf 'export %s=%q\n' "$v" "${!v}" ;;
             esac

@@ -3,7 +3,8 @@
 # with rxe up and FABPERF_RDMA_* exported):
 #   1. every fabperf-rdma test binary listed in /sim/test-bins;
 #   2. fabperf next to perftest on the same rxe link, FABPERF_SIM_ROUNDS rounds
-#      (alternating which tool goes first), and a ratio table written to
+#      of FABPERF_SIM_REPEATS runs per tool in mirrored order (A B B A,
+#      which tool is A alternating by round), and a ratio table written to
 #      /sim/out/compare.md (+ compare.tsv with every single run).
 # Exits non-zero when anything failed.
 set -uo pipefail
@@ -11,6 +12,9 @@ GUEST_DIR=$FABPERF_SIM_REPO/sim/guest
 OUT=/sim/out
 mkdir -p "$OUT" /tmp/st
 ROUNDS=${FABPERF_SIM_ROUNDS:-6}
+# Runs of each tool per test and round (mirrored order, see below).
+REPEATS=${FABPERF_SIM_REPEATS:-2}
+[[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "FABPERF_SIM_REPEATS must be a positive number" >&2; exit 2; }
 # Number of this boot's first round (sim/softroce.sh boots a fresh guest per round).
 FIRST=${FABPERF_SIM_ROUND_FIRST:-1}
 # Bandwidth runs are timed so a slow, busy host cannot stretch them: perftest
@@ -150,13 +154,19 @@ PAIRS=(
 )
 TSV=$OUT/compare.tsv
 printf 'round\ttest\ttool\tvalue\tunit\n' >"$TSV"
-say "fabperf vs perftest on $DEV -> $PDEV ($PEER), $ROUNDS rounds, BW ${BW_SIZE} B (perftest -D $PT_D, fabperf --warmup $FB_WARM --duration $FB_DUR), lat ${LAT_SIZE} B x $LAT_ITERS"
+say "fabperf vs perftest on $DEV -> $PDEV ($PEER), $ROUNDS round(s) x $REPEATS runs per tool, BW ${BW_SIZE} B (perftest -D $PT_D, fabperf --warmup $FB_WARM --duration $FB_DUR), lat ${LAT_SIZE} B x $LAT_ITERS"
 for ((r = FIRST; r < FIRST + ROUNDS; r++)); do
     for pair in "${PAIRS[@]}"; do
         IFS='|' read -r name ftest fargs ptool pargs unit SIZE <<<"$pair"
-        # Alternate which tool goes first so drift (a busy host) hits both alike.
-        order=(fabperf perftest)
-        ((r % 2 == 0)) && order=(perftest fabperf)
+        # Each tool REPEATS times in a mirrored order (A B B A with 2), so
+        # drift within the round (a busy host) weighs on both tools alike;
+        # which tool is A alternates by round.
+        a=fabperf b=perftest
+        ((r % 2 == 0)) && a=perftest b=fabperf
+        order=()
+        for ((k = 0; k < REPEATS; k++)); do
+            if ((k % 2 == 0)); then order+=("$a" "$b"); else order+=("$b" "$a"); fi
+        done
         for tool in "${order[@]}"; do
             PORT_BASE=$((PORT_BASE + 10))
             if [[ $tool == fabperf ]]; then
@@ -172,8 +182,8 @@ for ((r = FIRST; r < FIRST + ROUNDS; r++)); do
     done
 done
 
-# Ratio table: medians over the rounds; BW: fabperf / perftest (target >= 1.00),
-# latency: fabperf p50 / perftest t_typical (target <= 1.02).
+# Ratio table: each round's fabperf/perftest ratio (means of its runs), the
+# median over the rounds; BW target >= 1.00, latency (p50 / t_typical) <= 1.02.
 KERNEL=$(uname -r) TOPOLOGY=$FABPERF_SIM_TOPOLOGY ACCEL=$FABPERF_SIM_ACCEL \
     MTU=$(ibv_devinfo -d "$DEV" | awk '/active_mtu/ { print $2 }') \
     "$FABPERF_SIM_REPO/sim/compare-table.sh" "$TSV" >"$OUT/compare.md"
