@@ -18,11 +18,15 @@ function median(a, n,    i, j, t) {
     if (n == 0) return ""
     return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
+# median of every run of test-and-tool key k
+function run_median(k,    a, j) {
+    for (j = 1; j <= cnt[k]; j++) a[j] = val[k, j]
+    return median(a, cnt[k])
+}
 NR > 1 {
     if (!($1 in seen)) { seen[$1] = 1; nr++; rid[nr] = $1 }
     k = $2 SUBSEP $3; cnt[k]++; val[k, cnt[k]] = $4
     rk = $1 SUBSEP $2 SUBSEP $3; rsum[rk] += $4; rcnt[rk]++
-    runs[$1 SUBSEP $3]++
 }
 END {
     split("write-bw send-bw send-lat write-lat", names, " ")
@@ -35,25 +39,17 @@ END {
     printf "| test | perftest | fabperf | ratio | rounds (min-max) | target | |\n|---|---:|---:|---:|---|---|---|\n"
     for (i = 1; i <= 4; i++) {
         n = names[i]; bw = (n ~ /bw$/); u = bw ? " Gbit/s" : " µs"
-        delete a; m = cnt[n SUBSEP "perftest"]
-        for (j = 1; j <= m; j++) a[j] = val[n SUBSEP "perftest", j]
-        p = median(a, m)
-        delete a; m = cnt[n SUBSEP "fabperf"]
-        for (j = 1; j <= m; j++) a[j] = val[n SUBSEP "fabperf", j]
-        f = median(a, m)
-        delete a; m = 0; lo = ""; hi = ""
+        p = run_median(n SUBSEP "perftest"); f = run_median(n SUBSEP "fabperf")
+        delete a; m = 0
         for (j = 1; j <= nr; j++) {
             kf = rid[j] SUBSEP n SUBSEP "fabperf"; kp = rid[j] SUBSEP n SUBSEP "perftest"
             if (rcnt[kf] == 0 || rcnt[kp] == 0 || rsum[kp] == 0) continue
-            x = (rsum[kf] / rcnt[kf]) / (rsum[kp] / rcnt[kp])
-            a[++m] = x
-            if (lo == "" || x < lo) lo = x
-            if (hi == "" || x > hi) hi = x
+            a[++m] = (rsum[kf] / rcnt[kf]) / (rsum[kp] / rcnt[kp])
         }
         if (m == 0) { r = "n/a"; range = "-"; verdict = "FAILED (missing runs)" }
         else {
-            q = median(a, m)
-            r = sprintf("%.3f", q); range = sprintf("%.3f-%.3f (%d)", lo, hi, m)
+            q = median(a, m) # sorts a: a[1] and a[m] are the range
+            r = sprintf("%.3f", q); range = sprintf("%.3f-%.3f (%d)", a[1], a[m], m)
             ok = bw ? (q >= 1.00) : (q <= 1.02)
             verdict = ok ? "met" : "MISSED"
         }
