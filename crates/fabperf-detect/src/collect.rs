@@ -680,6 +680,19 @@ pub(crate) fn build(
         }
     };
 
+    // Absent on non-Linux roots and old fixtures: null, no note.
+    let clocksource = root
+        .read("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+        .map(|current| ClockSource {
+            current,
+            available: root
+                .read("/sys/devices/system/clocksource/clocksource0/available_clocksource")
+                .map(|a| a.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default(),
+        });
+
     let source = Source {
         mode: if root.is_live() { "live" } else { "snapshot" }.into(),
         root: root.base().display().to_string(),
@@ -699,6 +712,7 @@ pub(crate) fn build(
         default_routes,
         sysctl,
         memlock,
+        clocksource,
         warnings,
     })
 }

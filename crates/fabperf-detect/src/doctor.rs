@@ -823,6 +823,46 @@ fn check_netns(inv: &Inventory, out: &mut Vec<Finding>) {
     });
 }
 
+fn check_clocksource(inv: &Inventory, out: &mut Vec<Finding>) {
+    let Some(c) = &inv.clocksource else { return };
+    if !c.is_slow() {
+        return;
+    }
+    let base = "/sys/devices/system/clocksource/clocksource0";
+    let mut fix = vec!["see why the kernel left the TSC: `dmesg | grep -i -E 'tsc|clocksource'` (\"Marking clocksource tsc unstable\")".to_string()];
+    if c.available.iter().any(|a| a == "tsc") {
+        fix.push(format!(
+            "where the TSC is known good (constant_tsc/nonstop_tsc in /proc/cpuinfo): `echo tsc > {base}/current_clocksource` (until reboot), or boot with `tsc=reliable`"
+        ));
+    }
+    if c.available.iter().any(|a| a == "kvm-clock") {
+        fix.push(format!(
+            "in this KVM guest: `echo kvm-clock > {base}/current_clocksource`"
+        ));
+    } else {
+        fix.push(
+            "in a VM: enable the hypervisor's paravirtual clock (kvm-clock, Hyper-V TSC page)"
+                .into(),
+        );
+    }
+    out.push(Finding {
+        id: "clocksource-slow".into(),
+        severity: Severity::Warning,
+        subject: "node".into(),
+        summary: format!(
+            "the kernel's clocksource is {}: every clock read is a system call with a trapped device access (~0.5-1 µs instead of ~20-60 ns)",
+            c.current
+        ),
+        detail: "Benchmarks that time with the system clock (fabperf, iperf3, sockperf) pay it on every timestamp: latency samples grow and busy-polling loops slow down, while perftest reads the TSC directly and does not, so comparisons between them skew. The kernel falls back to hpet/acpi_pm when its watchdog marks the TSC unstable (VMs, emulators, some firmware). fabperf's records carry a warning with the measured cost when this happens.".into(),
+        evidence: vec![
+            ev(inv, &format!("{base}/current_clocksource"), &c.current),
+            ev(inv, &format!("{base}/available_clocksource"), c.available.join(" ")),
+        ],
+        cost_gbps: None,
+        fix,
+    });
+}
+
 fn check_no_rdma(inv: &Inventory, out: &mut Vec<Finding>) {
     if inv.rdma_available {
         return;
@@ -857,6 +897,7 @@ pub fn diagnose(inv: &Inventory) -> DoctorReport {
     check_rp_filter(inv, &mut f);
     check_mtu(inv, &mut f);
     check_netns(inv, &mut f);
+    check_clocksource(inv, &mut f);
     f.sort_by(|a, b| {
         a.severity
             .cmp(&b.severity)
@@ -878,6 +919,60 @@ pub fn diagnose(inv: &Inventory) -> DoctorReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ClockSource;
+
+    fn with_clock(current: &str, available: &[&str]) -> Inventory {
+        Inventory {
+            clocksource: Some(ClockSource {
+                current: current.into(),
+                available: available.iter().map(|a| a.to_string()).collect(),
+            }),
+            rdma_available: true,
+            ..Inventory::default()
+        }
+    }
+
+    #[test]
+    fn slow_clocksource_is_a_warning_with_the_way_back_to_the_tsc() {
+        let r = diagnose(&with_clock("hpet", &["tsc", "hpet", "acpi_pm"]));
+        let f = r.with_id("clocksource-slow").next().expect("finding");
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(f.summary.contains("hpet"), "{}", f.summary);
+        assert!(
+            f.fix.iter().any(|x| x.contains("echo tsc >")),
+            "{:?}",
+            f.fix
+        );
+        assert!(
+            f.fix.iter().any(|x| x.contains("tsc=reliable")),
+            "{:?}",
+            f.fix
+        );
+        assert_eq!(f.evidence[1].value, "tsc hpet acpi_pm");
+        // No TSC to go back to: no advice to select it.
+        let r = diagnose(&with_clock("acpi_pm", &["kvm-clock", "acpi_pm"]));
+        let f = r.with_id("clocksource-slow").next().expect("finding");
+        assert!(
+            !f.fix.iter().any(|x| x.contains("echo tsc >")),
+            "{:?}",
+            f.fix
+        );
+        assert!(
+            f.fix.iter().any(|x| x.contains("echo kvm-clock >")),
+            "{:?}",
+            f.fix
+        );
+    }
+
+    #[test]
+    fn fast_or_unknown_clocksource_has_no_finding() {
+        for c in ["tsc", "kvm-clock", "arch_sys_counter"] {
+            let r = diagnose(&with_clock(c, &[c]));
+            assert_eq!(r.with_id("clocksource-slow").count(), 0, "{c}");
+        }
+        let r = diagnose(&Inventory::default());
+        assert_eq!(r.with_id("clocksource-slow").count(), 0);
+    }
 
     #[test]
     fn tcp_efficiency_matches_published_goodput() {

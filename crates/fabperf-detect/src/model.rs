@@ -42,8 +42,31 @@ pub struct Inventory {
     pub sysctl: Sysctls,
     /// The reading process's locked-memory limit and CAP_IPC_LOCK (null when unreadable).
     pub memlock: Option<MemlockStatus>,
+    /// The kernel's clocksource (what every timestamp is read from), null when unreadable.
+    pub clocksource: Option<ClockSource>,
     /// Inputs that could not be read or parsed (the affected values are null).
     pub warnings: Vec<String>,
+}
+
+/// `/sys/devices/system/clocksource/clocksource0/`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClockSource {
+    /// `current_clocksource`: `tsc`, `kvm-clock`, `arch_sys_counter`, `hpet`, ...
+    pub current: String,
+    /// `available_clocksource`, in the kernel's order.
+    pub available: Vec<String>,
+}
+
+impl ClockSource {
+    /// Clocksources read through a trapped device access or a system call
+    /// on every `clock_gettime` (no vDSO fast path): ~0.5-1 µs a read.
+    pub fn is_slow(&self) -> bool {
+        matches!(
+            self.current.as_str(),
+            "hpet" | "acpi_pm" | "jiffies" | "refined-jiffies" | "pit"
+        )
+    }
 }
 
 /// Where an inventory was read from.

@@ -271,6 +271,19 @@ pub fn inventory_text(inv: &Inventory) -> String {
             let _ = writeln!(s, "Memlock: unknown");
         }
     }
+    if let Some(c) = &inv.clocksource {
+        let _ = writeln!(
+            s,
+            "Clocksource {}{} (available: {})",
+            c.current,
+            if c.is_slow() {
+                " (slow: every clock read is a system call)"
+            } else {
+                ""
+            },
+            c.available.join(" ")
+        );
+    }
     if !inv.warnings.is_empty() {
         s.push_str("\nNotes (inputs missing or unreadable):\n");
         for w in &inv.warnings {

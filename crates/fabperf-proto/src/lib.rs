@@ -27,6 +27,7 @@
 //! never changes when a kind is added.
 
 pub mod auth;
+pub mod clock;
 mod control;
 pub mod cpu;
 mod error;

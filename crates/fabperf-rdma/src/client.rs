@@ -283,6 +283,8 @@ fn bw_records(
     {
         r.warnings.push(n.clone());
     }
+    r.warnings
+        .extend(fabperf_proto::clock::slow_clock_warning());
     if mine.msgs < 100 {
         r.warnings.push(format!(
             "only {} messages were measured; use more --iterations or --duration for a stable figure",
@@ -397,6 +399,8 @@ fn lat_one(
     r.lat_us = summary;
     r.cpu_local_pct = Some(o.cpu_pct);
     r.cpu_remote_pct = Some(report.cpu_pct);
+    r.warnings
+        .extend(fabperf_proto::clock::slow_clock_warning());
     if samples < 100 {
         r.warnings.push(format!(
             "only {samples} samples; percentiles above p99 need many more (--iterations or --duration)"

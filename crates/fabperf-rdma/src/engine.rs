@@ -20,6 +20,19 @@ const BEAT: Duration = Duration::from_secs(1);
 /// Most requests posted with one doorbell.
 const POST_BATCH: u64 = 32;
 
+/// Empty polls (bandwidth loop, send/read waits) between two looks at the
+/// clock, for the window edges, heartbeats, timeouts and the yield policy.
+/// A clock read is a vDSO call of ~20-60 ns with a TSC, but a system call
+/// plus a trapped device access (~0.8 µs under QEMU TCG) when the kernel
+/// has fallen back to hpet/acpi_pm; at one read per 64 polls that cost
+/// fabperf ~10 % of soft-RoCE bandwidth and 5-20 % of latency against
+/// perftest, which reads the TSC directly. Every 1024 polls is still every
+/// ~10-100 µs.
+const CHECK_EVERY_POLLS: u32 = 1024;
+/// Loads of the polled byte (write latency) between two looks at the
+/// clock and the completion queue: a load is much cheaper than a poll.
+const CHECK_EVERY_LOADS: u32 = 16384;
+
 /// Busy-wait policy: spin tightly (a real NIC answers in microseconds),
 /// but after `YIELD_AFTER` without progress give the CPU away on every
 /// check, so the kernel work a software device (rxe) needs, or the peer
@@ -332,10 +345,9 @@ pub fn bw_side(
         }
         let n = ep.poll(&mut wcs)?;
         spins = spins.wrapping_add(1);
-        // Read the clock only when something happened or every 64 empty
-        // polls: the loop spins millions of times, and under emulation a
-        // clock read costs as much as a poll.
-        if n == 0 && spins & (64 - 1) != 0 {
+        // Read the clock only when something happened or every
+        // CHECK_EVERY_POLLS empty polls (see there).
+        if n == 0 && spins & (CHECK_EVERY_POLLS - 1) != 0 {
             continue;
         }
         let now = Instant::now();
@@ -652,7 +664,7 @@ pub fn lat_initiator(
                 let mut spins: u32 = 0;
                 while ep.dst.load(last) != t {
                     spins = spins.wrapping_add(1);
-                    if spins & (1024 - 1) == 0 {
+                    if spins & (CHECK_EVERY_LOADS - 1) == 0 {
                         reap(ep, &mut wcs, &mut sends_out, &mut recvs, "write")?;
                         let now = Instant::now();
                         idle.wait_at(now);
@@ -677,7 +689,7 @@ pub fn lat_initiator(
                 } {
                     reap(ep, &mut wcs, &mut sends_out, &mut recvs, p.op.as_str())?;
                     spins = spins.wrapping_add(1);
-                    if spins & (256 - 1) == 0 {
+                    if spins & (CHECK_EVERY_POLLS - 1) == 0 {
                         let now = Instant::now();
                         idle.wait_at(now);
                         if now.duration_since(t0) >= timeout {
@@ -761,7 +773,7 @@ pub fn lat_responder(
             Op::Write => {
                 while ep.dst.load(last) != t {
                     spins = spins.wrapping_add(1);
-                    if spins & (1024 - 1) == 0 {
+                    if spins & (CHECK_EVERY_LOADS - 1) == 0 {
                         if beat.peer_done() {
                             break 'outer;
                         }
@@ -785,7 +797,7 @@ pub fn lat_responder(
                 while recvs.is_empty() {
                     reap(ep, &mut wcs, &mut sends_out, &mut recvs, "send")?;
                     spins = spins.wrapping_add(1);
-                    if spins & (256 - 1) == 0 {
+                    if spins & (CHECK_EVERY_POLLS - 1) == 0 {
                         if beat.peer_done() {
                             break 'outer;
                         }

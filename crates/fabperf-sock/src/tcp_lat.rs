@@ -235,6 +235,8 @@ pub fn run_tcp_lat(
             n + p.warmup
         ));
     }
+    r.warnings
+        .extend(fabperf_proto::clock::slow_clock_warning());
     if n < 1000 {
         r.warnings.push(format!(
             "only {n} round trips: tail percentiles (p99.9 and up) need many more samples"

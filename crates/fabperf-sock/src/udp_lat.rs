@@ -265,6 +265,8 @@ pub fn run_udp_lat(
             }
         ));
     }
+    r.warnings
+        .extend(fabperf_proto::clock::slow_clock_warning());
     if c.received < 1000 {
         r.warnings.push(format!(
             "only {} replies: tail percentiles (p99.9 and up) need many more samples",
