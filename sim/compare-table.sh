@@ -7,11 +7,11 @@
 # Targets: BW fabperf / perftest >= 1.00, latency fabperf p50 / perftest
 # t_typical <= 1.02. Used inside the guest (one boot) and on the host (the
 # rounds of several boots merged). Header facts come from the environment:
-# KERNEL TOPOLOGY MTU ACCEL, and ROUNDS_NOTE.
+# KERNEL TOPOLOGY MTU ACCEL CLOCKSOURCE, and ROUNDS_NOTE.
 set -euo pipefail
 TSV=$1
 awk -F'\t' -v kernel="${KERNEL:-?}" -v topo="${TOPOLOGY:-?}" \
-    -v mtu="${MTU:-?}" -v accel="${ACCEL:-?}" -v note="${ROUNDS_NOTE:-}" '
+    -v mtu="${MTU:-?}" -v accel="${ACCEL:-?}" -v clock="${CLOCKSOURCE:-?}" -v note="${ROUNDS_NOTE:-}" '
 # median of a[1..n] (sorts a)
 function median(a, n,    i, j, t) {
     for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
@@ -34,7 +34,7 @@ END {
     desc["send-bw"] = "`rdma-bw --op send` vs `ib_send_bw`, 64 KiB"
     desc["send-lat"] = "`rdma-lat --op send` p50 vs `ib_send_lat` t_typical, 2 B"
     desc["write-lat"] = "`rdma-lat --op write` p50 vs `ib_write_lat` t_typical, 2 B"
-    printf "Soft-RoCE (rdma_rxe, QEMU %s, kernel %s, topology %s, active_mtu %s): %d round(s)%s; ", accel, kernel, topo, mtu, nr, note
+    printf "Soft-RoCE (rdma_rxe, QEMU %s, kernel %s, topology %s, active_mtu %s, clocksource %s): %d round(s)%s; ", accel, kernel, topo, mtu, clock, nr, note
     printf "ratio = median over the rounds of (mean fabperf run / mean perftest run) within the round\n\n"
     printf "| test | perftest | fabperf | ratio | rounds (min-max) | target | |\n|---|---:|---:|---:|---|---|---|\n"
     for (i = 1; i <= 4; i++) {

@@ -184,7 +184,9 @@ done
 
 # Ratio table: each round's fabperf/perftest ratio (means of its runs), the
 # median over the rounds; BW target >= 1.00, latency (p50 / t_typical) <= 1.02.
-KERNEL=$(uname -r) TOPOLOGY=$FABPERF_SIM_TOPOLOGY ACCEL=$FABPERF_SIM_ACCEL \
+# The clocksource at the end of the round (the watchdog may have switched it).
+CLOCKSOURCE=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo '?') \
+    KERNEL=$(uname -r) TOPOLOGY=$FABPERF_SIM_TOPOLOGY ACCEL=$FABPERF_SIM_ACCEL \
     MTU=$(ibv_devinfo -d "$DEV" | awk '/active_mtu/ { print $2 }') \
     "$FABPERF_SIM_REPO/sim/compare-table.sh" "$TSV" >"$OUT/compare.md"
 say "ratio table"
