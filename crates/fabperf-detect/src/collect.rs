@@ -682,13 +682,13 @@ pub(crate) fn build(
 
     // Absent on non-Linux roots and old fixtures: null, no note.
     let clocksource = root
-        .read("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .read(&format!("{CLOCKSOURCE_DIR}/current_clocksource"))
         .map(|c| c.trim().to_string())
         .filter(|c| !c.is_empty())
         .map(|current| ClockSource {
             current,
             available: root
-                .read("/sys/devices/system/clocksource/clocksource0/available_clocksource")
+                .read(&format!("{CLOCKSOURCE_DIR}/available_clocksource"))
                 .map(|a| a.split_whitespace().map(str::to_string).collect())
                 .unwrap_or_default(),
         });

@@ -828,7 +828,7 @@ fn check_clocksource(inv: &Inventory, out: &mut Vec<Finding>) {
     if !c.is_slow() {
         return;
     }
-    let base = "/sys/devices/system/clocksource/clocksource0";
+    let base = crate::model::CLOCKSOURCE_DIR;
     let mut fix = vec!["see why the kernel left the TSC: `dmesg | grep -i -E 'tsc|clocksource'` (\"Marking clocksource tsc unstable\")".to_string()];
     if c.available.iter().any(|a| a == "tsc") {
         fix.push(format!(

@@ -48,7 +48,10 @@ pub struct Inventory {
     pub warnings: Vec<String>,
 }
 
-/// `/sys/devices/system/clocksource/clocksource0/`.
+/// Where the kernel's clocksource is read (`current_clocksource`, `available_clocksource`).
+pub const CLOCKSOURCE_DIR: &str = "/sys/devices/system/clocksource/clocksource0";
+
+/// [`CLOCKSOURCE_DIR`].
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ClockSource {
@@ -61,6 +64,7 @@ pub struct ClockSource {
 impl ClockSource {
     /// Clocksources read through a trapped device access or a system call
     /// on every `clock_gettime` (no vDSO fast path): ~0.5-1 µs a read.
+    /// (fabperf-proto's `clock::warning_for` names the same list in its hint.)
     pub fn is_slow(&self) -> bool {
         matches!(
             self.current.as_str(),

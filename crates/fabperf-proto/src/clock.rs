@@ -71,8 +71,10 @@ pub fn warning_for(c: &ClockCost) -> Option<String> {
         Some(s) => format!("clocksource {s}"),
         None => "clocksource unknown".to_string(),
     };
+    // The fallbacks without a vDSO fast path; the same list as
+    // fabperf-detect's `ClockSource::is_slow` (neither crate depends on the other).
     let hint = match c.source.as_deref() {
-        Some("hpet") | Some("acpi_pm") | Some("jiffies") | Some("refined-jiffies") => {
+        Some("hpet" | "acpi_pm" | "jiffies" | "refined-jiffies" | "pit") => {
             " The kernel uses it when it has marked the TSC unstable (`dmesg | grep -i tsc`); \
              on a VM prefer kvm-clock, or boot with tsc=reliable where the TSC is known good."
         }
