@@ -468,6 +468,11 @@ boot_with_retry() {
     return "$rc"
 }
 
+# fact FILE KEY: the value of KEY in a guest's facts.tsv (key<TAB>value lines).
+fact() {
+    awk -F'\t' -v k="$2" '$1 == k { print $2; found = 1; exit } END { if (!found) print "?" }' "$1"
+}
+
 # keep_results DIR TABLE: copy the ratio table, the per-run TSV and the raw
 # logs into $TARGET_DIR/softroce.
 keep_results() {
@@ -529,6 +534,7 @@ main() {
     # test binaries; which tool goes first alternates by round.
     local total=${FABPERF_SIM_ROUNDS:-6} r merged="$run/merged" brc
     [[ $total =~ ^[1-9][0-9]*$ ]] || die "FABPERF_SIM_ROUNDS must be a positive number"
+    local mtu="?"
     mkdir -p "$merged/logs"
     printf 'round\ttest\ttool\tvalue\tunit\n' >"$merged/compare.tsv"
     local enforce=${FABPERF_SIM_ENFORCE_TARGETS:-0}
@@ -542,17 +548,16 @@ main() {
         boot_with_retry "$run" || brc=$?
         [[ -s $run/out/compare.tsv ]] && tail -n +2 "$run/out/compare.tsv" >>"$merged/compare.tsv"
         [[ -d $run/out/logs ]] && cp -r "$run/out/logs" "$merged/logs/round$r"
-        [[ $r == 1 && -s $run/out/compare.md ]] && cp "$run/out/compare.md" "$merged/first.md"
-        [[ -s $run/out/compare.md ]] && sed -n 's/.*, clocksource \([^)]*\)).*/\1/p' "$run/out/compare.md" |
-            head -n1 >>"$merged/clocksources"
+        if [[ -s $run/out/facts.tsv ]]; then
+            [[ $r == 1 ]] && mtu=$(fact "$run/out/facts.tsv" active_mtu)
+            fact "$run/out/facts.tsv" clocksource >>"$merged/clocksources"
+        fi
         if [[ $brc != 0 ]]; then
             rc=$brc
             log "round $r failed (exit $brc); no further rounds"
             break
         fi
     done
-    local mtu="?"
-    [[ -s $merged/first.md ]] && mtu=$(sed -n 's/.*active_mtu \([0-9]*\).*/\1/p' "$merged/first.md" | head -n1)
     local clocks="?"
     [[ -s $merged/clocksources ]] && clocks=$(sort -u "$merged/clocksources" | paste -sd/)
     KERNEL=$KABI TOPOLOGY=$TOPOLOGY MTU=$mtu ACCEL=$ACCEL CLOCKSOURCE=$clocks \

@@ -185,10 +185,13 @@ done
 # Ratio table: each round's fabperf/perftest ratio (means of its runs), the
 # median over the rounds; BW target >= 1.00, latency (p50 / t_typical) <= 1.02.
 # The clocksource at the end of the round (the watchdog may have switched it).
-CLOCKSOURCE=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo '?') \
-    KERNEL=$(uname -r) TOPOLOGY=$FABPERF_SIM_TOPOLOGY ACCEL=$FABPERF_SIM_ACCEL \
-    MTU=$(ibv_devinfo -d "$DEV" | awk '/active_mtu/ { print $2 }') \
-    "$FABPERF_SIM_REPO/sim/compare-table.sh" "$TSV" >"$OUT/compare.md"
+# The same facts go to facts.tsv (key, value) for the host, which merges the
+# rounds of several guests into one table.
+CLOCKSOURCE=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo '?')
+ACTIVE_MTU=$(ibv_devinfo -d "$DEV" | awk '/active_mtu/ { print $2; exit }')
+printf 'active_mtu\t%s\nclocksource\t%s\n' "${ACTIVE_MTU:-?}" "$CLOCKSOURCE" >"$OUT/facts.tsv"
+CLOCKSOURCE=$CLOCKSOURCE KERNEL=$(uname -r) TOPOLOGY=$FABPERF_SIM_TOPOLOGY ACCEL=$FABPERF_SIM_ACCEL \
+    MTU=${ACTIVE_MTU:-?} "$FABPERF_SIM_REPO/sim/compare-table.sh" "$TSV" >"$OUT/compare.md"
 say "ratio table"
 cat "$OUT/compare.md"
 if grep -q 'MISSED' "$OUT/compare.md"; then
