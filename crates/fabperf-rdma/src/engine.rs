@@ -40,8 +40,23 @@ const CHECK_EVERY_LOADS: u32 = 16384;
 /// The threshold sits well above a soft-RoCE round trip (~70 us under
 /// TCG): yielding inside a normal wait (it was 20 us) cost 10-100 % in
 /// latency against perftest, which never yields; 1 ms still rescues the
-/// starved case (p50 of 1-2 ms without any yield).
+/// starved case (p50 of 1-2 ms without any yield). A bandwidth sender
+/// with requests in flight follows it only on a single-CPU machine (see
+/// `yield_with_requests_in_flight`).
 const YIELD_AFTER: Duration = Duration::from_millis(1);
+
+/// Whether a bandwidth sender keeps the `Idle` policy (yield after
+/// `YIELD_AFTER` without a completion) while its own requests are in
+/// flight. Only on a single-CPU machine: there the device's kernel work
+/// (rxe) can run nowhere else, and yielding to it moved 1 MiB soft-RoCE
+/// writes from 0.31-0.34 Gbit/s (perftest's rate: it never yields) to
+/// 0.48-0.54. With a second CPU the kernel work runs there, and yielding
+/// only pulls it onto the poller's CPU: ~5 times the context switches and
+/// 0.95 x perftest at 1 MiB, against 1.01 x without (BENCHMARKS.md, stop
+/// 11). Receivers and latency loops always keep the policy.
+fn yield_with_requests_in_flight(online_cpus: Option<usize>) -> bool {
+    online_cpus == Some(1)
+}
 
 #[derive(Default)]
 struct Idle {
@@ -311,6 +326,7 @@ pub fn bw_side(
     let size = plan.map(|p| p.size as u64).unwrap_or(0);
     let mut spins: u32 = 0;
     let mut idle = Idle::default();
+    let yield_in_flight = yield_with_requests_in_flight(crate::sys::online_cpus());
     loop {
         if let Some(p) = plan {
             if phase != Phase::Drain && !sender_done {
@@ -447,7 +463,8 @@ pub fn bw_side(
         if sender_done && beat.peer_done() {
             break;
         }
-        if n > 0 {
+        let in_flight = !sender_done && (0..nqp).any(|q| completed[q] < posted[q]);
+        if n > 0 || (in_flight && !yield_in_flight) {
             idle.progress();
         } else {
             idle.wait_at(now);
@@ -876,5 +893,31 @@ mod tests {
         let p = peak_gbps(&flat, 0.1, 100_000_000).unwrap();
         assert!((p - 8.0).abs() < 0.01, "{p}");
         assert!(peak_gbps(&[], 0.0, 0).is_none());
+    }
+
+    #[test]
+    fn senders_yield_with_requests_in_flight_only_on_one_cpu() {
+        assert!(yield_with_requests_in_flight(Some(1)));
+        assert!(!yield_with_requests_in_flight(Some(2)));
+        assert!(!yield_with_requests_in_flight(Some(256)));
+        // Unknown: behave like perftest (never yield).
+        assert!(!yield_with_requests_in_flight(None));
+    }
+
+    #[test]
+    fn idle_yields_only_after_the_threshold_and_resets_on_progress() {
+        let t0 = Instant::now();
+        let mut idle = Idle::default();
+        idle.wait_at(t0);
+        assert!(!idle.yielding);
+        idle.wait_at(t0 + YIELD_AFTER / 2);
+        assert!(!idle.yielding);
+        idle.wait_at(t0 + YIELD_AFTER);
+        assert!(idle.yielding);
+        idle.progress();
+        assert!(!idle.yielding && idle.since.is_none());
+        // The wait starts again from the next empty check.
+        idle.wait_at(t0 + YIELD_AFTER * 3);
+        assert!(!idle.yielding);
     }
 }

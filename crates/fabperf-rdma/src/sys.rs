@@ -521,6 +521,15 @@ pub fn wc_status_str(status: u32) -> String {
         .into_owned()
 }
 
+/// Online CPUs of the machine (not this process's affinity: the kernel's
+/// share of a software device's work, rxe's work queue and softirqs, runs
+/// on any of them); `None` when unknown.
+pub fn online_cpus() -> Option<usize> {
+    // SAFETY: sysconf takes any name and only returns a value (-1 on error).
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    (n > 0).then_some(n as usize)
+}
+
 /// The soft RLIMIT_MEMLOCK in bytes, `None` when unlimited or unknown.
 pub fn memlock_limit() -> Option<u64> {
     let mut rl = libc::rlimit {
@@ -559,6 +568,23 @@ pub fn is_root() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn online_cpus_counts_this_machine() {
+        let n = online_cpus().expect("sysconf(_SC_NPROCESSORS_ONLN)");
+        let listed = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .expect("/sys/devices/system/cpu/online");
+        // "0-1,4,6-7": count the CPUs in each range.
+        let from_sysfs: usize = listed
+            .trim()
+            .split(',')
+            .map(|r| match r.split_once('-') {
+                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+                None => 1,
+            })
+            .sum();
+        assert_eq!(n, from_sysfs, "sysfs lists {listed:?}");
+    }
 
     #[test]
     fn buffer_is_zeroed_page_aligned_and_bounded() {
