@@ -73,17 +73,22 @@ pub fn warning_for(c: &ClockCost) -> Option<String> {
     };
     // The fallbacks without a vDSO fast path; the same list as
     // fabperf-detect's `ClockSource::is_slow` (neither crate depends on the other).
-    let hint = match c.source.as_deref() {
-        Some("hpet" | "acpi_pm" | "jiffies" | "refined-jiffies" | "pit") => {
+    let (why, hint) = match c.source.as_deref() {
+        Some("hpet" | "acpi_pm" | "jiffies" | "refined-jiffies" | "pit") => (
+            "every timestamp is a system call",
             " The kernel uses it when it has marked the TSC unstable (`dmesg | grep -i tsc`); \
-             on a VM prefer kvm-clock, or boot with tsc=reliable where the TSC is known good."
-        }
-        _ => "",
+             on a VM prefer kvm-clock, or boot with tsc=reliable where the TSC is known good.",
+        ),
+        // A vDSO clocksource measured slow: an emulated CPU or a machine
+        // too loaded to measure on (seen in the soft-RoCE guest under CI).
+        _ => (
+            "the machine is emulated or overloaded",
+            " Figures from this run are less trustworthy than usual.",
+        ),
     };
     Some(format!(
         "a clock read costs {:.0} ns here ({source}; a TSC or kvm-clock read is ~20-60 ns): \
-         every timestamp is a system call, so latency samples include part of it and \
-         busy-polling loops slow down.{hint}",
+         {why}, so latency samples include part of it and busy-polling loops slow down.{hint}",
         c.read_ns
     ))
 }
@@ -123,6 +128,19 @@ mod tests {
         .unwrap();
         assert!(w.contains("clocksource unknown"), "{w}");
         assert!(!w.contains("tsc=reliable"), "{w}");
+        // A TSC that reads slowly (emulated CPU, loaded host) is not a
+        // system call: the warning must not say it is.
+        let w = warning_for(&ClockCost {
+            read_ns: 262.0,
+            source: Some("tsc".into()),
+        })
+        .unwrap();
+        assert!(w.contains("262 ns") && w.contains("clocksource tsc"), "{w}");
+        assert!(
+            !w.contains("system call") && !w.contains("tsc=reliable"),
+            "{w}"
+        );
+        assert!(w.contains("emulated or overloaded"), "{w}");
     }
 
     #[test]

@@ -177,7 +177,9 @@ fn bandwidth_duration_mode_excludes_warmup() {
     let wall = t0.elapsed().as_secs_f64();
     assert!(r.bytes > 0 && r.bytes & 0xffff == 0, "{r:?}");
     assert_eq!(r.bytes, r.iterations.unwrap() * 65536, "{r:?}");
-    if r.warnings.is_empty() {
+    // Other warnings (a slow clock on a loaded emulated guest) may be there.
+    let whole_run = r.warnings.iter().any(|w| w.contains("whole run"));
+    if !whole_run {
         // Between the first and last completion inside the measured window,
         // which opens only after the 0.2 s warm-up: whatever the machine's
         // speed, it is shorter than the whole run less the warm-up.
@@ -187,7 +189,6 @@ fn bandwidth_duration_mode_excludes_warmup() {
         );
     } else {
         // Too few completions in the window: the whole run, said so.
-        assert!(r.warnings[0].contains("whole run"), "{r:?}");
         assert!(r.duration_s >= 0.5, "{r:?}");
     }
 }

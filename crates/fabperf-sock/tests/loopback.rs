@@ -154,7 +154,14 @@ fn tcp_lat_counts_every_sample() {
     assert_eq!(r.iterations, Some(3000));
     assert_eq!(l.kind, LatencyKind::HalfRtt);
     assert!(l.min <= l.p50 && l.p50 <= l.p99 && l.p99 <= l.max, "{l:?}");
-    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    // Nothing to warn about but, on a loaded machine, a slow clock read.
+    assert!(
+        r.warnings
+            .iter()
+            .all(|w| w.starts_with("a clock read costs")),
+        "{:?}",
+        r.warnings
+    );
     assert_eq!(r.bytes, 3000 * 64 * 2);
 
     let p = TcpLatParams {
