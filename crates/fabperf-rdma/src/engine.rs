@@ -421,6 +421,8 @@ pub fn bw_side(
                 samples.push((now.duration_since(m_start).as_nanos() as u64, done * size));
             }
         }
+        // Our own requests not yet completed (never more completed than posted).
+        let in_flight = !sender_done && (0..nqp).any(|q| completed[q] < posted[q]);
         if let Some(p) = plan {
             match (phase, p.duration) {
                 (Phase::Warmup, _) if now.duration_since(start) >= p.warmup => {
@@ -437,9 +439,8 @@ pub fn bw_side(
                 _ => {}
             }
             if !sender_done {
-                let all_completed = (0..nqp).all(|q| completed[q] == posted[q]);
                 let finished = match p.duration {
-                    Some(_) => phase == Phase::Drain && all_completed,
+                    Some(_) => phase == Phase::Drain && !in_flight,
                     None => p.iters.is_some_and(|n| (0..nqp).all(|q| completed[q] == n)),
                 };
                 if finished {
@@ -449,8 +450,7 @@ pub fn bw_side(
                     sender_done = true;
                     beat.done()?;
                 }
-                let outstanding = (0..nqp).any(|q| completed[q] < posted[q]);
-                if outstanding && now.duration_since(last_completion) >= timeout {
+                if in_flight && now.duration_since(last_completion) >= timeout {
                     let r = ep.remote.as_ref().map(|r| r.describe()).unwrap_or_default();
                     return Err(RdmaError::Stalled(format!(
                         "no {} completed for {:.1} s: the peer ({r}) stopped answering or the path drops packets",
@@ -463,7 +463,7 @@ pub fn bw_side(
         if sender_done && beat.peer_done() {
             break;
         }
-        let in_flight = !sender_done && (0..nqp).any(|q| completed[q] < posted[q]);
+        // Still right if `sender_done` was just set: that needs nothing in flight.
         if n > 0 || (in_flight && !yield_in_flight) {
             idle.progress();
         } else {
