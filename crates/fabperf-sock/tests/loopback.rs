@@ -610,9 +610,18 @@ fn vanished_client_does_not_block_the_agent() {
         drop(d);
         drop(ctl);
     }
-    // udp-bw: start and vanish before the UDP hello.
-    {
-        let _ = connect_test(a.addr(), &cfg(), "udp-bw", json!({"duration_s": 30.0})).unwrap();
+    // udp-bw: start and vanish before the UDP hello. The agent may still be
+    // noticing that the tcp-bw client is gone: it answers `busy` until then.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match connect_test(a.addr(), &cfg(), "udp-bw", json!({"duration_s": 30.0})) {
+            Ok(_) => break,
+            Err(ProtoError::Remote {
+                code: ErrorCode::Busy,
+                ..
+            }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            Err(e) => panic!("{e}"),
+        }
     }
     // Both are cleaned up; the next client runs (retry while the agent
     // finishes noticing: it answers `busy` until then).
