@@ -5,6 +5,7 @@ use crate::cm::CmLink;
 use crate::engine::{bw_side, lat_responder, passive_wait, recv_step, with_peer, Plan};
 use crate::error::RdmaError;
 use crate::msg::{AcceptInfo, Report, Request, Step};
+use crate::prio::{PollPriority, Pollers};
 use crate::select::path_mtu;
 use crate::verbs::{open_device, Endpoint, EpConfig, Op};
 use crate::{slot_for, BwParams, LatParams};
@@ -50,7 +51,8 @@ fn setup<P>(
     cfg: EpConfig,
     forced_mtu: Option<u32>,
     rdma_cm: bool,
-) -> Result<(Endpoint, Option<CmLink>), RdmaError> {
+    poll: PollPriority,
+) -> Result<(Endpoint, Option<CmLink>, bool), RdmaError> {
     let bytes = 2 * cfg.slot as u64 * cfg.qps as u64;
     ctx.limits.check_memory(bytes, "the RDMA buffers")?;
     let dev = open_device(
@@ -65,6 +67,10 @@ fn setup<P>(
     }
     let mtu = path_mtu(dev.port.active_mtu, req.client.active_mtu, forced_mtu)
         .map_err(RdmaError::BadRequest)?;
+    let pollers = Pollers::resolve(poll, dev.software);
+    if let Some(w) = &pollers.warning {
+        eprintln!("fabperf agent: {w}");
+    }
     let mut ep = Endpoint::new(dev, cfg)?;
     let listening = if rdma_cm {
         Some(crate::cm::listen(ctx.local())?)
@@ -75,6 +81,8 @@ fn setup<P>(
     let info = serde_json::to_value(AcceptInfo {
         agent: ep.info(),
         path_mtu: mtu,
+        poll_idle: pollers.idle,
+        poll_warning: pollers.warning,
     })
     .map_err(|e| RdmaError::Setup(e.to_string()))?;
     ctx.ctl.send(&Msg::Accept { info })?;
@@ -89,7 +97,7 @@ fn setup<P>(
         )?),
         None => None,
     };
-    Ok((ep, link))
+    Ok((ep, link, pollers.idle))
 }
 
 /// Serve sizes until the client's `Finish`.
@@ -153,8 +161,16 @@ impl TestKind for BwKind {
             inline: p.inline,
         };
         let timeout = ctx.limits.io_timeout;
-        let (mut ep, _cm) =
-            setup(ctx, &self.opts, &req, cfg, p.mtu, p.rdma_cm).map_err(|e| e.to_serve())?;
+        let (mut ep, _cm, idle) = setup(
+            ctx,
+            &self.opts,
+            &req,
+            cfg,
+            p.mtu,
+            p.rdma_cm,
+            p.poll_priority,
+        )
+        .map_err(|e| e.to_serve())?;
         if recv {
             for q in 0..ep.nqps() {
                 ep.post_recvs(q, rx_depth).map_err(|e| e.to_serve())?;
@@ -187,7 +203,7 @@ impl TestKind for BwKind {
                 cq_mod: p.effective_cq_mod(size),
                 inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
             });
-            let o = with_peer(ctl, timeout, |beat| {
+            let o = with_peer(ctl, timeout, idle, |beat| {
                 bw_side(&mut ep, plan, recv, rx_depth, beat, timeout)
             })?;
             Ok(Report {
@@ -229,8 +245,16 @@ impl TestKind for LatKind {
             inline,
         };
         let timeout = ctx.limits.io_timeout;
-        let (mut ep, _cm) =
-            setup(ctx, &self.opts, &req, cfg, p.mtu, p.rdma_cm).map_err(|e| e.to_serve())?;
+        let (mut ep, _cm, idle) = setup(
+            ctx,
+            &self.opts,
+            &req,
+            cfg,
+            p.mtu,
+            p.rdma_cm,
+            p.poll_priority,
+        )
+        .map_err(|e| e.to_serve())?;
         if rx_depth > 0 {
             ep.post_recvs(0, rx_depth).map_err(|e| e.to_serve())?;
         }
@@ -249,7 +273,7 @@ impl TestKind for LatKind {
                 });
             }
             let inline = size <= ep.max_inline as u64 && ep.max_inline > 0;
-            let cpu_pct = with_peer(ctl, timeout, |beat| {
+            let cpu_pct = with_peer(ctl, timeout, idle, |beat| {
                 lat_responder(&mut ep, op, size as u32, inline, beat)
             })?;
             Ok(Report {

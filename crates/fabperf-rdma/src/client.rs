@@ -4,6 +4,7 @@ use crate::cm::CmLink;
 use crate::engine::{bw_side, lat_initiator, recv_step, with_peer, LatPlan, Plan};
 use crate::error::RdmaError;
 use crate::msg::{AcceptInfo, EndpointInfo, Report, Request, SideStats, Step};
+use crate::prio::Pollers;
 use crate::select::path_mtu;
 use crate::verbs::{open_device, Device, Endpoint, EpConfig, Op};
 use crate::{slot_for, BwParams, LatParams};
@@ -141,6 +142,40 @@ fn client_device(
     Ok(dev)
 }
 
+/// Run `f` on a thread of its own: the polling loops may move their thread
+/// to SCHED_IDLE (see `prio`), and an unprivileged process cannot move it
+/// back, so the caller's thread is never the one that measures.
+fn on_measuring_thread<T: Send>(
+    f: impl FnOnce() -> Result<T, RdmaError> + Send,
+) -> Result<T, RdmaError> {
+    std::thread::scope(|s| {
+        let h = std::thread::Builder::new()
+            .name("fabperf-rdma".into())
+            .spawn_scoped(s, f)
+            .map_err(|e| RdmaError::Setup(format!("cannot start the measuring thread: {e}")))?;
+        h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// Each end's polling priority in the records, and the reasons when SCHED_IDLE
+/// was wanted and refused.
+fn mark_pollers(records: &mut [Record], mine: &Pollers, acc: &AcceptInfo) {
+    for r in records {
+        r.poll_priority_local = Some(mine.label().to_string());
+        r.poll_priority_remote = Some(if acc.poll_idle { "idle" } else { "normal" }.to_string());
+        if r.stream.is_none() {
+            for (who, w) in [
+                ("this end", &mine.warning),
+                ("the agent", &acc.poll_warning),
+            ] {
+                if let Some(w) = w {
+                    r.warnings.push(format!("{who}: {w}"));
+                }
+            }
+        }
+    }
+}
+
 /// Run `rdma-bw` against the agent at `addr`: one record per size, plus
 /// per-QP records when more than one QP runs.
 pub fn run_bw(
@@ -149,7 +184,12 @@ pub fn run_bw(
     p: &BwParams,
 ) -> Result<Vec<Record>, RdmaError> {
     p.validate().map_err(RdmaError::BadRequest)?;
+    on_measuring_thread(|| bw_client(addr, cfg, p))
+}
+
+fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<Record>, RdmaError> {
     let dev = client_device(p.device.as_deref(), p.ib_port, p.gid_index, addr)?;
+    let pollers = Pollers::resolve(p.poll_priority, dev.software);
     let recv = p.op == Op::Send && p.bidir;
     let rx_depth = if recv { p.tx_depth.max(512) } else { 0 };
     let mut ep = Endpoint::new(
@@ -180,11 +220,13 @@ pub fn run_bw(
             recv,
             rx_depth,
             cfg.timeout,
+            pollers.idle,
         )
         .map_err(|e| fail(&mut ctl, e))?;
         out.extend(recs);
     }
     finish(&mut ctl, cfg.timeout);
+    mark_pollers(&mut out, &pollers, &acc);
     Ok(out)
 }
 
@@ -198,6 +240,7 @@ fn bw_one(
     recv: bool,
     rx_depth: u32,
     timeout: Duration,
+    idle: bool,
 ) -> Result<Vec<Record>, RdmaError> {
     ctl.send_test(&Step::Go { size })?;
     expect_step(ctl, timeout, "the agent's go-ahead", "go_ack")?;
@@ -215,7 +258,7 @@ fn bw_one(
         cq_mod: p.effective_cq_mod(size),
         inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
     };
-    let outcome = with_peer(ctl, timeout, |beat| {
+    let outcome = with_peer(ctl, timeout, idle, |beat| {
         bw_side(ep, Some(plan), recv, rx_depth, beat, timeout)
     })?;
     let report = match expect_step(ctl, timeout, "the agent's report", "report")? {
@@ -325,7 +368,16 @@ pub fn run_lat(
     p: &LatParams,
 ) -> Result<Vec<Record>, RdmaError> {
     p.validate().map_err(RdmaError::BadRequest)?;
+    on_measuring_thread(|| lat_client(addr, cfg, p))
+}
+
+fn lat_client(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &LatParams,
+) -> Result<Vec<Record>, RdmaError> {
     let dev = client_device(p.device.as_deref(), p.ib_port, p.gid_index, addr)?;
+    let pollers = Pollers::resolve(p.poll_priority, dev.software);
     let rx_depth = if p.op == Op::Send { LAT_RX_DEPTH } else { 0 };
     let inline = if p.op == Op::Read {
         0
@@ -349,11 +401,12 @@ pub fn run_lat(
     }
     let mut out = Vec::new();
     for &size in &p.sizes {
-        let r = lat_one(&mut ctl, &mut ep, &acc, p, size, cfg.timeout)
+        let r = lat_one(&mut ctl, &mut ep, &acc, p, size, cfg.timeout, pollers.idle)
             .map_err(|e| fail(&mut ctl, e))?;
         out.push(r);
     }
     finish(&mut ctl, cfg.timeout);
+    mark_pollers(&mut out, &pollers, &acc);
     Ok(out)
 }
 
@@ -367,6 +420,7 @@ fn lat_one(
     p: &LatParams,
     size: u64,
     timeout: Duration,
+    idle: bool,
 ) -> Result<Record, RdmaError> {
     ep.dst.fill_range(0, size as usize, 0);
     ctl.send_test(&Step::Go { size })?;
@@ -384,7 +438,9 @@ fn lat_one(
         inline: p.op != Op::Read && size <= ep.max_inline as u64 && ep.max_inline > 0,
         tx_depth: LAT_TX_DEPTH,
     };
-    let o = with_peer(ctl, timeout, |beat| lat_initiator(ep, plan, beat, timeout))?;
+    let o = with_peer(ctl, timeout, idle, |beat| {
+        lat_initiator(ep, plan, beat, timeout)
+    })?;
     let report = match expect_step(ctl, timeout, "the agent's report", "report")? {
         Step::Report(r) => r,
         _ => unreachable!("expect_step checked the kind"),

@@ -7,6 +7,7 @@
 
 use crate::error::RdmaError;
 use crate::msg::{SideStats, Step};
+use crate::prio::IdleGuard;
 use crate::verbs::{wr_count, wr_qp, Endpoint, Op, Wc, RECV_FLAG};
 use fabperf_proto::cpu;
 use fabperf_proto::{write_frame, Control, Msg, ProtoError};
@@ -167,10 +168,13 @@ fn step_msg(s: &Step) -> Msg {
 
 /// Run `f` while a reader thread watches the peer. The reader ends at the
 /// peer's `SideDone`, on an error frame, on a closed connection, or when
-/// the peer has been silent for `timeout`.
+/// the peer has been silent for `timeout`. With `idle`, `f` (a polling
+/// loop) runs at SCHED_IDLE; the reader, started before, keeps the
+/// caller's scheduling.
 pub fn with_peer<R>(
     ctl: &mut Control,
     timeout: Duration,
+    idle: bool,
     f: impl FnOnce(&mut Beat<'_>) -> Result<R, RdmaError>,
 ) -> Result<R, RdmaError> {
     let w = ctl
@@ -187,7 +191,9 @@ pub fn with_peer<R>(
             sent_done: false,
             peer: &peer,
         };
+        let guard = IdleGuard::enter(idle);
         let r = f(&mut beat);
+        drop(guard);
         peer.local_finished.store(true, Ordering::Release);
         let _ = reader.join();
         r

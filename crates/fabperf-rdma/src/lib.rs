@@ -22,6 +22,7 @@ pub mod cm;
 mod engine;
 pub mod error;
 pub mod msg;
+pub mod prio;
 pub mod select;
 pub mod sys;
 pub mod verbs;
@@ -29,6 +30,7 @@ pub mod verbs;
 pub use agent::{kinds, AgentRdmaOpts};
 pub use client::{run_bw, run_lat};
 pub use error::{RdmaError, RdmaUnavailable};
+pub use prio::PollPriority;
 pub use verbs::Op;
 
 use serde::{Deserialize, Serialize};
@@ -74,6 +76,9 @@ pub struct BwParams {
     pub mtu: Option<u32>,
     /// Connect the QPs through librdmacm instead of the out-of-band exchange.
     pub rdma_cm: bool,
+    /// Scheduling of both ends' polling loops (each end resolves `auto`
+    /// for its own device).
+    pub poll_priority: PollPriority,
 }
 
 impl Default for BwParams {
@@ -94,6 +99,7 @@ impl Default for BwParams {
             gid_index: None,
             mtu: None,
             rdma_cm: false,
+            poll_priority: PollPriority::Auto,
         }
     }
 }
@@ -116,6 +122,8 @@ pub struct LatParams {
     pub mtu: Option<u32>,
     /// Connect the QPs through librdmacm instead of the out-of-band exchange.
     pub rdma_cm: bool,
+    /// Scheduling of both ends' polling loops (see `BwParams`).
+    pub poll_priority: PollPriority,
 }
 
 impl Default for LatParams {
@@ -132,6 +140,7 @@ impl Default for LatParams {
             gid_index: None,
             mtu: None,
             rdma_cm: false,
+            poll_priority: PollPriority::Auto,
         }
     }
 }

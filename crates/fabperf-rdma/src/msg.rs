@@ -82,6 +82,12 @@ pub struct AcceptInfo {
     pub agent: EndpointInfo,
     /// Path MTU both ends use, bytes.
     pub path_mtu: u32,
+    /// The agent's polling loops run at SCHED_IDLE (see `prio`).
+    #[serde(default)]
+    pub poll_idle: bool,
+    /// Why they do not, when that was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_warning: Option<String>,
 }
 
 /// Bandwidth figures of one sending side over its measured interval.

@@ -530,6 +530,59 @@ pub fn online_cpus() -> Option<usize> {
     (n > 0).then_some(n as usize)
 }
 
+/// The calling thread's scheduling policy and its static priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedPolicy {
+    pub policy: i32,
+    pub priority: i32,
+}
+
+impl SchedPolicy {
+    pub fn is_idle(&self) -> bool {
+        self.policy == libc::SCHED_IDLE
+    }
+}
+
+/// The calling thread's policy (`sched_getscheduler(0)` names the thread,
+/// not the process, on Linux).
+pub fn thread_sched_policy() -> std::io::Result<SchedPolicy> {
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: both calls only read the calling thread's attributes; the
+    // second writes the one struct we pass.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::sched_getparam(0, &mut param) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(SchedPolicy {
+        policy,
+        priority: param.sched_priority,
+    })
+}
+
+/// Set the calling thread's policy. Any thread may move itself to
+/// SCHED_IDLE; moving back needs CAP_SYS_NICE or a permissive RLIMIT_NICE.
+pub fn set_thread_sched_policy(p: SchedPolicy) -> std::io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: p.priority,
+    };
+    // SAFETY: sched_setscheduler reads the struct we pass and changes only
+    // the calling thread (pid 0).
+    if unsafe { libc::sched_setscheduler(0, p.policy, &param) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// SCHED_IDLE: run only when no normal task wants this CPU.
+pub const SCHED_IDLE: SchedPolicy = SchedPolicy {
+    policy: libc::SCHED_IDLE,
+    priority: 0,
+};
+
 /// The soft RLIMIT_MEMLOCK in bytes, `None` when unlimited or unknown.
 pub fn memlock_limit() -> Option<u64> {
     let mut rl = libc::rlimit {

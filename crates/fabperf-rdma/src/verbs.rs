@@ -109,6 +109,8 @@ pub struct Device {
     pub max_rd_atomic: u8,
     /// Set when the pick was automatic among several ports.
     pub note: Option<String>,
+    /// A software device (rxe, siw): the kernel does its protocol work.
+    pub software: bool,
 }
 
 /// List devices: snapshots plus their open contexts.
@@ -198,6 +200,7 @@ pub fn open_device(
     let (snap, ctx, rd) = all.swap_remove(choice.dev);
     let port = snap.ports[choice.port].clone();
     let addressing = pick_gid(&snap.name, &port, gid_index, prefer_ip, peer_kind)?;
+    let software = crate::prio::is_software_device(std::path::Path::new("/sys"), &snap.name);
     Ok(Device {
         ctx,
         name: snap.name,
@@ -205,6 +208,7 @@ pub fn open_device(
         addressing,
         max_rd_atomic: rd,
         note: choice.note,
+        software,
     })
 }
 

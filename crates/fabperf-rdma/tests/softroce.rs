@@ -98,6 +98,57 @@ fn lat(dev: &str, op: Op) -> LatParams {
 }
 
 #[test]
+fn pollers_run_idle_on_software_devices_and_leave_the_caller_alone() {
+    use fabperf_rdma::prio::is_software_device;
+    use fabperf_rdma::sys::thread_sched_policy;
+    use fabperf_rdma::PollPriority;
+    let Some(dev) = device() else { return };
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let sys = std::path::Path::new("/sys");
+    let (mine, theirs) = (
+        is_software_device(sys, &dev),
+        is_software_device(sys, &peer_device(&dev)),
+    );
+    if dev.starts_with("rxe") || dev.starts_with("siw") {
+        assert!(
+            mine,
+            "{dev} is a software device: no `device` link in /sys/class/infiniband/{dev}"
+        );
+    }
+    let label = |idle: bool| Some(if idle { "idle" } else { "normal" });
+    let a = agent(&dev, limits());
+    let before = thread_sched_policy().unwrap();
+    let auto = run_lat(a.addr(), &cfg(), &lat(&dev, Op::Send)).expect("send latency, auto");
+    assert_eq!(auto[0].poll_priority_local.as_deref(), label(mine));
+    assert_eq!(auto[0].poll_priority_remote.as_deref(), label(theirs));
+    for (prio, idle) in [(PollPriority::Normal, false), (PollPriority::Idle, true)] {
+        let p = BwParams {
+            poll_priority: prio,
+            bidir: true,
+            ..bw(&dev, Op::Send)
+        };
+        let recs = run_bw(a.addr(), &cfg(), &p).unwrap_or_else(|e| panic!("{prio:?}: {e}"));
+        assert_eq!(
+            recs[0].poll_priority_local.as_deref(),
+            label(idle),
+            "{prio:?}"
+        );
+        assert_eq!(
+            recs[0].poll_priority_remote.as_deref(),
+            label(idle),
+            "{prio:?}"
+        );
+        assert!(
+            recs[0].warnings.iter().all(|w| !w.contains("SCHED_IDLE")),
+            "{:?}",
+            recs[0].warnings
+        );
+    }
+    // The client measures on a thread of its own: this one is untouched.
+    assert_eq!(thread_sched_policy().unwrap(), before);
+}
+
+#[test]
 fn bandwidth_write_read_send_over_sizes() {
     let Some(dev) = device() else { return };
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -434,6 +485,8 @@ impl TestKind for FrozenAgent {
         let info = serde_json::to_value(AcceptInfo {
             agent: ep.info(),
             path_mtu: mtu,
+            poll_idle: false,
+            poll_warning: None,
         })
         .unwrap();
         ctx.ctl.send(&fabperf_proto::Msg::Accept { info })?;

@@ -131,6 +131,13 @@ pub struct Record {
     /// Path MTU in bytes (RDMA: the IB MTU used by the QPs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
+    /// Scheduling of this end's polling loops: `normal` or `idle`
+    /// (SCHED_IDLE, fabperf's default on software RDMA devices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_priority_local: Option<String>,
+    /// The same for the agent's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_priority_remote: Option<String>,
     /// Free-form warnings about this number (e.g. "sender was CPU bound").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -170,6 +177,8 @@ impl Record {
             gid_type: None,
             link_layer: None,
             mtu: None,
+            poll_priority_local: None,
+            poll_priority_remote: None,
             warnings: Vec::new(),
             started_at: now_rfc3339(),
             fabperf_version: FABPERF_VERSION.to_string(),

@@ -3,7 +3,7 @@
 
 use crate::cmd::common::{emit, ClientOpts, OutputOpts, TableStyle};
 use anyhow::Context;
-use fabperf_rdma::{all_sizes, BwParams, LatParams, Op};
+use fabperf_rdma::{all_sizes, BwParams, LatParams, Op, PollPriority};
 use fabperf_results::{Record, Table};
 use std::process::ExitCode;
 
@@ -48,6 +48,16 @@ pub struct DevOpts {
     /// exchanging QP numbers and GIDs over the control channel.
     #[arg(long)]
     pub rdma_cm: bool,
+    /// Scheduling of both ends' polling loops: idle (SCHED_IDLE: spin only
+    /// while no other task wants the CPU), normal (like perftest), or auto:
+    /// idle on a software RDMA device (rxe, siw: the kernel's protocol work
+    /// needs the same CPUs), normal on a NIC.
+    #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = parse_poll)]
+    pub poll_priority: PollPriority,
+}
+
+fn parse_poll(s: &str) -> Result<PollPriority, String> {
+    s.parse()
 }
 
 impl DevOpts {
@@ -161,12 +171,25 @@ fn header(records: &[Record], what: &str, extra: &str) -> String {
         return String::new();
     };
     format!(
-        "{what}{extra}\n local:  {}\n remote: {}\n link {}, path MTU {}\n",
+        "{what}{extra}\n local:  {}\n remote: {}\n link {}, path MTU {}{}\n",
         r.local.as_deref().unwrap_or("?"),
         r.remote.as_deref().unwrap_or("?"),
         r.link_layer.as_deref().unwrap_or("?"),
-        r.mtu.map(|m| m.to_string()).unwrap_or_else(|| "?".into())
+        r.mtu.map(|m| m.to_string()).unwrap_or_else(|| "?".into()),
+        pollers_note(r)
     )
+}
+
+/// ", pollers at idle priority (...)" when either end's polling loops ran
+/// at SCHED_IDLE, so a reader comparing with perftest knows.
+fn pollers_note(r: &Record) -> String {
+    let idle = |v: &Option<String>| v.as_deref() == Some("idle");
+    match (idle(&r.poll_priority_local), idle(&r.poll_priority_remote)) {
+        (false, false) => String::new(),
+        (true, true) => ", pollers at idle priority (SCHED_IDLE) on both ends".into(),
+        (true, false) => ", pollers at idle priority (SCHED_IDLE) on this end".into(),
+        (false, true) => ", pollers at idle priority (SCHED_IDLE) on the agent's end".into(),
+    }
 }
 
 fn cpu_table(records: &[Record]) -> String {
@@ -195,6 +218,7 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
         gid_index: a.dev.gid_index,
         mtu: a.dev.mtu,
         rdma_cm: a.dev.rdma_cm,
+        poll_priority: a.dev.poll_priority,
     };
     p.validate().map_err(anyhow::Error::msg)?;
     let addr = a.client.addr()?;
@@ -282,6 +306,7 @@ pub fn run_lat(a: LatArgs) -> anyhow::Result<ExitCode> {
         gid_index: a.dev.gid_index,
         mtu: a.dev.mtu,
         rdma_cm: a.dev.rdma_cm,
+        poll_priority: a.dev.poll_priority,
     };
     p.validate().map_err(anyhow::Error::msg)?;
     let addr = a.client.addr()?;
@@ -324,6 +349,20 @@ pub fn run_lat(a: LatArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_says_which_end_polled_at_idle_priority() {
+        let mut r = Record::new("rdma-bw", fabperf_results::Transport::Rdma, 65536, 1);
+        assert_eq!(pollers_note(&r), "");
+        r.poll_priority_local = Some("idle".into());
+        r.poll_priority_remote = Some("normal".into());
+        assert!(pollers_note(&r).ends_with("on this end"));
+        r.poll_priority_remote = Some("idle".into());
+        assert!(pollers_note(&r).ends_with("on both ends"));
+        r.poll_priority_local = Some("normal".into());
+        assert!(pollers_note(&r).ends_with("on the agent's end"));
+        assert!(header(&[r], "RDMA write bandwidth", "").contains("path MTU ?, pollers at idle"));
+    }
 
     #[test]
     fn sizes_parse() {
