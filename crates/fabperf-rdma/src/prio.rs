@@ -7,9 +7,10 @@
 //! same CPUs, so a poller at normal priority takes CPU time from the very
 //! link it measures. There the pollers run at SCHED_IDLE: they still spin
 //! (a halted vCPU is slow to wake), but any kernel worker that becomes
-//! runnable gets the CPU at once. On soft-RoCE under QEMU TCG this moved
-//! 64 KiB writes from 0.97 to 1.04 x perftest and send latency from 1.04 to
-//! 1.00 x (BENCHMARKS.md, stop 12).
+//! runnable gets the CPU at once. Soft-RoCE under QEMU TCG, 8 rounds
+//! against perftest at normal priority (BENCHMARKS.md, stop 12): 64 KiB
+//! write 0.973 -> 1.002 x, send 1.007 -> 1.055 x, send latency p50
+//! 1.178 -> 1.018 x. perftest run at SCHED_IDLE gains as much.
 
 use crate::sys;
 use serde::{Deserialize, Serialize};
