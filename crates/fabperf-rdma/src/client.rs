@@ -162,7 +162,7 @@ fn on_measuring_thread<T: Send>(
 fn mark_pollers(records: &mut [Record], mine: &Pollers, acc: &AcceptInfo) {
     for r in records {
         r.poll_priority_local = Some(mine.label().to_string());
-        r.poll_priority_remote = Some(if acc.poll_idle { "idle" } else { "normal" }.to_string());
+        r.poll_priority_remote = Some(crate::prio::label(acc.poll_idle).to_string());
         if r.stream.is_none() {
             for (who, w) in [
                 ("this end", &mine.warning),

@@ -118,11 +118,16 @@ impl Pollers {
     }
 
     pub fn label(&self) -> &'static str {
-        if self.idle {
-            "idle"
-        } else {
-            "normal"
-        }
+        label(self.idle)
+    }
+}
+
+/// How records name a side's scheduling: `idle` or `normal`.
+pub fn label(idle: bool) -> &'static str {
+    if idle {
+        "idle"
+    } else {
+        "normal"
     }
 }
 
