@@ -43,16 +43,33 @@ fn parse<P: serde::de::DeserializeOwned>(
         .map_err(|e| ServeError::bad_request(format!("malformed RDMA request: {e}")))
 }
 
-/// Open the device, build and connect the endpoint, send `Accept`.
-fn setup<P>(
+/// What the agent's setup needs from either test's parameters.
+trait LinkParams {
+    /// `(forced path MTU, connect through rdma_cm, poll priority)`.
+    fn link(&self) -> (Option<u32>, bool, PollPriority);
+}
+
+impl LinkParams for BwParams {
+    fn link(&self) -> (Option<u32>, bool, PollPriority) {
+        (self.mtu, self.rdma_cm, self.poll_priority)
+    }
+}
+
+impl LinkParams for LatParams {
+    fn link(&self) -> (Option<u32>, bool, PollPriority) {
+        (self.mtu, self.rdma_cm, self.poll_priority)
+    }
+}
+
+/// Open the device, build and connect the endpoint, send `Accept`. Also
+/// returns whether this side's polling loops run at SCHED_IDLE.
+fn setup<P: LinkParams>(
     ctx: &mut ServeCtx<'_>,
     opts: &AgentRdmaOpts,
     req: &Request<P>,
     cfg: EpConfig,
-    forced_mtu: Option<u32>,
-    rdma_cm: bool,
-    poll: PollPriority,
 ) -> Result<(Endpoint, Option<CmLink>, bool), RdmaError> {
+    let (forced_mtu, rdma_cm, poll) = req.params.link();
     let bytes = 2 * cfg.slot as u64 * cfg.qps as u64;
     ctx.limits.check_memory(bytes, "the RDMA buffers")?;
     let dev = open_device(
@@ -161,16 +178,7 @@ impl TestKind for BwKind {
             inline: p.inline,
         };
         let timeout = ctx.limits.io_timeout;
-        let (mut ep, _cm, idle) = setup(
-            ctx,
-            &self.opts,
-            &req,
-            cfg,
-            p.mtu,
-            p.rdma_cm,
-            p.poll_priority,
-        )
-        .map_err(|e| e.to_serve())?;
+        let (mut ep, _cm, idle) = setup(ctx, &self.opts, &req, cfg).map_err(|e| e.to_serve())?;
         if recv {
             for q in 0..ep.nqps() {
                 ep.post_recvs(q, rx_depth).map_err(|e| e.to_serve())?;
@@ -245,16 +253,7 @@ impl TestKind for LatKind {
             inline,
         };
         let timeout = ctx.limits.io_timeout;
-        let (mut ep, _cm, idle) = setup(
-            ctx,
-            &self.opts,
-            &req,
-            cfg,
-            p.mtu,
-            p.rdma_cm,
-            p.poll_priority,
-        )
-        .map_err(|e| e.to_serve())?;
+        let (mut ep, _cm, idle) = setup(ctx, &self.opts, &req, cfg).map_err(|e| e.to_serve())?;
         if rx_depth > 0 {
             ep.post_recvs(0, rx_depth).map_err(|e| e.to_serve())?;
         }
