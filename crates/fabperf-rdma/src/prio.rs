@@ -30,6 +30,8 @@ pub enum PollPriority {
 }
 
 impl PollPriority {
+    const ALL: [PollPriority; 3] = [PollPriority::Auto, PollPriority::Normal, PollPriority::Idle];
+
     pub fn as_str(self) -> &'static str {
         match self {
             PollPriority::Auto => "auto",
@@ -51,14 +53,10 @@ impl PollPriority {
 impl std::str::FromStr for PollPriority {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(PollPriority::Auto),
-            "normal" => Ok(PollPriority::Normal),
-            "idle" => Ok(PollPriority::Idle),
-            _ => Err(format!(
-                "'{s}' is not a poll priority: use auto, normal or idle"
-            )),
-        }
+        PollPriority::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("'{s}' is not a poll priority: use auto, normal or idle"))
     }
 }
 
@@ -176,7 +174,7 @@ mod tests {
         assert!(!PollPriority::Auto.wants_idle(false));
         assert!(!PollPriority::Normal.wants_idle(true));
         assert!(PollPriority::Idle.wants_idle(false));
-        for p in [PollPriority::Auto, PollPriority::Normal, PollPriority::Idle] {
+        for p in PollPriority::ALL {
             assert_eq!(p.as_str().parse::<PollPriority>(), Ok(p));
             let json = serde_json::to_string(&p).unwrap();
             assert_eq!(json, format!("\"{}\"", p.as_str()));

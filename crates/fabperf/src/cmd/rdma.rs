@@ -183,7 +183,7 @@ fn header(records: &[Record], what: &str, extra: &str) -> String {
 /// ", pollers at idle priority (...)" when either end's polling loops ran
 /// at SCHED_IDLE, so a reader comparing with perftest knows.
 fn pollers_note(r: &Record) -> String {
-    let idle = |v: &Option<String>| v.as_deref() == Some("idle");
+    let idle = |v: &Option<String>| v.as_deref() == Some(fabperf_rdma::prio::label(true));
     match (idle(&r.poll_priority_local), idle(&r.poll_priority_remote)) {
         (false, false) => String::new(),
         (true, true) => ", pollers at idle priority (SCHED_IDLE) on both ends".into(),
