@@ -594,8 +594,12 @@ impl Store {
             let mut retry = tx
                 .prepare("UPDATE cells SET state = 'pending' WHERE run_id = ?1 AND cell_id = ?2")
                 .map_err(e)?;
-            tx.execute("UPDATE cells SET in_plan = 0 WHERE run_id = ?1", [run_id])
-                .map_err(e)?;
+            // Re-test cells are added by the runner, not the plan: leave them be.
+            tx.execute(
+                "UPDATE cells SET in_plan = 0 WHERE run_id = ?1 AND pattern <> 'retest'",
+                [run_id],
+            )
+            .map_err(e)?;
             for c in cells {
                 let state: Option<String> = get
                     .query_row(params![run_id, c.cell_id], |r| r.get(0))
@@ -638,7 +642,7 @@ impl Store {
             }
             rep.not_in_plan = tx
                 .query_row(
-                    "SELECT count(*) FROM cells WHERE run_id = ?1 AND in_plan = 0",
+                    "SELECT count(*) FROM cells WHERE run_id = ?1 AND in_plan = 0 AND pattern <> 'retest'",
                     [run_id],
                     |r| r.get::<_, i64>(0),
                 )
@@ -646,6 +650,43 @@ impl Store {
         }
         tx.commit().map_err(e)?;
         Ok(rep)
+    }
+
+    /// Add cells the runner derives while running (re-tests); cells already
+    /// stored keep their state.
+    pub fn add_cells(&mut self, run_id: i64, cells: &[CellSpec]) -> Result<usize, StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::sql(&path, "adding cells", e);
+        let tx = self.conn.transaction().map_err(e)?;
+        let mut added = 0;
+        {
+            let mut ins = tx
+                .prepare(
+                    "INSERT OR IGNORE INTO cells (run_id, cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat, state, attempts)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'pending', 0)",
+                )
+                .map_err(e)?;
+            for c in cells {
+                added += ins
+                    .execute(params![
+                        run_id,
+                        c.cell_id,
+                        c.seq,
+                        c.batch,
+                        c.test,
+                        c.kind,
+                        c.path,
+                        c.pattern,
+                        serde_json::to_string(&c.flows).unwrap_or_default(),
+                        c.params.to_string(),
+                        c.dims.to_string(),
+                        c.repeat
+                    ])
+                    .map_err(e)?;
+            }
+        }
+        tx.commit().map_err(e)?;
+        Ok(added)
     }
 
     /// The run's cells in plan order (cells no longer in the plan last).

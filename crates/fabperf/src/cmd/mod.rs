@@ -5,6 +5,7 @@ pub mod common;
 pub mod detect;
 pub mod k8s;
 pub mod rdma;
+pub mod run;
 pub mod server;
 pub mod sock;
 pub mod suite;

@@ -64,6 +64,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--timeout must be a positive number of seconds");
     }
     let token = super::common::read_token(a.token_file.as_deref())?;
+    let mut kinds = all_kinds(RdmaOpts {
+        device: a.rdma_device,
+        ib_port: a.rdma_ib_port,
+        gid_index: a.rdma_gid_index,
+    });
+    // Runs (`fabperf run`) ask agents to drive tests toward other agents;
+    // the agent authenticates to them with its own token.
+    kinds.push(Box::new(fabperf_run::DriveKind::new(
+        token.clone(),
+        Duration::from_secs_f64(a.timeout),
+    )));
     let cfg = AgentConfig {
         bind: SocketAddr::new(a.bind, a.port),
         token,
@@ -74,11 +85,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             io_timeout: Duration::from_secs_f64(a.timeout),
             max_streams: a.max_streams,
         },
-        kinds: all_kinds(RdmaOpts {
-            device: a.rdma_device,
-            ib_port: a.rdma_ib_port,
-            gid_index: a.rdma_gid_index,
-        }),
+        kinds,
         quiet: a.quiet,
     };
     let agent = Agent::bind(cfg)
