@@ -147,6 +147,15 @@ require_up() {
     [[ $NODES =~ ^[0-9]+$ ]] || die 1 "$STATE/testbed.env is damaged; run 'sudo $PROG down' and 'up' again"
 }
 
+# A process that exists and is not a zombie (an orphaned agent that died stays
+# a zombie where PID 1 does not reap).
+pid_alive() {
+    local st
+    [[ $1 =~ ^[0-9]+$ ]] || return 1
+    st=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\) .*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ -n $st && $st != Z && $st != X ]]
+}
+
 # ------------------------------------------------------------------ down
 
 kill_ns_processes() { # NS: TERM, then KILL, every process inside it
@@ -231,8 +240,10 @@ wait_agents() {
     for entry in "${AGENT_PIDS[@]}"; do
         IFS=: read -r pid k ip name <<<"$entry"
         for i in $(seq 1 100); do
-            if ! kill -0 "$pid" 2>/dev/null; then
-                die 1 "agent $name exited at start: $(tail -n 5 "$STATE/logs/$name.log" | tr '\n' ' ')"
+            if ! pid_alive "$pid"; then
+                local st=0
+                wait "$pid" || st=$?
+                die 1 "agent $name ($FABPERF server --bind $ip) exited at start with status $st: $(tail -n 5 "$STATE/logs/$name.log" | tr '\n' ' ')"
             fi
             if ip netns exec "$(tb_node_ns "$k")" ss -Htln "src $ip:$TB_PORT" 2>/dev/null | grep -q .; then
                 break
@@ -280,7 +291,7 @@ start_dns() {
         </dev/null >>"$STATE/logs/dnsmasq.stderr" 2>&1 9>&- &
     echo $! >"$STATE/pids/dnsmasq.pid"
     for i in $(seq 1 50); do
-        kill -0 "$(cat "$STATE/pids/dnsmasq.pid")" 2>/dev/null ||
+        pid_alive "$(cat "$STATE/pids/dnsmasq.pid")" ||
             die 1 "dnsmasq exited at start: $(cat "$STATE/logs/dnsmasq.stderr" "$log" | tail -n 5 | tr '\n' ' ')"
         if ip netns exec "$TB_SWITCH_NS" ss -Hluna "src $(tb_dns_ip):53" 2>/dev/null | grep -q .; then
             return 0
@@ -364,6 +375,11 @@ on_up_exit() {
     if [[ $UP_DONE -ne 1 ]]; then
         ((rc != 0)) || rc=1
         log "up failed: removing the half-built testbed"
+        local keep=$STATE.failed-logs
+        rm -rf "$keep"
+        if [[ -d $STATE/logs ]] && cp -a "$STATE/logs" "$keep" 2>/dev/null; then
+            log "the logs of this attempt are kept in $keep"
+        fi
         teardown || true
         log "removed; fix the error above and run 'sudo $PROG up' again"
     fi
@@ -430,7 +446,7 @@ cmd_up() {
     trap on_up_exit EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    rm -rf "$STATE"
+    rm -rf "$STATE" "$STATE.failed-logs"
     mkdir -p "$STATE"/{logs,pids,dns,batch,bin,degraded}
     chmod 0755 "$STATE" "$STATE/logs" "$STATE/dns"
     # The agents' shared secret: 32 random bytes, hex, readable by root only.
@@ -529,7 +545,7 @@ cmd_status() {
         for path in $TB_PATHS; do
             ip=$(tb_path_ip "$k" "$path")
             pid=$(cat "$STATE/pids/$ns-$path.pid" 2>/dev/null || echo -)
-            if [[ $pid != - ]] && kill -0 "$pid" 2>/dev/null; then
+            if pid_alive "$pid"; then
                 if ip netns exec "$ns" ss -Htln "src $ip:$TB_PORT" 2>/dev/null | grep -q .; then
                     st="alive, listening"
                 else
@@ -545,7 +561,7 @@ cmd_status() {
     done
     echo
     pid=$(cat "$STATE/pids/dnsmasq.pid" 2>/dev/null || echo -)
-    if [[ $pid != - ]] && kill -0 "$pid" 2>/dev/null; then st=alive; else
+    if pid_alive "$pid"; then st=alive; else
         st="DEAD (log: $STATE/logs/dnsmasq.log)"
         bad=1
     fi
