@@ -63,7 +63,7 @@ no_leftovers() { # NAME: no testbed namespace, resolv.conf or state remains
     left=$(ip netns list | awk '{print $1}' | grep -E "^(${TB_NODE_PREFIX}[0-9]+|${TB_SWITCH_NS})$" || true)
     left+=$(ls -d /etc/netns/${TB_NODE_PREFIX}* 2>/dev/null || true)
     [[ -e $STATE ]] && left+=" $STATE"
-    if [[ -z $left ]]; then ok "$1: nothing left"; else bad "$1: left behind: $(echo $left)"; fi
+    if [[ -z $left ]]; then ok "$1: nothing left"; else bad "$1: left behind: $(tr -s ' \n' ' ' <<<"$left")"; fi
 }
 
 # bw NODE ADDR [ARGS...]: tcp-bw Gbit/s from NODE to ADDR (empty on failure).
@@ -151,6 +151,7 @@ parse_ok tb_parse_nodes 4 4
 parse_ok tb_parse_nodes 2 2
 parse_ok tb_parse_nodes 64 64
 parse_ok tb_parse_nodes 016 16
+# shellcheck disable=SC2016 # hostile input, kept literal on purpose
 for v in 1 0 65 -3 abc '' 4x ' 4' 99999999999999999999 '$(reboot)' '4;rm -rf /'; do parse_bad tb_parse_nodes "$v"; done
 parse_ok tb_parse_node fp-node3 3 4
 parse_ok tb_parse_node node2 2 4
@@ -257,6 +258,15 @@ QUIET=1 expect_rc 2 "DNS unknown name in the domain" "$TB" exec 1 getent hosts n
 QUIET=1 expect_rc 2 "DNS does not forward outside names" "$TB" exec 1 getent hosts debian.org
 expect_rc 0 "exec runs in the node" "$TB" exec node2 hostname && expect_out "hostname is the node's" "^fp-node2$"
 QUIET=1 expect_rc 3 "exec passes the exit status" "$TB" exec 2 sh -c 'exit 3'
+# `exec` replaces itself with the command: a caller can signal the command by $!.
+"$TB" exec 1 sleep 20 &
+EP=$!
+sleep 1
+if [[ $(cat "/proc/$EP/comm" 2>/dev/null) == sleep ]]; then ok "exec: the caller's pid is the command's"; else bad "exec: pid $EP is '$(cat "/proc/$EP/comm" 2>/dev/null)', not the command"; fi
+kill -9 "$EP" 2>/dev/null
+wait "$EP" 2>/dev/null
+expect_rc 0 "exec switch" "$TB" exec switch hostname && expect_out "hostname fp-switch" "^fp-switch$"
+in_band "overlay    switch -> node4 (a controller on the overlay)" 0.3 1.05 switch "fp-node4.overlay.agents.$TB_DOMAIN"
 expect_rc 2 "exec on a node that does not exist" "$TB" exec fp-node9 true
 # Nothing leaves the testbed: the switch namespace (the nodes' gateway) has no
 # route but its own subnets and does not forward.

@@ -181,7 +181,7 @@ teardown() {
         ip netns del "$ns" 2>/dev/null || log "could not delete namespace $ns (still in use?)"
     done
     # resolv.conf files that 'ip netns exec' binds over /etc/resolv.conf.
-    for d in /etc/netns/${TB_NODE_PREFIX}* /etc/netns/${TB_SWITCH_NS}; do
+    for d in /etc/netns/"$TB_NODE_PREFIX"* /etc/netns/"$TB_SWITCH_NS"; do
         [[ -d $d ]] || continue
         [[ $(basename "$d") =~ ^(${TB_NODE_PREFIX}[0-9]+|${TB_SWITCH_NS})$ ]] || continue
         if [[ -f $d/resolv.conf ]] && ! grep -q '^# fabperf testbed' "$d/resolv.conf"; then
@@ -211,21 +211,13 @@ cmd_down() {
 
 # ------------------------------------------------------------------ up
 
-# Run "$@" inside node K with its own hostname (a UTS namespace), so that what
-# a process reports as its node name is the node's.
-in_node() {
-    local k=$1
-    shift
-    ip netns exec "$(tb_node_ns "$k")" unshare --uts -- \
-        sh -c 'hostname "$1" && shift && exec "$@"' sh "$(tb_node_ns "$k")" "$@"
-}
-
 start_agent() { # K PATH
     local k=$1 path=$2 ip name log pidf pid i
     ip=$(tb_path_ip "$k" "$path")
     name="$(tb_node_ns "$k")-$path"
     log=$STATE/logs/$name.log
     pidf=$STATE/pids/$name.pid
+    # shellcheck disable=SC2016 # expanded by the inner sh
     setsid ip netns exec "$(tb_node_ns "$k")" unshare --uts -- \
         sh -c 'hostname "$1" && shift && exec "$@"' sh "$(tb_node_ns "$k")" \
         "$FABPERF" server --bind "$ip" --port "$TB_PORT" --token-file "$STATE/token" \
@@ -332,9 +324,13 @@ build_node() { # K
     else
         ip -n "$ns" route add default via "$(tb_mgmt_gw)" dev mgmt0
     fi
-    # resolv.conf for 'ip netns exec' (bound over /etc/resolv.conf).
-    mkdir -p "/etc/netns/$ns"
-    cat >"/etc/netns/$ns/resolv.conf" <<EOF
+    write_resolv_conf "$ns"
+}
+
+# resolv.conf for 'ip netns exec NS' (bound over /etc/resolv.conf).
+write_resolv_conf() {
+    mkdir -p "/etc/netns/$1"
+    cat >"/etc/netns/$1/resolv.conf" <<EOF
 # fabperf testbed (sim/testbed.sh); 'sim/testbed.sh down' removes this file
 nameserver $(tb_dns_ip)
 search agents.$TB_DOMAIN
@@ -342,31 +338,40 @@ options timeout:1 attempts:2
 EOF
 }
 
-build_overlay() { # K: vxlan0 over the chosen underlay, static peers (flannel-like)
-    local k=$1 ns j dev uip umtu
-    ns=$(tb_node_ns "$k")
-    if [[ $OVERLAY_LINK == fabric ]]; then
-        dev=fab0 uip=$(tb_fabric_ip "$k") umtu=$TB_FABRIC_MTU
+# vxlan0 over the chosen underlay with static peers (as flannel programs them):
+# members are the nodes (K = 1..N, overlay address .K) and the switch (host
+# number 254), where a controller can run with a leg in every network.
+build_overlay() { # K | 254
+    local k=$1 ns dev uip umtu j pip
+    if ((k == TB_GW_HOST)); then
+        ns=$TB_SWITCH_NS
+        if [[ $OVERLAY_LINK == fabric ]]; then dev=br-fabric; else dev=br-mgmt; fi
     else
-        dev=mgmt0 uip=$(tb_mgmt_ip "$k") umtu=$TB_MGMT_MTU
+        ns=$(tb_node_ns "$k")
+        if [[ $OVERLAY_LINK == fabric ]]; then dev=fab0; else dev=mgmt0; fi
     fi
+    uip=$(overlay_underlay_ip "$k")
+    if [[ $OVERLAY_LINK == fabric ]]; then umtu=$TB_FABRIC_MTU; else umtu=$TB_MGMT_MTU; fi
     ip -n "$ns" link add vxlan0 type vxlan id "$TB_VXLAN_ID" dstport "$TB_VXLAN_PORT" \
-        local "$uip" dev "$dev" nolearning
+        local "$uip" dev "$dev" nolearning || return 1
     ip -n "$ns" link set vxlan0 address "$(tb_overlay_mac "$k")" mtu $((umtu - TB_VXLAN_OVERHEAD)) up
     ip -n "$ns" addr add "$(tb_overlay_ip "$k")/$TB_PREFIXLEN" dev vxlan0
     local fdb=$STATE/batch/$ns.fdb neigh=$STATE/batch/$ns.neigh
     : >"$fdb"
     : >"$neigh"
-    for ((j = 1; j <= NODES; j++)); do
+    for j in $(seq 1 "$NODES") "$TB_GW_HOST"; do
         ((j == k)) && continue
-        local pip
-        if [[ $OVERLAY_LINK == fabric ]]; then pip=$(tb_fabric_ip "$j"); else pip=$(tb_mgmt_ip "$j"); fi
+        pip=$(overlay_underlay_ip "$j")
         echo "fdb append 00:00:00:00:00:00 dev vxlan0 dst $pip" >>"$fdb"
         echo "fdb append $(tb_overlay_mac "$j") dev vxlan0 dst $pip self permanent" >>"$fdb"
         echo "neigh replace $(tb_overlay_ip "$j") lladdr $(tb_overlay_mac "$j") dev vxlan0 nud permanent" >>"$neigh"
     done
     bridge -n "$ns" -batch "$fdb"
     ip -n "$ns" -batch "$neigh"
+}
+
+overlay_underlay_ip() { # K | 254: the VXLAN endpoint address of a member
+    if [[ $OVERLAY_LINK == fabric ]]; then tb_fabric_ip "$1"; else tb_mgmt_ip "$1"; fi
 }
 
 UP_DONE=0
@@ -465,11 +470,12 @@ cmd_up() {
     ip -n "$sw" link set br-mgmt mtu "$TB_MGMT_MTU" up
     ip -n "$sw" addr add "$(tb_mgmt_gw)/$TB_PREFIXLEN" dev br-mgmt
     ip -n "$sw" addr add "$(tb_fabric_gw)/$TB_PREFIXLEN" dev br-fabric
+    write_resolv_conf "$sw"
     for ((k = 1; k <= NODES; k++)); do
         build_node "$k"
     done
     ip -n "$sw" link set br-fabric mtu "$TB_FABRIC_MTU" up
-    for ((k = 1; k <= NODES; k++)); do
+    for k in $(seq 1 "$NODES") "$TB_GW_HOST"; do
         build_overlay "$k" || die 1 "cannot create the VXLAN overlay: the kernel needs vxlan support (modprobe vxlan)"
     done
 
@@ -537,6 +543,8 @@ cmd_status() {
             bad=1
         fi
     done
+    printf '%-10s %-16s %-16s %-16s %s\n' "$TB_SWITCH_NS" "$(tb_mgmt_gw)" "$(tb_fabric_gw)" "$(tb_overlay_ip "$TB_GW_HOST")" \
+        "(bridges, gateway, DNS; a controller can run here: exec switch)"
     echo "(* = node address: the default-route link)"
     echo
     printf '%-10s %-12s %-21s %-8s %s\n' NODE PATH ADDRESS PID STATE
@@ -589,14 +597,19 @@ cmd_exec() {
     shift
     export PATH="$STATE/bin:$PATH"
     export FABPERF_TESTBED_TOKEN="$STATE/token"
-    if [[ $node == switch || $node == "$TB_SWITCH_NS" ]]; then
-        exec ip netns exec "$TB_SWITCH_NS" "$@"
-    fi
-    local k
-    k=$(tb_parse_node "$node" "$NODES") || exit 2
     export FABPERF_TESTBED_NODE
-    FABPERF_TESTBED_NODE=$(tb_node_ns "$k")
-    in_node "$k" "$@"
+    if [[ $node == switch || $node == "$TB_SWITCH_NS" ]]; then
+        FABPERF_TESTBED_NODE=$TB_SWITCH_NS
+    else
+        local k
+        k=$(tb_parse_node "$node" "$NODES") || exit 2
+        FABPERF_TESTBED_NODE=$(tb_node_ns "$k")
+    fi
+    # exec all the way down: the caller's pid for this command is CMD's own
+    # (kill -9 on it hits CMD).
+    # shellcheck disable=SC2016 # expanded by the inner sh
+    exec ip netns exec "$FABPERF_TESTBED_NODE" unshare --uts -- \
+        sh -c 'hostname "$1" && shift && exec "$@"' sh "$FABPERF_TESTBED_NODE" "$@"
 }
 
 # ------------------------------------------------------------------ degrade

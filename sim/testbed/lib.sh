@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # the constants are used by the sourcing scripts
 # Naming, addressing and input parsing for sim/testbed.sh. Sourced, never run.
 # Pure functions (no root, no side effects) so sim/testbed-test.sh can test them
 # with bad and hostile input before it builds anything.
@@ -7,7 +7,6 @@
 # fp-node1..fp-nodeN and fp-switch, /etc/netns/fp-node*/ (resolv.conf).
 # Interface names live inside those namespaces only, so they cannot collide
 # with the host's.
-TB_NS_PREFIX=fp-
 TB_NODE_PREFIX=fp-node
 TB_SWITCH_NS=fp-switch
 TB_MIN_NODES=2
