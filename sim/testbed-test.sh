@@ -220,6 +220,16 @@ expect_rc 2 "up --unknown" "$TB" up --unknown
 expect_rc 2 "down with an argument" "$TB" down now
 expect_rc 1 "exec with no testbed" "$TB" exec fp-node1 true && expect_out "says how to start one" "sim/testbed.sh up"
 expect_rc 3 "status with no testbed" "$TB" status
+# shellcheck disable=SC2016 # hostile input, kept literal on purpose
+for d in / /tmp/../etc relative /tmp/x/ '/tmp/a b' '/tmp/$(id)'; do
+    expect_rc 2 "FABPERF_TESTBED_DIR='$d' refused" env FABPERF_TESTBED_DIR="$d" "$TB" status
+done
+FOREIGN=$(mktemp -d)
+touch "$FOREIGN/precious"
+expect_rc 1 "up refuses a state directory holding other files" env FABPERF_TESTBED_DIR="$FOREIGN" "$TB" up
+expect_rc 0 "down leaves a foreign state directory alone" env FABPERF_TESTBED_DIR="$FOREIGN" "$TB" down
+if [[ -f $FOREIGN/precious ]]; then ok "the foreign file survived"; else bad "down removed a file it did not write"; fi
+rm -rf "$FOREIGN" "$FOREIGN.lock"
 # Not root: a copy of the scripts that nobody can read, run as nobody.
 NR=$(mktemp -d)
 cp -a "$SIM_DIR/testbed.sh" "$NR/" && mkdir -p "$NR/testbed" && cp -a "$SIM_DIR/testbed/lib.sh" "$NR/testbed/"

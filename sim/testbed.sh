@@ -12,8 +12,12 @@ REPO=$(cd "$SIM_DIR/.." && pwd -P)
 source "$SIM_DIR/testbed/lib.sh"
 
 STATE=${FABPERF_TESTBED_DIR:-/run/fabperf-testbed}
-LOCK="$STATE.lock"
 PROG=sim/testbed.sh
+if [[ ! $STATE =~ ^/[A-Za-z0-9._/-]*[A-Za-z0-9._-]$ || $STATE =~ (^|/)\.\.?(/|$) ]]; then
+    printf 'testbed: error: FABPERF_TESTBED_DIR=%q must be an absolute path (letters, digits, . _ - /), not /, without . or .. parts or a trailing /\n' "$STATE" >&2
+    exit 2
+fi
+LOCK="$STATE.lock"
 
 log() { printf 'testbed: %s\n' "$*" >&2; }
 # die CODE MESSAGE: 2 = usage, 1 = anything else.
@@ -192,7 +196,31 @@ teardown() {
         rmdir "$d" 2>/dev/null || log "left $d: it holds files $PROG did not write"
     done
     rmdir /etc/netns 2>/dev/null || true
-    rm -rf "$STATE"
+    remove_state
+}
+
+# True when every entry of $STATE is one that 'up' creates (or it is empty).
+state_dir_is_ours() {
+    local e
+    for e in "$STATE"/* "$STATE"/.[!.]*; do
+        [[ -e $e || -L $e ]] || continue
+        case ${e##*/} in
+            logs | pids | dns | batch | bin | degraded | token | testbed.env) ;;
+            *) return 1 ;;
+        esac
+    done
+}
+
+# Only what 'up' creates, so a mistyped FABPERF_TESTBED_DIR cannot cost files.
+remove_state() {
+    [[ -d $STATE ]] || return 0
+    if ! state_dir_is_ours; then
+        log "left $STATE alone: it holds files $PROG did not write"
+        return 0
+    fi
+    rm -rf "${STATE:?}"/{logs,pids,dns,batch,bin,degraded}
+    rm -f "$STATE/token" "$STATE/testbed.env"
+    rmdir "$STATE" 2>/dev/null || log "left $STATE: it holds files $PROG did not write"
 }
 
 cmd_down() {
@@ -451,7 +479,11 @@ cmd_up() {
     trap on_up_exit EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    rm -rf "$STATE" "$STATE.failed-logs"
+    if [[ -d $STATE ]] && ! state_dir_is_ours; then
+        die 1 "$STATE holds files that are not a testbed's; point FABPERF_TESTBED_DIR at a new or empty directory"
+    fi
+    remove_state
+    rm -rf "${STATE:?}.failed-logs"
     mkdir -p "$STATE"/{logs,pids,dns,batch,bin,degraded}
     chmod 0755 "$STATE" "$STATE/logs" "$STATE/dns"
     # The agents' shared secret: 32 random bytes, hex, readable by root only.
