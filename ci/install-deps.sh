@@ -13,6 +13,8 @@ PKGS=(
   libibverbs-dev librdmacm-dev rdma-core ibverbs-providers ibverbs-utils perftest
   # socket anchors and network namespaces
   iperf3 sockperf iproute2 ethtool procps util-linux jq
+  # multi-node namespace testbed (sim/testbed.sh): DNS server for the agents' names
+  dnsmasq-base
   # soft-RoCE guest (sim/softroce.sh): QEMU, rootfs builder, initramfs tools
   qemu-system-x86 mmdebstrap kmod cpio zstd xz-utils debian-archive-keyring
   # manifest validation (ci/k8s-validate.sh)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fabperf's whole test suite. Run after ./ci/install-deps.sh (or ./install.sh).
-#   ./ci/test.sh            # everything: lint, unit + loopback tests, manifests, soft-RoCE guest
+#   ./ci/test.sh            # everything: lint, unit + loopback tests, manifests, namespace testbed, soft-RoCE guest
 #   ./ci/test.sh --no-vm    # skip the soft-RoCE QEMU guest (about 10 minutes under TCG)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,8 @@ step "Kubernetes manifests against upstream schemas"
 ./ci/k8s-validate.sh
 step "real ConnectX pair (hw-tests; skipped with the reason unless FABPERF_HW_PEER is set)"
 ./hw-tests/connectx.sh
+step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/testbed-test.sh)"
+./sim/testbed-test.sh
 if [ "$VM" = 1 ]; then
   step "soft-RoCE guest: RDMA tests and fabperf vs perftest"
   ./sim/softroce.sh
