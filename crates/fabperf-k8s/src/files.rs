@@ -51,7 +51,26 @@ pub struct Output {
 pub struct Staged {
     /// (temporary path, final path)
     moves: Vec<(PathBuf, PathBuf)>,
+    /// Directories this staging created, outermost first (removed again,
+    /// when empty, if nothing is committed).
+    created_dirs: Vec<PathBuf>,
     committed: bool,
+}
+
+/// Create `dir` and its missing parents, remembering which ones were made.
+fn create_dirs(dir: &Path, created: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut d = Some(dir);
+    while let Some(p) = d {
+        if p.as_os_str().is_empty() || p.exists() {
+            break;
+        }
+        missing.push(p.to_path_buf());
+        d = p.parent();
+    }
+    std::fs::create_dir_all(dir)?;
+    created.extend(missing.into_iter().rev());
+    Ok(())
 }
 
 fn tmp_name(target: &Path, n: usize) -> PathBuf {
@@ -68,11 +87,12 @@ fn tmp_name(target: &Path, n: usize) -> PathBuf {
 pub fn stage(outputs: &[Output]) -> Result<Staged> {
     let mut staged = Staged {
         moves: Vec::new(),
+        created_dirs: Vec::new(),
         committed: false,
     };
     for (n, o) in outputs.iter().enumerate() {
         if let Some(parent) = o.path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)
+            create_dirs(parent, &mut staged.created_dirs)
                 .with_context(|| format!("cannot create directory {}", parent.display()))?;
         }
         if o.path.is_dir() {
@@ -122,6 +142,9 @@ impl Drop for Staged {
         if !self.committed {
             for (tmp, _) in &self.moves {
                 let _ = std::fs::remove_file(tmp);
+            }
+            for d in self.created_dirs.iter().rev() {
+                let _ = std::fs::remove_dir(d);
             }
         }
     }
