@@ -24,8 +24,13 @@ fn regex_literal(s: &str) -> String {
     out
 }
 
-/// flannel chart version the values were checked against (chart/kube-flannel).
+/// Chart releases the values were checked against: flannel
+/// chart/kube-flannel (templates/config.yaml), Antrea build/charts/antrea
+/// (values.yaml; pkg/agent/agent.go uses an explicit defaultMTU as given),
+/// Calico charts/tigera-operator (the Installation CRD's calicoNetwork).
 pub const FLANNEL_CHART_VERSION: &str = "v0.27.4";
+pub const ANTREA_CHART_VERSION: &str = "v2.7.0";
+pub const CALICO_CHART_VERSION: &str = "v3.32.1";
 
 /// The values document and the header lines that explain it. `multus`: the
 /// plan attaches secondary networks through Multus.
@@ -43,10 +48,9 @@ pub fn values(cni: CniKind, p: &CniPlan, multus: bool) -> (Value, Vec<String>) {
     let v = match cni {
         CniKind::Antrea => {
             notes.push("helm repo add antrea https://charts.antrea.io".into());
-            notes.push(
-                "helm install antrea antrea/antrea --namespace kube-system -f antrea-values.yaml"
-                    .into(),
-            );
+            notes.push(format!(
+                "helm install antrea antrea/antrea --version {ANTREA_CHART_VERSION} --namespace kube-system -f antrea-values.yaml"
+            ));
             let (mode, tunnel, encryption) = match e {
                 Encap::None => ("noEncap", None, "none"),
                 Encap::Vxlan => ("encap", Some("vxlan"), "none"),
@@ -68,7 +72,7 @@ pub fn values(cni: CniKind, p: &CniPlan, multus: bool) -> (Value, Vec<String>) {
         }
         CniKind::Calico => {
             notes.push("helm repo add projectcalico https://docs.tigera.io/calico/charts".into());
-            notes.push("helm install calico projectcalico/tigera-operator --namespace tigera-operator --create-namespace -f calico-values.yaml".into());
+            notes.push(format!("helm install calico projectcalico/tigera-operator --version {CALICO_CHART_VERSION} --namespace tigera-operator --create-namespace -f calico-values.yaml"));
             let encap = match e {
                 Encap::None => "None",
                 Encap::Vxlan => "VXLAN",
@@ -115,8 +119,11 @@ pub fn values(cni: CniKind, p: &CniPlan, multus: bool) -> (Value, Vec<String>) {
                 notes.push("cni.exclusive: false keeps Multus' CNI config (exclusive mode renames it to *.cilium_bak and the secondary networks vanish).".into());
             }
             notes.push("helm repo add cilium https://helm.cilium.io".into());
+            // Not pinned: the Cilium chart source was not available to check
+            // against; the keys (routingMode/tunnelProtocol since 1.14,
+            // cni.exclusive, devices, MTU) are those of current releases.
             notes.push(
-                "helm install cilium cilium/cilium --namespace kube-system -f cilium-values.yaml"
+                "helm install cilium cilium/cilium --version <release you validated> --namespace kube-system -f cilium-values.yaml"
                     .into(),
             );
             let mut v = json!({
