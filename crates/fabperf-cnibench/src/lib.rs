@@ -81,6 +81,14 @@ fn resolve(chain: &Chain, opts: &Options) -> Result<Binaries, PluginError> {
     })
 }
 
+/// Check before anything runs: root, and every binary of the chain in the CNI path.
+pub fn preflight(chain: &Chain, opts: &Options) -> Result<()> {
+    netns::check_privileges()?;
+    resolve(chain, opts)
+        .map(|_| ())
+        .map_err(|e| anyhow::Error::new(e).context(format!("network {}", chain.label())))
+}
+
 /// One pod sandbox: ADD the chain in `ns`, then DEL it. Returns the ADD and
 /// DEL times of the whole chain. On an ADD failure the plugins already added
 /// are deleted (in reverse order) before the error is returned.

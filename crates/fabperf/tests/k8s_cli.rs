@@ -157,3 +157,56 @@ fn cni_bench_usage_errors_exit_2() {
         stderr(&o)
     );
 }
+
+#[test]
+fn cni_bench_reports_finished_chains_when_a_later_one_fails() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { geteuid() } != 0 {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    let d = tmpdir("cnifail");
+    let fake = d.join("failing");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\ncat >/dev/null\nprintf '{\"cniVersion\":\"1.0.0\",\"code\":7,\"msg\":\"invalid network config\"}'\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        d.join("failing.conf"),
+        r#"{"cniVersion":"1.0.0","name":"second","type":"failing"}"#,
+    )
+    .unwrap();
+    let conf = repo().join("examples/cni-bench-bridge.conflist");
+    let o = run(&[
+        "cni-bench",
+        "-c",
+        conf.to_str().unwrap(),
+        "-c",
+        d.join("failing.conf").to_str().unwrap(),
+        "-n",
+        "3",
+        "--cni-path",
+        &format!("/usr/lib/cni:{}", d.display()),
+    ]);
+    let _ = Command::new("ip")
+        .args(["link", "del", "cnibench0"])
+        .output();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("cnibench-bridge") && out.contains("ADD") && out.contains("DEL"),
+        "{out}"
+    );
+    assert!(
+        stderr(&o).contains("failing ADD failed: CNI error 7: invalid network config"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+extern "C" {
+    fn geteuid() -> u32;
+}

@@ -1,7 +1,9 @@
 //! `fabperf cni-bench`: pod network launch time of CNI plugin chains.
 
 use anyhow::{bail, Context, Result};
-use fabperf_cnibench::{bench_chain, conf, record, CniRecord, Observer, Options, DEFAULT_CNI_PATH};
+use fabperf_cnibench::{
+    bench_chain, conf, preflight, record, CniRecord, Observer, Options, DEFAULT_CNI_PATH,
+};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -105,11 +107,33 @@ pub fn run(a: Args) -> Result<ExitCode> {
         ifname: a.ifname.clone(),
         timeout: Duration::from_secs_f64(a.timeout),
     };
+    // Every chain's plugins are found before the first one runs.
+    for chain in &chains {
+        preflight(chain, &opts)?;
+    }
     let mut records: Vec<CniRecord> = Vec::new();
     let mut obs = Progress { quiet: a.quiet };
+    let mut failure = None;
     for chain in &chains {
-        let r = bench_chain(chain, &opts, &mut obs)?;
-        records.extend(r);
+        match bench_chain(chain, &opts, &mut obs) {
+            Ok(r) => records.extend(r),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    // The chains that completed are reported even when a later one failed.
+    emit(&a, &records)?;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn emit(a: &Args, records: &[CniRecord]) -> Result<()> {
+    if records.is_empty() {
+        return Ok(());
     }
     if let Some(path) = &a.csv {
         let exists = path.metadata().map(|m| m.len() > 0).unwrap_or(false);
@@ -118,15 +142,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .append(true)
             .open(path)
             .with_context(|| format!("opening CSV file {}", path.display()))?;
-        record::write_csv(f, &records, !exists)
+        record::write_csv(f, records, !exists)
             .with_context(|| format!("writing CSV file {}", path.display()))?;
     }
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     if a.json {
-        record::write_json_lines(&mut lock, &records)?;
+        record::write_json_lines(&mut lock, records)?;
     } else {
-        lock.write_all(record::table(&records).as_bytes())?;
+        lock.write_all(record::table(records).as_bytes())?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
