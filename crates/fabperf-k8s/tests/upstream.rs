@@ -395,3 +395,51 @@ fn docs_name_valid_pinned_images() {
     }
     assert!(refs > 0, "docs/k8s.md names no image");
 }
+
+#[test]
+fn hostile_detect_files_are_refused() {
+    for (tag, edit, needle) in [
+        (
+            "ip",
+            Box::new(|v: &mut Value| v["node_ip"]["address"] = "$(reboot)".into())
+                as Box<dyn Fn(&mut Value)>,
+            "is not an address on an interface name",
+        ),
+        (
+            "if",
+            Box::new(|v: &mut Value| v["node_ip"]["interface"] = "../../etc".into()),
+            "is not an address on an interface name",
+        ),
+        (
+            "addr",
+            Box::new(|v: &mut Value| {
+                for nd in v["netdevs"].as_array_mut().unwrap() {
+                    if nd["name"] == "ens1f0np0" {
+                        nd["ipv4"] = serde_json::json!(["192.168.60.11; rm -rf /"]);
+                    }
+                }
+            }),
+            "is not an IPv4 address",
+        ),
+        (
+            "type",
+            Box::new(|v: &mut Value| v["node_ip"] = "eno1".into()),
+            "node_ip",
+        ),
+    ] {
+        let dir = edited_examples(tag, edit);
+        let e = parse_plan(&example_text(), "plan.toml", &dir).unwrap_err();
+        assert!(e.to_string().contains(needle), "{tag}: {e}");
+    }
+    // A [detect] key that is no node name (it becomes a ConfigMap key and a file name).
+    let t = example_text().replace(
+        "node-b = \"node-b.detect.json\"",
+        "\"../node-b\" = \"node-b.detect.json\"",
+    );
+    let e = parse_plan(&t, "plan.toml", &repo().join("examples")).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("is not a valid Kubernetes node name"),
+        "{e}"
+    );
+}
