@@ -17,6 +17,8 @@ PKGS=(
   dnsmasq-base
   # soft-RoCE guest (sim/softroce.sh): QEMU, rootfs builder, initramfs tools
   qemu-system-x86 mmdebstrap kmod cpio zstd xz-utils debian-archive-keyring
+  # cni-bench tests: the reference CNI plugins (bridge, macvlan, host-device, host-local ...) in /usr/lib/cni
+  containernetworking-plugins
   # manifest validation (ci/k8s-validate.sh)
   python3 python3-venv python3-pip
 )

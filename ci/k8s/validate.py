@@ -54,8 +54,34 @@ def validator(name):
 CRDS = {
     ("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition"): validator("network-attachment-definition-v1.json"),
     ("mellanox.com/v1alpha1", "NicClusterPolicy"): validator("nicclusterpolicy-v1alpha1.json"),
+    ("nv-ipam.nvidia.com/v1alpha1", "IPPool"): validator("nv-ipam-ippool-v1alpha1.json"),
+    ("sriovnetwork.openshift.io/v1", "SriovNetworkNodePolicy"): validator("sriovnetworknodepolicy-v1.json"),
+    ("sriovnetwork.openshift.io/v1", "SriovNetwork"): validator("sriovnetwork-v1.json"),
+    ("sriovnetwork.openshift.io/v1", "SriovIBNetwork"): validator("sriovibnetwork-v1.json"),
+    ("sriovnetwork.openshift.io/v1", "SriovNetworkPoolConfig"): validator("sriovnetworkpoolconfig-v1.json"),
 }
+
+# The network-operator release the CRD schemas were authored from: every
+# component version a NicClusterPolicy names must be that release's.
+NCP_RELEASE = load_schema("nicclusterpolicy-v1alpha1.json")["x-fabperf-upstream"]["version"]
+NCP_COMPONENT_VERSION = "network-operator-" + NCP_RELEASE
+
+
+def ncp_version_errors(doc):
+    out = []
+    spec = doc.get("spec") or {}
+    def walk(path, node):
+        if isinstance(node, dict):
+            if "image" in node and "version" in node and node["version"] != NCP_COMPONENT_VERSION:
+                out.append("%s.version: %r, but the schema is network-operator %s's API (component version %s); "
+                           "re-author ci/k8s/schemas from the new release or pin %s"
+                           % (path, node["version"], NCP_RELEASE, NCP_COMPONENT_VERSION, NCP_COMPONENT_VERSION))
+            for k, v in node.items():
+                walk(path + "." + k, v)
+    walk("spec", spec)
+    return out
 CNI_CONFIG = validator("cni-config.json")
+CNI_IPAM = jsonschema.Draft202012Validator(load_schema("cni-config.json")["properties"]["ipam"], registry=REGISTRY)
 PLUGIN_CONFIG = validator("rdma-shared-dev-plugin-config.json")
 VALUES = {
     "antrea-values.yaml": validator("helm-values-antrea.json"),
@@ -90,6 +116,26 @@ def check_object(doc):
             return errs
         if kind == "NetworkAttachmentDefinition":
             return embedded_json(doc["spec"]["config"], CNI_CONFIG, "spec.config")
+        if kind in ("SriovNetwork", "SriovIBNetwork"):
+            ipam = doc["spec"].get("ipam")
+            if ipam is not None:
+                errs = embedded_json(ipam, CNI_IPAM, "spec.ipam")
+                if errs:
+                    return errs
+            meta = doc["spec"].get("metaPlugins")
+            if meta is not None:
+                try:
+                    m = json.loads(meta)
+                except ValueError as e:
+                    return ["spec.metaPlugins: not JSON: %s" % e]
+                if not isinstance(m, dict) or not isinstance(m.get("type"), str):
+                    return ["spec.metaPlugins: must be one CNI plugin object with a type"]
+            return []
+        if kind != "NicClusterPolicy":
+            return []
+        errs = ncp_version_errors(doc)
+        if errs:
+            return errs
         cfg = doc["spec"].get("rdmaSharedDevicePlugin", {}).get("config")
         if cfg is not None:
             return embedded_json(cfg, PLUGIN_CONFIG, "spec.rdmaSharedDevicePlugin.config")

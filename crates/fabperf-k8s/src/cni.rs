@@ -1,6 +1,11 @@
 //! Helm values for the primary CNI that pin the fast interface, choose the
-//! encapsulation and set the MTU (underlay MTU minus the encapsulation
-//! overhead: VXLAN/Geneve 50, IP-in-IP 20, WireGuard 60 on IPv4).
+//! encapsulation and set the MTU. Which MTU each chart wants differs:
+//! - Antrea `defaultMTU` and Calico `calicoNetwork.mtu` are the pod MTU: the
+//!   renderer subtracts the overhead (VXLAN/Geneve 50, IP-in-IP 20,
+//!   WireGuard 60 on IPv4);
+//! - Cilium `MTU` and flannel `flannel.mtu` (net-conf.json `Backend.MTU`,
+//!   chart v0.27.4 templates/config.yaml) are the underlay MTU: the CNI
+//!   subtracts its own overhead (VXLAN/Geneve 50, WireGuard 80).
 
 use crate::plan::{CniKind, CniPlan, Encap};
 use serde_json::{json, Value};
@@ -19,24 +24,33 @@ fn regex_literal(s: &str) -> String {
     out
 }
 
-/// The values document and the header lines that explain it.
-pub fn values(cni: CniKind, p: &CniPlan) -> (Value, Vec<String>) {
-    let pod_mtu = p.pod_mtu();
+/// Chart releases the values were checked against: flannel
+/// chart/kube-flannel (templates/config.yaml), Antrea build/charts/antrea
+/// (values.yaml; pkg/agent/agent.go uses an explicit defaultMTU as given),
+/// Calico charts/tigera-operator (the Installation CRD's calicoNetwork).
+pub const FLANNEL_CHART_VERSION: &str = "v0.27.4";
+pub const ANTREA_CHART_VERSION: &str = "v2.7.0";
+pub const CALICO_CHART_VERSION: &str = "v3.32.1";
+
+/// The values document and the header lines that explain it. `multus`: the
+/// plan attaches secondary networks through Multus.
+pub fn values(cni: CniKind, p: &CniPlan, multus: bool) -> (Value, Vec<String>) {
+    let pod_mtu = p.pod_mtu(cni);
     let e = p.encapsulation;
     let mut notes = vec![format!(
-        "underlay {} MTU {}, encapsulation {} (overhead {} B) -> pod MTU {pod_mtu}",
+        "underlay {} MTU {}, encapsulation {} ({} reserves {} B) -> pod MTU {pod_mtu}",
         p.interface,
         p.underlay_mtu,
         e.name(),
-        e.overhead()
+        cni.name(),
+        e.overhead_for(cni)
     )];
     let v = match cni {
         CniKind::Antrea => {
             notes.push("helm repo add antrea https://charts.antrea.io".into());
-            notes.push(
-                "helm install antrea antrea/antrea --namespace kube-system -f antrea-values.yaml"
-                    .into(),
-            );
+            notes.push(format!(
+                "helm install antrea antrea/antrea --version {ANTREA_CHART_VERSION} --namespace kube-system -f antrea-values.yaml"
+            ));
             let (mode, tunnel, encryption) = match e {
                 Encap::None => ("noEncap", None, "none"),
                 Encap::Vxlan => ("encap", Some("vxlan"), "none"),
@@ -58,7 +72,7 @@ pub fn values(cni: CniKind, p: &CniPlan) -> (Value, Vec<String>) {
         }
         CniKind::Calico => {
             notes.push("helm repo add projectcalico https://docs.tigera.io/calico/charts".into());
-            notes.push("helm install calico projectcalico/tigera-operator --namespace tigera-operator --create-namespace -f calico-values.yaml".into());
+            notes.push(format!("helm install calico projectcalico/tigera-operator --version {CALICO_CHART_VERSION} --namespace tigera-operator --create-namespace -f calico-values.yaml"));
             let encap = match e {
                 Encap::None => "None",
                 Encap::Vxlan => "VXLAN",
@@ -97,9 +111,19 @@ pub fn values(cni: CniKind, p: &CniPlan) -> (Value, Vec<String>) {
             notes.push(format!(
                 "or WireGuard overhead for pod routes (here: {pod_mtu})"
             ));
+            notes.push(format!(
+                "Cilium tunnels between the nodes' InternalIPs (kubelet --node-ip), whatever `devices` says: those must be on {}.",
+                p.interface
+            ));
+            if multus {
+                notes.push("cni.exclusive: false keeps Multus' CNI config (exclusive mode renames it to *.cilium_bak and the secondary networks vanish).".into());
+            }
             notes.push("helm repo add cilium https://helm.cilium.io".into());
+            // Not pinned: the Cilium chart source was not available to check
+            // against; the keys (routingMode/tunnelProtocol since 1.14,
+            // cni.exclusive, devices, MTU) are those of current releases.
             notes.push(
-                "helm install cilium cilium/cilium --namespace kube-system -f cilium-values.yaml"
+                "helm install cilium cilium/cilium --version <release you validated> --namespace kube-system -f cilium-values.yaml"
                     .into(),
             );
             let mut v = json!({
@@ -107,6 +131,9 @@ pub fn values(cni: CniKind, p: &CniPlan) -> (Value, Vec<String>) {
                 "MTU": p.underlay_mtu,
                 "ipam": {"operator": {"clusterPoolIPv4PodCIDRList": [p.pod_cidr.to_string()]}},
             });
+            if multus {
+                v["cni"] = json!({"exclusive": false});
+            }
             match e {
                 Encap::Vxlan | Encap::Geneve => {
                     v["routingMode"] = json!("tunnel");
@@ -126,7 +153,10 @@ pub fn values(cni: CniKind, p: &CniPlan) -> (Value, Vec<String>) {
         }
         CniKind::Flannel => {
             notes.push("helm repo add flannel https://flannel-io.github.io/flannel/".into());
-            notes.push("helm install flannel flannel/flannel --namespace kube-flannel --create-namespace -f flannel-values.yaml".into());
+            notes.push(format!("helm install flannel flannel/flannel --version {FLANNEL_CHART_VERSION} --namespace kube-flannel --create-namespace -f flannel-values.yaml"));
+            if e != Encap::None {
+                notes.push("flannel.mtu is the underlay MTU: flannel subtracts its own overhead (vxlan 50, wireguard 80).".into());
+            }
             let backend = match e {
                 Encap::None => "host-gw",
                 Encap::Vxlan => "vxlan",
@@ -137,9 +167,10 @@ pub fn values(cni: CniKind, p: &CniPlan) -> (Value, Vec<String>) {
                 "args": ["--ip-masq", "--kube-subnet-mgr", format!("--iface={}", p.interface)],
                 "backend": backend,
             });
-            // flannel.mtu applies to the vxlan and wireguard backends only.
+            // flannel.mtu (net-conf.json Backend.MTU) applies to the vxlan and
+            // wireguard backends only and is the underlay MTU.
             if e != Encap::None {
-                flannel["mtu"] = json!(pod_mtu);
+                flannel["mtu"] = json!(p.underlay_mtu);
             }
             json!({ "podCidr": p.pod_cidr.to_string(), "flannel": flannel })
         }
@@ -163,11 +194,11 @@ mod tests {
 
     #[test]
     fn mtu_is_underlay_minus_overhead() {
-        let (a, _) = values(CniKind::Antrea, &plan(Encap::Geneve));
+        let (a, _) = values(CniKind::Antrea, &plan(Encap::Geneve), false);
         assert_eq!(a["defaultMTU"], 8950);
         assert_eq!(a["tunnelType"], "geneve");
         assert_eq!(a["transportInterface"], "ens1f0np0");
-        let (c, _) = values(CniKind::Calico, &plan(Encap::Ipip));
+        let (c, _) = values(CniKind::Calico, &plan(Encap::Ipip), false);
         assert_eq!(c["installation"]["calicoNetwork"]["mtu"], 8980);
         assert_eq!(
             c["installation"]["calicoNetwork"]["ipPools"][0]["encapsulation"],
@@ -177,19 +208,31 @@ mod tests {
             c["installation"]["calicoNetwork"]["nodeAddressAutodetectionV4"]["interface"],
             "^ens1f0np0$"
         );
-        let (f, _) = values(CniKind::Flannel, &plan(Encap::Wireguard));
-        assert_eq!(f["flannel"]["mtu"], 8940);
+        let (f, notes) = values(CniKind::Flannel, &plan(Encap::Wireguard), false);
+        // flannel wants the underlay MTU and subtracts 80 itself.
+        assert_eq!(f["flannel"]["mtu"], 9000);
+        assert!(notes[0].contains("pod MTU 8920"), "{notes:?}");
         assert_eq!(f["flannel"]["backend"], "wireguard");
-        let (f, _) = values(CniKind::Flannel, &plan(Encap::None));
+        let (f, _) = values(CniKind::Flannel, &plan(Encap::None), false);
         assert_eq!(f["flannel"]["backend"], "host-gw");
         assert!(f["flannel"].get("mtu").is_none());
-        let (ci, notes) = values(CniKind::Cilium, &plan(Encap::Vxlan));
+        let (ci, notes) = values(CniKind::Cilium, &plan(Encap::Vxlan), false);
         assert_eq!(ci["MTU"], 9000);
         assert_eq!(ci["routingMode"], "tunnel");
         assert!(notes.iter().any(|n| n.contains("8950")));
-        let (ci, _) = values(CniKind::Cilium, &plan(Encap::None));
+        assert!(ci.get("cni").is_none());
+        let (ci, _) = values(CniKind::Cilium, &plan(Encap::None), true);
         assert_eq!(ci["routingMode"], "native");
         assert_eq!(ci["ipv4NativeRoutingCIDR"], "10.244.0.0/16");
+        // With Multus, Cilium must not take /etc/cni/net.d over.
+        assert_eq!(ci["cni"]["exclusive"], false);
+        let (_, notes) = values(CniKind::Cilium, &plan(Encap::Wireguard), true);
+        assert!(
+            notes[0].contains("reserves 80 B") && notes[0].contains("pod MTU 8920"),
+            "{notes:?}"
+        );
+        let (a, _) = values(CniKind::Antrea, &plan(Encap::Wireguard), false);
+        assert_eq!(a["defaultMTU"], 8940);
     }
 
     #[test]

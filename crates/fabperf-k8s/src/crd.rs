@@ -2,7 +2,14 @@
 //! structs (k8s-openapi only covers the built-in API):
 //! - `NetworkAttachmentDefinition` (k8s.cni.cncf.io/v1), its CNI config;
 //! - the k8s-rdma-shared-dev-plugin `config.json`;
-//! - NVIDIA network-operator `NicClusterPolicy` (mellanox.com/v1alpha1).
+//! - NVIDIA network-operator `NicClusterPolicy` (mellanox.com/v1alpha1) as
+//!   api/v1alpha1/nicclusterpolicy_types.go of network-operator v26.1.0
+//!   defines it (no `secondaryNetwork.ipamPlugin`: removed in v25.10);
+//! - nv-ipam `IPPool` (nv-ipam.nvidia.com/v1alpha1, the CRD network-operator
+//!   v26.1.0 ships in manifests/state-nv-ipam-cni/);
+//! - sriov-network-operator `SriovNetworkNodePolicy`, `SriovNetwork`,
+//!   `SriovIBNetwork`, `SriovNetworkPoolConfig` (sriovnetwork.openshift.io/v1,
+//!   the CRDs of the chart network-operator v26.1.0 bundles).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
@@ -44,7 +51,25 @@ pub struct CniConfig {
     pub name: String,
     #[serde(flatten)]
     pub plugin: CniPlugin,
-    pub ipam: WhereaboutsIpam,
+    pub ipam: Ipam,
+}
+
+/// The IPAM section of a CNI config.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum Ipam {
+    Whereabouts(WhereaboutsIpam),
+    NvIpam(NvIpamConfig),
+}
+
+/// nv-ipam's CNI IPAM config: `{"type": "nv-ipam", "poolName": ...}`
+/// (network-operator v26.1.0 example/crs/*nvidia-ipam*.yaml).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NvIpamConfig {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    #[serde(rename = "poolName")]
+    pub pool_name: String,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -148,9 +173,16 @@ pub struct NicClusterPolicy {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NicClusterPolicySpec {
-    pub rdma_shared_device_plugin: ImageSpecWithConfig,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdma_shared_device_plugin: Option<ImageSpecWithConfig>,
+    #[serde(rename = "ibKubernetes", skip_serializing_if = "Option::is_none")]
+    pub ib_kubernetes: Option<IbKubernetesSpec>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secondary_network: Option<SecondaryNetworkSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nv_ipam: Option<NvIpamSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<k8s_openapi::api::core::v1::Toleration>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -168,6 +200,7 @@ pub struct ImageSpecWithConfig {
     pub config: String,
 }
 
+/// `secondaryNetwork` at v26.1.0: multus, cniPlugins, ipoib — nothing else.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecondaryNetworkSpec {
@@ -175,7 +208,106 @@ pub struct SecondaryNetworkSpec {
     pub cni_plugins: ImageSpec,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ipoib: Option<ImageSpec>,
-    pub ipam_plugin: ImageSpec,
+}
+
+/// `nvIpam`: the image plus `enableWebhook` (off: the webhook needs cert-manager).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NvIpamSpec {
+    pub image: String,
+    pub repository: String,
+    pub version: String,
+    pub enable_webhook: bool,
+}
+
+/// `ibKubernetes`: GUIDs for InfiniBand VFs from a pool, PKeys via UFM.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IbKubernetesSpec {
+    pub image: String,
+    pub repository: String,
+    pub version: String,
+    #[serde(rename = "pKeyGUIDPoolRangeStart")]
+    pub pkey_guid_pool_range_start: String,
+    #[serde(rename = "pKeyGUIDPoolRangeEnd")]
+    pub pkey_guid_pool_range_end: String,
+    pub ufm_secret: String,
+}
+
+/// A generic namespaced custom resource: apiVersion, kind, metadata, spec.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomResource<T: Serialize> {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub metadata: ObjectMeta,
+    pub spec: T,
+}
+
+/// nv-ipam.nvidia.com/v1alpha1 IPPool spec (required: subnet, perNodeBlockSize).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IpPoolSpec {
+    pub subnet: String,
+    pub per_node_block_size: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exclusions: Vec<IpRange>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<k8s_openapi::api::core::v1::NodeSelector>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IpRange {
+    #[serde(rename = "startIP")]
+    pub start_ip: String,
+    #[serde(rename = "endIP")]
+    pub end_ip: String,
+}
+
+/// sriovnetwork.openshift.io/v1 SriovNetworkNodePolicy spec.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SriovNetworkNodePolicySpec {
+    pub resource_name: String,
+    pub node_selector: std::collections::BTreeMap<String, String>,
+    pub num_vfs: u32,
+    pub nic_selector: SriovNicSelector,
+    pub device_type: &'static str,
+    pub is_rdma: bool,
+    pub link_type: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SriovNicSelector {
+    pub vendor: String,
+    #[serde(rename = "deviceID")]
+    pub device_id: String,
+    pub pf_names: Vec<String>,
+}
+
+/// SriovNetwork / SriovIBNetwork spec (the fields fabperf sets).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SriovNetworkSpec {
+    pub resource_name: String,
+    pub network_namespace: String,
+    /// The IPAM section as a JSON string.
+    pub ipam: String,
+    /// Chained after sriov-cni / ib-sriov-cni: rdma-cni moves the VF's RDMA
+    /// device into the pod (exclusive netns mode).
+    pub meta_plugins: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_state: Option<&'static str>,
+}
+
+/// SriovNetworkPoolConfig spec: the nodes' RDMA netns mode.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SriovNetworkPoolConfigSpec {
+    pub node_selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    pub rdma_mode: &'static str,
 }
 
 #[cfg(test)]
@@ -191,19 +323,27 @@ mod tests {
                 master: "ib0".into(),
                 mtu: None,
             },
-            ipam: WhereaboutsIpam {
+            ipam: Ipam::Whereabouts(WhereaboutsIpam {
                 kind: "whereabouts",
                 range: "192.168.5.0/24".into(),
                 range_start: None,
                 range_end: None,
                 exclude: vec![],
-            },
+            }),
         };
         let v: serde_json::Value = serde_json::to_value(&c).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"cniVersion":"0.3.1","name":"ipoib-net","type":"ipoib","master":"ib0",
                 "ipam":{"type":"whereabouts","range":"192.168.5.0/24"}})
+        );
+        let nv = Ipam::NvIpam(NvIpamConfig {
+            kind: "nv-ipam",
+            pool_name: "fabperf-roce".into(),
+        });
+        assert_eq!(
+            serde_json::to_value(&nv).unwrap(),
+            serde_json::json!({"type":"nv-ipam","poolName":"fabperf-roce"})
         );
         let h = CniPlugin::HostDevice {
             device: "ens1f0np0".into(),

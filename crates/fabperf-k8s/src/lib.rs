@@ -8,9 +8,10 @@ pub mod cidr;
 pub mod cni;
 pub mod crd;
 pub mod detect;
+pub mod files;
 pub mod objects;
 pub mod plan;
 pub mod render;
 
 pub use plan::{load_plan, parse_plan, PathKind, Plan, PlanError, PlanErrors};
-pub use render::{render, write_files, Rendered, RenderedFile};
+pub use render::{render, write_all, OutDir, Rendered, RenderedFile};

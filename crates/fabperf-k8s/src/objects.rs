@@ -1,15 +1,16 @@
 //! The built-in Kubernetes objects, typed with k8s-openapi.
 
-use crate::plan::{PathKind, Plan};
+use crate::plan::{Attach, PathKind, Plan, DEFAULT_SRIOV_PREFIX};
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, KeyToPath,
-    Namespace, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource,
-    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TCPSocketAction, Volume,
-    VolumeMount,
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
+    EnvVarSource, KeyToPath, Namespace, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret,
+    SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
+    TCPSocketAction, Toleration, Volume, VolumeMount,
 };
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -21,6 +22,11 @@ pub const SERVICE_ACCOUNT: &str = "fabperf-agent";
 pub const TOKEN_SECRET: &str = "fabperf-agent-token";
 pub const TOKEN_KEY: &str = "token";
 pub const TOKEN_DIR: &str = "/etc/fabperf";
+/// ConfigMap (and mount) with each node's fabric address for the host path.
+pub const HOST_ADDRESSES: &str = "fabperf-host-addresses";
+pub const HOST_ADDRESSES_DIR: &str = "/etc/fabperf-host";
+/// Memory the agent keeps for itself beyond what one test may allocate.
+pub const AGENT_MEMORY_HEADROOM_MIB: u64 = 256;
 pub const MULTUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
 pub const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 /// Interface names the secondary networks get inside the agent pods.
@@ -63,7 +69,7 @@ fn meta(name: &str, namespace: Option<&str>, labels: BTreeMap<String, String>) -
 /// Pod Security Admission level the agents need: `host` (hostNetwork) and
 /// `roce` (root + CAP_IPC_LOCK) need `privileged`; the others meet `restricted`.
 pub fn pod_security_level(plan: &Plan) -> &'static str {
-    if plan.has(PathKind::Host) || plan.has(PathKind::Roce) {
+    if plan.has(PathKind::Host) || PathKind::ALL.iter().any(|p| needs_rdma(plan, *p)) {
         "privileged"
     } else {
         "restricted"
@@ -92,16 +98,73 @@ pub fn service_account(plan: &Plan) -> ServiceAccount {
     }
 }
 
-pub fn token_secret(plan: &Plan) -> Secret {
+/// The Secret with the agent token (only rendered from a token file).
+pub fn token_secret(plan: &Plan, token: &str) -> Secret {
     Secret {
         metadata: meta(TOKEN_SECRET, Some(&plan.namespace), common_labels()),
         type_: Some("Opaque".into()),
-        string_data: Some(BTreeMap::from([(
-            TOKEN_KEY.to_string(),
-            plan.token.clone(),
-        )])),
+        string_data: Some(BTreeMap::from([(TOKEN_KEY.to_string(), token.to_string())])),
         ..Default::default()
     }
+}
+
+/// The command that creates the token Secret when the plan has no token file.
+pub fn create_secret_command(plan: &Plan) -> String {
+    format!(
+        "kubectl -n {} create secret generic {TOKEN_SECRET} --from-file={TOKEN_KEY}=TOKEN_FILE",
+        plan.namespace
+    )
+}
+
+/// Whether the agents of a path drive an RDMA device (root + CAP_IPC_LOCK,
+/// an RDMA resource).
+pub fn needs_rdma(plan: &Plan, path: PathKind) -> bool {
+    match path {
+        PathKind::Roce => plan.has(PathKind::Roce),
+        PathKind::Ipoib => {
+            plan.has(PathKind::Ipoib)
+                && plan
+                    .ipoib
+                    .as_ref()
+                    .is_some_and(|i| i.attach == Attach::Sriov)
+        }
+        _ => false,
+    }
+}
+
+/// The extended resource a path's pods request for their RDMA device.
+pub fn rdma_resource_of(plan: &Plan, path: PathKind) -> Option<String> {
+    let sriov = plan.sriov.as_ref();
+    match path {
+        PathKind::Roce => match (plan.roce.as_ref().map(|r| r.attach), sriov) {
+            (Some(Attach::Sriov), Some(s)) => {
+                Some(format!("{DEFAULT_SRIOV_PREFIX}/{}", s.roce_resource))
+            }
+            (Some(_), _) => Some(plan.rdma_resource.clone()),
+            _ => None,
+        },
+        PathKind::Ipoib => match (plan.ipoib.as_ref().map(|i| i.attach), sriov) {
+            (Some(Attach::Sriov), Some(s)) => {
+                Some(format!("{DEFAULT_SRIOV_PREFIX}/{}", s.ib_resource))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The agent pods' tolerations.
+pub fn tolerations(plan: &Plan) -> Vec<Toleration> {
+    plan.tolerations
+        .iter()
+        .map(|t| Toleration {
+            key: t.key.clone(),
+            operator: Some(t.operator.clone()),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+            ..Default::default()
+        })
+        .collect()
 }
 
 pub fn daemonset_name(path: PathKind) -> String {
@@ -145,8 +208,45 @@ fn value_env(name: &str, value: &str) -> EnvVar {
     }
 }
 
+/// The nodes a path's agents may run on, as a node selector term: the plan's
+/// node names, and for a host path bound to a fabric link only the nodes
+/// whose address on it is known.
+pub fn node_names_for(plan: &Plan, path: PathKind) -> Vec<String> {
+    match (&plan.host, path) {
+        (Some(h), PathKind::Host) => h.addresses.keys().cloned().collect(),
+        _ => plan.node_names.clone(),
+    }
+}
+
+/// The plan's node selection as a NodeSelector (for nv-ipam IPPools).
+pub fn node_selector_terms(plan: &Plan) -> NodeSelector {
+    let mut exprs: Vec<NodeSelectorRequirement> = plan
+        .node_selector
+        .iter()
+        .map(|(k, v)| NodeSelectorRequirement {
+            key: k.clone(),
+            operator: "In".into(),
+            values: Some(vec![v.clone()]),
+        })
+        .collect();
+    if !plan.node_names.is_empty() {
+        exprs.push(NodeSelectorRequirement {
+            key: HOSTNAME_KEY.into(),
+            operator: "In".into(),
+            values: Some(plan.node_names.clone()),
+        });
+    }
+    NodeSelector {
+        node_selector_terms: vec![NodeSelectorTerm {
+            match_expressions: Some(exprs),
+            ..Default::default()
+        }],
+    }
+}
+
 fn affinity(plan: &Plan, path: PathKind) -> Affinity {
-    let node_affinity = if plan.node_names.is_empty() {
+    let names = node_names_for(plan, path);
+    let node_affinity = if names.is_empty() {
         None
     } else {
         Some(NodeAffinity {
@@ -155,7 +255,7 @@ fn affinity(plan: &Plan, path: PathKind) -> Affinity {
                     match_expressions: Some(vec![NodeSelectorRequirement {
                         key: HOSTNAME_KEY.into(),
                         operator: "In".into(),
-                        values: Some(plan.node_names.clone()),
+                        values: Some(names),
                     }]),
                     ..Default::default()
                 }],
@@ -198,6 +298,57 @@ fn agent_ports(plan: &Plan) -> Vec<ContainerPort> {
     ]
 }
 
+/// The `fabperf server` arguments after `--bind ADDRESS`.
+fn server_args(plan: &Plan) -> Vec<String> {
+    vec![
+        "--port".into(),
+        plan.control_port.to_string(),
+        "--token-file".into(),
+        format!("{TOKEN_DIR}/{TOKEN_KEY}"),
+        // One test may allocate this much; the rest of the container's
+        // memory limit is the agent's own headroom.
+        "--max-memory".into(),
+        format!(
+            "{}M",
+            plan.resources
+                .memory_mib
+                .saturating_sub(AGENT_MEMORY_HEADROOM_MIB)
+        ),
+    ]
+}
+
+/// A shell word: as is when it holds only safe characters, else single-quoted.
+fn sh_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./=:-".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// The host agent bound to the fabric link: read this node's address from
+/// the ConfigMap mounted at HOST_ADDRESSES_DIR (POSIX sh builtins only) and
+/// exec the agent on it.
+pub fn host_fabric_command(plan: &Plan) -> Vec<String> {
+    let args: Vec<String> = server_args(plan).iter().map(|a| sh_quote(a)).collect();
+    let iface = plan
+        .host
+        .as_ref()
+        .map(|h| h.interface.as_str())
+        .unwrap_or("");
+    vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!(
+            "addr=; read -r addr < \"{HOST_ADDRESSES_DIR}/$NODE_NAME\"; if [ -z \"$addr\" ]; then echo \"fabperf: node $NODE_NAME has no {iface} address in ConfigMap {HOST_ADDRESSES}; add its detect file to the plan and render again\" >&2; exit 1; fi; exec fabperf server --bind \"$addr\" {}",
+            args.join(" ")
+        ),
+    ]
+}
+
 fn agent_container(plan: &Plan, path: PathKind) -> Container {
     let mut env = vec![
         field_env("NODE_NAME", "spec.nodeName"),
@@ -208,77 +359,103 @@ fn agent_container(plan: &Plan, path: PathKind) -> Container {
     match path {
         PathKind::Ipoib => env.push(value_env("FABPERF_PATH_INTERFACE", IPOIB_POD_IF)),
         PathKind::Roce => env.push(value_env("FABPERF_PATH_INTERFACE", ROCE_POD_IF)),
+        PathKind::Host => {
+            if let Some(h) = &plan.host {
+                env.push(value_env("FABPERF_PATH_INTERFACE", &h.interface));
+            }
+        }
         _ => {}
     }
-    let (resources, security_context) = if path == PathKind::Roce {
+    // Guaranteed QoS: requests = limits, whole CPUs (the static CPU manager
+    // pins such containers to exclusive cores).
+    let mut limits = BTreeMap::from([
+        ("cpu".to_string(), Quantity(plan.resources.cpu.to_string())),
+        (
+            "memory".to_string(),
+            Quantity(format!("{}Mi", plan.resources.memory_mib)),
+        ),
+    ]);
+    if let Some(r) = rdma_resource_of(plan, path) {
+        limits.insert(r, Quantity("1".into()));
+    }
+    let resources = Some(ResourceRequirements {
+        requests: Some(limits.clone()),
+        limits: Some(limits),
+        ..Default::default()
+    });
+    let security_context = if needs_rdma(plan, path) {
         // RDMA memory registration pins pages: it needs CAP_IPC_LOCK (effective
         // only for root) or a large RLIMIT_MEMLOCK from the container runtime.
-        (
-            Some(ResourceRequirements {
-                limits: Some(BTreeMap::from([(
-                    plan.rdma_resource.clone(),
-                    Quantity("1".into()),
-                )])),
+        SecurityContext {
+            run_as_user: Some(0),
+            run_as_non_root: Some(false),
+            capabilities: Some(Capabilities {
+                add: Some(vec!["IPC_LOCK".into()]),
+                drop: Some(vec!["ALL".into()]),
+            }),
+            allow_privilege_escalation: Some(false),
+            ..Default::default()
+        }
+    } else {
+        SecurityContext {
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
                 ..Default::default()
             }),
-            SecurityContext {
-                run_as_user: Some(0),
-                run_as_non_root: Some(false),
-                capabilities: Some(Capabilities {
-                    add: Some(vec!["IPC_LOCK".into()]),
-                    drop: Some(vec!["ALL".into()]),
-                }),
-                allow_privilege_escalation: Some(false),
-                ..Default::default()
-            },
-        )
-    } else {
-        (
-            None,
-            SecurityContext {
-                capabilities: Some(Capabilities {
-                    drop: Some(vec!["ALL".into()]),
-                    ..Default::default()
-                }),
-                allow_privilege_escalation: Some(false),
-                read_only_root_filesystem: Some(true),
-                ..Default::default()
-            },
-        )
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            ..Default::default()
+        }
     };
-    Container {
-        name: "agent".into(),
-        image: Some(plan.image.clone()),
-        image_pull_policy: Some(plan.image_pull_policy.clone()),
-        command: Some(vec![
+    let host_fabric = path == PathKind::Host && plan.host.is_some();
+    let command = if host_fabric {
+        host_fabric_command(plan)
+    } else {
+        let mut c: Vec<String> = vec![
             "fabperf".into(),
             "server".into(),
             "--bind".into(),
             "0.0.0.0".into(),
-            "--port".into(),
-            plan.control_port.to_string(),
-            "--token-file".into(),
-            format!("{TOKEN_DIR}/{TOKEN_KEY}"),
-        ]),
-        ports: Some(agent_ports(plan)),
-        env: Some(env),
-        readiness_probe: Some(Probe {
-            tcp_socket: Some(TCPSocketAction {
-                port: IntOrString::Int(plan.control_port as i32),
-                ..Default::default()
-            }),
-            initial_delay_seconds: Some(2),
-            period_seconds: Some(5),
+        ];
+        c.extend(server_args(plan));
+        c
+    };
+    // The kubelet probes the pod IP (the node IP with hostNetwork); a host
+    // agent bound to the fabric address does not listen there.
+    let readiness_probe = (!host_fabric).then(|| Probe {
+        tcp_socket: Some(TCPSocketAction {
+            port: IntOrString::Int(plan.control_port as i32),
             ..Default::default()
         }),
-        resources,
-        security_context: Some(security_context),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "token".into(),
-            mount_path: TOKEN_DIR.into(),
+        initial_delay_seconds: Some(2),
+        period_seconds: Some(5),
+        ..Default::default()
+    });
+    let mut volume_mounts = vec![VolumeMount {
+        name: "token".into(),
+        mount_path: TOKEN_DIR.into(),
+        read_only: Some(true),
+        ..Default::default()
+    }];
+    if host_fabric {
+        volume_mounts.push(VolumeMount {
+            name: "host-addresses".into(),
+            mount_path: HOST_ADDRESSES_DIR.into(),
             read_only: Some(true),
             ..Default::default()
-        }]),
+        });
+    }
+    Container {
+        name: "agent".into(),
+        image: Some(plan.image.clone()),
+        image_pull_policy: Some(plan.image_pull_policy.clone()),
+        command: Some(command),
+        ports: Some(agent_ports(plan)),
+        env: Some(env),
+        readiness_probe,
+        resources,
+        security_context: Some(security_context),
+        volume_mounts: Some(volume_mounts),
         ..Default::default()
     }
 }
@@ -299,7 +476,7 @@ pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
         type_: "RuntimeDefault".into(),
         ..Default::default()
     });
-    let pod_security = if path == PathKind::Roce {
+    let pod_security = if needs_rdma(plan, path) {
         PodSecurityContext {
             seccomp_profile: seccomp,
             ..Default::default()
@@ -335,23 +512,11 @@ pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
                     node_selector: (!plan.node_selector.is_empty())
                         .then(|| plan.node_selector.clone()),
                     affinity: Some(affinity(plan, path)),
+                    tolerations: (!plan.tolerations.is_empty()).then(|| tolerations(plan)),
                     security_context: Some(pod_security),
                     termination_grace_period_seconds: Some(10),
                     containers: vec![agent_container(plan, path)],
-                    volumes: Some(vec![Volume {
-                        name: "token".into(),
-                        secret: Some(SecretVolumeSource {
-                            secret_name: Some(TOKEN_SECRET.into()),
-                            items: Some(vec![KeyToPath {
-                                key: TOKEN_KEY.into(),
-                                path: TOKEN_KEY.into(),
-                                ..Default::default()
-                            }]),
-                            default_mode: Some(0o440),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }]),
+                    volumes: Some(agent_volumes(plan, path)),
                     ..Default::default()
                 }),
             },
@@ -359,6 +524,118 @@ pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
         },
         ..Default::default()
     }
+}
+
+fn agent_volumes(plan: &Plan, path: PathKind) -> Vec<Volume> {
+    let mut v = vec![Volume {
+        name: "token".into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(TOKEN_SECRET.into()),
+            items: Some(vec![KeyToPath {
+                key: TOKEN_KEY.into(),
+                path: TOKEN_KEY.into(),
+                ..Default::default()
+            }]),
+            default_mode: Some(0o440),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    if path == PathKind::Host && plan.host.is_some() {
+        v.push(Volume {
+            name: "host-addresses".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: HOST_ADDRESSES.into(),
+                default_mode: Some(0o444),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    v
+}
+
+/// Each node's fabric address, one key per node name, for the host agents.
+pub fn host_addresses_configmap(plan: &Plan) -> Option<ConfigMap> {
+    let h = plan.host.as_ref()?;
+    let mut labels = common_labels();
+    labels.insert(PATH_LABEL.into(), PathKind::Host.name().into());
+    Some(ConfigMap {
+        metadata: meta(HOST_ADDRESSES, Some(&plan.namespace), labels),
+        data: Some(h.addresses.clone()),
+        ..Default::default()
+    })
+}
+
+/// Headless Service without selector for the host path bound to the fabric
+/// link: its EndpointSlice lists the fabric addresses (DNS answers with
+/// them), not the node IPs a selector would pick.
+pub fn host_fabric_service(plan: &Plan) -> Service {
+    let mut labels = common_labels();
+    labels.insert(PATH_LABEL.into(), PathKind::Host.name().into());
+    Service {
+        metadata: meta(
+            &daemonset_name(PathKind::Host),
+            Some(&plan.namespace),
+            labels,
+        ),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            ports: Some(service_ports(plan)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn host_fabric_endpoints(plan: &Plan) -> Option<EndpointSlice> {
+    let h = plan.host.as_ref()?;
+    let mut labels = common_labels();
+    labels.insert(PATH_LABEL.into(), PathKind::Host.name().into());
+    labels.insert(
+        "kubernetes.io/service-name".into(),
+        daemonset_name(PathKind::Host),
+    );
+    labels.insert(
+        "endpointslice.kubernetes.io/managed-by".into(),
+        "fabperf.io-render".into(),
+    );
+    Some(EndpointSlice {
+        metadata: meta(
+            &format!("{}-fabric", daemonset_name(PathKind::Host)),
+            Some(&plan.namespace),
+            labels,
+        ),
+        address_type: "IPv4".into(),
+        endpoints: Some(
+            h.addresses
+                .iter()
+                .map(|(node, addr)| Endpoint {
+                    addresses: vec![addr.clone()],
+                    node_name: Some(node.clone()),
+                    conditions: Some(EndpointConditions {
+                        ready: Some(true),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ports: Some(vec![
+            EndpointPort {
+                name: Some("control".into()),
+                port: Some(plan.control_port as i32),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+            EndpointPort {
+                name: Some("control-udp".into()),
+                port: Some(plan.control_port as i32),
+                protocol: Some("UDP".into()),
+                ..Default::default()
+            },
+        ]),
+    })
 }
 
 fn service_ports(plan: &Plan) -> Vec<ServicePort> {

@@ -147,13 +147,20 @@ impl Encap {
             Encap::Wireguard => "wireguard",
         }
     }
-    /// Bytes the encapsulation adds on an IPv4 underlay.
-    pub fn overhead(self) -> u32 {
+    /// Bytes the encapsulation adds on an IPv4 underlay, as the CNI itself
+    /// reserves them. WireGuard: Cilium (pkg/mtu `WireguardOverhead = 80`)
+    /// and flannel (pkg/backend/wireguard, overhead 80) reserve room for an
+    /// IPv6 outer header; Antrea (pkg/agent/config `WireGuardOverhead = 60`,
+    /// +20 for IPv6) and the wire (20 IP + 8 UDP + 32 WireGuard) use 60.
+    pub fn overhead_for(self, cni: CniKind) -> u32 {
         match self {
             Encap::None => 0,
             Encap::Vxlan | Encap::Geneve => 50,
             Encap::Ipip => 20,
-            Encap::Wireguard => 60,
+            Encap::Wireguard => match cni {
+                CniKind::Cilium | CniKind::Flannel => 80,
+                CniKind::Antrea | CniKind::Calico => 60,
+            },
         }
     }
     /// Whether the CNI can carry this encapsulation through its Helm values.
@@ -172,12 +179,25 @@ impl Encap {
     }
 }
 
+/// How a secondary network reaches the agent pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attach {
+    /// IPoIB child (ipoib-cni) or macvlan/host-device over a netdev whose
+    /// RDMA device the shared device plugin hands out (RDMA netns `shared`).
+    Shared,
+    /// An SR-IOV VF with its own RDMA device (sriov-network-operator; RDMA
+    /// netns `exclusive`).
+    Sriov,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct IpoibPlan {
     pub nad_name: String,
     pub master: String,
     pub mtu: Option<u32>,
+    /// The address range (rendered as whereabouts or nv-ipam, see [`IpamKind`]).
     pub ipam: WhereaboutsIpam,
+    pub attach: Attach,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -186,13 +206,48 @@ pub struct RocePlan {
     pub netdev: String,
     /// macvlan (mode, mtu) or host-device.
     pub plugin: CniPlugin,
+    /// The address range (rendered as whereabouts or nv-ipam, see [`IpamKind`]).
     pub ipam: WhereaboutsIpam,
+    pub attach: Attach,
+}
+
+/// Which IPAM plugin the secondary networks use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpamKind {
+    /// NVIDIA nv-ipam (network-operator `spec.nvIpam` + `IPPool`s): what
+    /// network-operator v25.10 and later install.
+    NvIpam,
+    /// whereabouts, installed on its own (network-operator dropped
+    /// `secondaryNetwork.ipamPlugin` in v25.10).
+    Whereabouts,
+}
+
+impl IpamKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            IpamKind::NvIpam => "nv-ipam",
+            IpamKind::Whereabouts => "whereabouts",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct OperatorPlan {
     pub repository: String,
     pub version: String,
+    /// Namespace the operator (and nv-ipam, sriov-network-operator) runs in.
+    pub namespace: String,
+    /// nv-ipam addresses handed to each node at a time.
+    pub per_node_block_size: u32,
+}
+
+impl OperatorPlan {
+    /// The release the component version names: `network-operator-v26.1.0` -> `v26.1.0`.
+    pub fn release(&self) -> &str {
+        self.version
+            .strip_prefix("network-operator-")
+            .unwrap_or(&self.version)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -205,11 +260,78 @@ pub struct CniPlan {
 }
 
 impl CniPlan {
-    /// MTU left for pod traffic after the encapsulation overhead.
-    pub fn pod_mtu(&self) -> u32 {
-        self.underlay_mtu - self.encapsulation.overhead()
+    /// MTU left for pod traffic with this CNI after its encapsulation overhead.
+    pub fn pod_mtu(&self, cni: CniKind) -> u32 {
+        self.underlay_mtu
+            .saturating_sub(self.encapsulation.overhead_for(cni))
     }
 }
+
+/// A node's address as Kubernetes knows it (detect's `node_ip`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeIp {
+    pub address: String,
+    pub interface: String,
+}
+
+/// One toleration the agent pods carry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TolerationPlan {
+    pub key: Option<String>,
+    pub operator: String,
+    pub value: Option<String>,
+    pub effect: Option<String>,
+}
+
+/// Whole CPUs and memory per agent container (requests = limits: Guaranteed QoS).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourcesPlan {
+    pub cpu: u32,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+}
+
+/// The host path bound to a fabric interface: the agent binds each node's
+/// address on `interface` and the Service advertises those addresses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostPlan {
+    pub interface: String,
+    /// node name -> IPv4 address on `interface`.
+    pub addresses: BTreeMap<String, String>,
+}
+
+/// SR-IOV settings (sriov-network-operator, as shipped by network-operator).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SriovPlan {
+    pub num_vfs: u32,
+    /// Resource names registered by the SR-IOV device plugin (prefix `nvidia.com`).
+    pub roce_resource: String,
+    pub ib_resource: String,
+    /// ib-kubernetes (InfiniBand VFs): UFM Secret and the GUID pool.
+    pub ib_kubernetes: Option<IbKubernetesPlan>,
+    /// For the SriovNetworkNodePolicy nicSelector (from detect: vendor, device ID).
+    pub roce_pci: Option<(String, String)>,
+    pub ib_pci: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct IbKubernetesPlan {
+    pub ufm_secret: String,
+    pub guid_pool_start: String,
+    pub guid_pool_end: String,
+}
+
+/// NFD's label for nodes with an NVIDIA (Mellanox) NIC, set by the
+/// NodeFeatureRule network-operator v26.1.0 installs
+/// (deployment/network-operator/templates/nodefeaturerules.yaml).
+pub const NFD_NIC_LABEL: &str = "feature.node.kubernetes.io/pci-15b3.present";
+/// Default toleration: GPU nodes are commonly tainted `nvidia.com/gpu:NoSchedule`.
+pub const GPU_TAINT_KEY: &str = "nvidia.com/gpu";
+pub const DEFAULT_AGENT_CPU: u32 = 2;
+pub const DEFAULT_AGENT_MEMORY_MIB: u64 = 4096;
+pub const DEFAULT_OPERATOR_NAMESPACE: &str = "nvidia-network-operator";
+pub const DEFAULT_SRIOV_PREFIX: &str = "nvidia.com";
+pub const DEFAULT_IB_RESOURCE: &str = "rdma/rdma_shared_device_ib";
 
 /// A validated plan, ready to render.
 #[derive(Debug, Clone, PartialEq)]
@@ -221,20 +343,45 @@ pub struct Plan {
     pub image_pull_policy: String,
     pub paths: BTreeSet<PathKind>,
     pub control_port: u16,
-    pub token: String,
+    /// The agent token from token_file; `None`: the Secret is created out of
+    /// band (`kubectl create secret`, printed by render).
+    pub token: Option<String>,
     pub rdma_resource: String,
+    pub ipam: IpamKind,
     pub node_names: Vec<String>,
     pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<TolerationPlan>,
+    pub resources: ResourcesPlan,
+    /// Node IPs (the link the kubelet advertises) from the detect files.
+    pub node_ips: BTreeMap<String, NodeIp>,
+    pub host: Option<HostPlan>,
     pub ipoib: Option<IpoibPlan>,
     pub roce: Option<RocePlan>,
+    pub sriov: Option<SriovPlan>,
     pub device_plugin: Option<RdmaSharedConfig>,
     pub operator: OperatorPlan,
     pub cni: Option<CniPlan>,
+    /// Things the plan allows but the user should know (printed by render
+    /// and written into the headers they concern).
+    pub warnings: Vec<String>,
 }
 
 impl Plan {
     pub fn has(&self, p: PathKind) -> bool {
         self.paths.contains(&p)
+    }
+    /// True when a path attaches a secondary network through Multus.
+    pub fn has_multus_path(&self) -> bool {
+        self.has(PathKind::Ipoib) || self.has(PathKind::Roce)
+    }
+    pub fn uses_sriov(&self) -> bool {
+        self.roce
+            .as_ref()
+            .is_some_and(|r| r.attach == Attach::Sriov)
+            || self
+                .ipoib
+                .as_ref()
+                .is_some_and(|i| i.attach == Attach::Sriov)
     }
 }
 
@@ -253,10 +400,14 @@ struct RawPlan {
     token: Option<S<String>>,
     token_file: Option<S<String>>,
     rdma_resource: Option<S<String>>,
+    ipam: Option<S<String>>,
     nodes: Option<S<RawNodes>>,
+    resources: Option<S<RawResources>>,
     detect: Option<S<BTreeMap<String, S<String>>>>,
+    host: Option<S<RawHost>>,
     ipoib: Option<S<RawIpoib>>,
     roce: Option<S<RawRoce>>,
+    sriov: Option<S<RawSriov>>,
     device_plugin: Option<S<RawDevicePlugin>>,
     network_operator: Option<S<RawOperator>>,
     cni: Option<S<RawCni>>,
@@ -267,12 +418,47 @@ struct RawPlan {
 struct RawNodes {
     names: Option<S<Vec<S<String>>>>,
     selector: Option<S<BTreeMap<String, S<String>>>>,
+    tolerations: Option<S<Vec<S<RawToleration>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToleration {
+    key: Option<S<String>>,
+    operator: Option<S<String>>,
+    value: Option<S<String>>,
+    effect: Option<S<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResources {
+    cpu: Option<S<i64>>,
+    memory: Option<S<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    interface: Option<S<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSriov {
+    num_vfs: Option<S<i64>>,
+    roce_resource: Option<S<String>>,
+    ib_resource: Option<S<String>>,
+    ufm_secret: Option<S<String>>,
+    guid_pool_start: Option<S<String>>,
+    guid_pool_end: Option<S<String>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawIpoib {
     nad_name: Option<S<String>>,
+    attach: Option<S<String>>,
     master: Option<S<String>>,
     mode: Option<S<String>>,
     mtu: Option<S<i64>>,
@@ -286,6 +472,7 @@ struct RawIpoib {
 #[serde(deny_unknown_fields)]
 struct RawRoce {
     nad_name: Option<S<String>>,
+    attach: Option<S<String>>,
     netdev: Option<S<String>>,
     network_type: Option<S<String>>,
     macvlan_mode: Option<S<String>>,
@@ -299,6 +486,7 @@ struct RawRoce {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawDevicePlugin {
+    ib_resource: Option<S<String>>,
     rdma_hca_max: Option<S<i64>>,
     periodic_update_interval: Option<S<i64>>,
     vendors: Option<Vec<S<String>>>,
@@ -313,6 +501,8 @@ struct RawDevicePlugin {
 struct RawOperator {
     repository: Option<S<String>>,
     version: Option<S<String>>,
+    namespace: Option<S<String>>,
+    per_node_block_size: Option<S<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -398,7 +588,49 @@ fn is_hex4(s: &str) -> bool {
 struct NodeDetect {
     node: String,
     report: DetectReport,
+    node_ip: Option<NodeIp>,
     span: Range<usize>,
+}
+
+/// detect's `node_ip` object (`fabperf.detect/1`): the address the kubelet
+/// advertises and the interface that carries it. Read from the same text as
+/// the report, since the renderer's detect model has no such field.
+#[derive(Deserialize)]
+struct NodeIpDoc {
+    #[serde(default)]
+    node_ip: Option<NodeIpField>,
+}
+
+#[derive(Deserialize)]
+struct NodeIpField {
+    address: String,
+    interface: String,
+}
+
+/// Read a detect file (size-capped, regular files only) and its node IP.
+fn load_detect(path: &Path) -> anyhow::Result<(DetectReport, Option<NodeIp>)> {
+    let text = crate::files::read_text_capped(path, crate::files::MAX_INPUT_BYTES, "detect file")?;
+    let origin = path.display().to_string();
+    let report = DetectReport::parse(&text, &origin)?;
+    let doc: NodeIpDoc =
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{origin}: node_ip: {e}"))?;
+    let node_ip = match doc.node_ip {
+        None => None,
+        Some(n) => {
+            if n.address.parse::<std::net::IpAddr>().is_err() || !is_ifname(&n.interface) {
+                anyhow::bail!(
+                    "{origin}: node_ip {:?} on {:?} is not an address on an interface name",
+                    n.address,
+                    n.interface
+                );
+            }
+            Some(NodeIp {
+                address: n.address,
+                interface: n.interface,
+            })
+        }
+    };
+    Ok((report, node_ip))
 }
 
 /// Parse and validate a plan file. `display_name` is used in error locations
@@ -520,27 +752,23 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         None => DEFAULT_CONTROL_PORT,
     };
 
-    // token
-    let token = match (&raw.token, &raw.token_file) {
-        (Some(_), Some(f)) => {
-            cx.at(f.span(), "give either token or token_file, not both");
-            String::new()
-        }
-        (None, None) => {
-            cx.at(0..0, "missing token: set token = \"...\" (16+ characters) or token_file = \"FILE\"; the agents reject clients without it");
-            String::new()
-        }
-        (Some(t), None) => check_token(cx, t.get_ref(), t.span()),
-        (None, Some(f)) => {
+    // token: never inline (a plan is a committed file); from token_file or
+    // out of band.
+    if let Some(t) = &raw.token {
+        cx.at(
+            t.span(),
+            "an inline token ends up in version control with the plan: put it in a file outside the repository (`openssl rand -hex 24 > token; chmod 600 token`) and set token_file = \"FILE\" or pass --token-file, or leave both out and create the Secret with the `kubectl create secret` command render prints",
+        );
+    }
+    let token = match &raw.token_file {
+        None => None,
+        Some(f) => {
             let p = base_dir.join(f.get_ref());
-            match std::fs::read_to_string(&p) {
-                Ok(s) => check_token(cx, s.trim_end_matches(['\n', '\r']), f.span()),
+            match read_token_file(&p) {
+                Ok(t) => Some(t),
                 Err(e) => {
-                    cx.at(
-                        f.span(),
-                        format!("cannot read token_file {}: {e}", p.display()),
-                    );
-                    String::new()
+                    cx.at(f.span(), format!("token_file: {e}"));
+                    None
                 }
             }
         }
@@ -565,6 +793,12 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     // nodes
     let mut node_names = Vec::new();
     let mut node_selector = BTreeMap::new();
+    let mut tolerations = vec![TolerationPlan {
+        key: Some(GPU_TAINT_KEY.into()),
+        operator: "Exists".into(),
+        value: None,
+        effect: Some("NoSchedule".into()),
+    }];
     if let Some(n) = &raw.nodes {
         let n = n.get_ref();
         if let Some(names) = &n.names {
@@ -607,7 +841,31 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
                 node_selector.insert(k.clone(), v.get_ref().clone());
             }
         }
+        if let Some(t) = &n.tolerations {
+            tolerations = check_tolerations(cx, t.get_ref());
+        }
     }
+    // Default node selection: the hardware label, not host names.
+    if node_names.is_empty() && node_selector.is_empty() {
+        node_selector.insert(NFD_NIC_LABEL.into(), "true".into());
+    }
+
+    let resources = check_resources(cx, raw.resources.as_ref());
+
+    let ipam = match &raw.ipam {
+        None => IpamKind::NvIpam,
+        Some(v) => match v.get_ref().as_str() {
+            "nv-ipam" => IpamKind::NvIpam,
+            "whereabouts" => IpamKind::Whereabouts,
+            other => {
+                cx.at(
+                    v.span(),
+                    format!("ipam {other:?} must be \"nv-ipam\" (network-operator's IPAM) or \"whereabouts\" (installed on its own)"),
+                );
+                IpamKind::NvIpam
+            }
+        },
+    };
 
     // detect files
     let mut detects: Vec<NodeDetect> = Vec::new();
@@ -622,16 +880,28 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
                 );
                 continue;
             }
-            match DetectReport::load(&base_dir.join(file.get_ref())) {
-                Ok(report) => detects.push(NodeDetect {
+            if !is_dns_subdomain(node) {
+                cx.at(
+                    file.span(),
+                    format!("[detect] key {node:?} is not a valid Kubernetes node name"),
+                );
+                continue;
+            }
+            match load_detect(&base_dir.join(file.get_ref())) {
+                Ok((report, node_ip)) => detects.push(NodeDetect {
                     node: node.clone(),
                     report,
+                    node_ip,
                     span: file.span(),
                 }),
                 Err(e) => cx.at(file.span(), format!("{e:#}")),
             }
         }
     }
+    let node_ips: BTreeMap<String, NodeIp> = detects
+        .iter()
+        .filter_map(|d| d.node_ip.clone().map(|ip| (d.node.clone(), ip)))
+        .collect();
 
     let ipoib = match (&raw.ipoib, path_spans.get(&PathKind::Ipoib)) {
         (Some(t), Some(_)) => check_ipoib(cx, t, &detects),
@@ -670,22 +940,49 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         (None, None) => None,
     };
 
-    let device_plugin =
-        if (paths.contains(&PathKind::Roce) && roce.is_some()) || raw.device_plugin.is_some() {
-            check_device_plugin(
-                cx,
-                raw.device_plugin.as_ref(),
-                &rdma_resource,
-                roce.as_ref(),
-                &detects,
-            )
-        } else {
-            None
-        };
+    // Shared and exclusive RDMA netns modes cannot coexist on one node: the
+    // shared device plugin needs `rdma system` netns shared, SR-IOV RDMA VFs
+    // in pods need exclusive. Every path of a plan runs on the same nodes.
+    let roce_shared = roce.as_ref().is_some_and(|r| r.attach == Attach::Shared);
+    let roce_sriov = roce.as_ref().is_some_and(|r| r.attach == Attach::Sriov);
+    let ipoib_sriov = ipoib.as_ref().is_some_and(|i| i.attach == Attach::Sriov);
+    let any_sriov = roce_sriov || ipoib_sriov;
+    if any_sriov && (roce_shared || raw.device_plugin.is_some()) {
+        let sp = raw
+            .device_plugin
+            .as_ref()
+            .map(|d| d.span())
+            .or_else(|| raw.roce.as_ref().map(|r| r.span()))
+            .unwrap_or(0..0);
+        cx.at(sp, "the plan mixes shared RDMA (the shared device plugin: [device_plugin] or [roce] attach = \"shared\") with SR-IOV (attach = \"sriov\", RDMA netns exclusive) on the same nodes; a node's RDMA subsystem is either shared or exclusive (`rdma system set netns ...`): choose one for every path");
+    }
+    if any_sriov && !node_names.is_empty() {
+        let sp = raw.nodes.as_ref().map(|n| n.span()).unwrap_or(0..0);
+        cx.at(sp, "SR-IOV node policies select nodes by label: drop [nodes].names and use [nodes].selector (the default selects the NFD label feature.node.kubernetes.io/pci-15b3.present=true)");
+    }
+    if let (Some(t), false) = (&raw.sriov, any_sriov) {
+        cx.at(t.span(), "table [sriov] is given but no path uses attach = \"sriov\"; set it in [roce] or [ipoib], or drop the table");
+    }
+
+    let device_plugin = if (roce_shared && paths.contains(&PathKind::Roce))
+        || (raw.device_plugin.is_some() && !any_sriov)
+    {
+        check_device_plugin(
+            cx,
+            raw.device_plugin.as_ref(),
+            &rdma_resource,
+            roce.as_ref(),
+            &detects,
+        )
+    } else {
+        None
+    };
 
     let mut operator = OperatorPlan {
         repository: DEFAULT_OPERATOR_REPOSITORY.into(),
         version: DEFAULT_OPERATOR_VERSION.into(),
+        namespace: DEFAULT_OPERATOR_NAMESPACE.into(),
+        per_node_block_size: 16,
     };
     if let Some(o) = &raw.network_operator {
         let o = o.get_ref();
@@ -694,12 +991,12 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
                 || !r
                     .get_ref()
                     .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"./-:_".contains(&b))
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"./-:_".contains(&b))
             {
                 cx.at(
                     r.span(),
                     format!(
-                        "network_operator.repository {:?} is not an image repository",
+                        "network_operator.repository {:?} is not an image repository (lowercase letters, digits, '.', '/', '-', '_', ':')",
                         r.get_ref()
                     ),
                 );
@@ -723,12 +1020,97 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
             }
             operator.version = v.get_ref().clone();
         }
+        if let Some(n) = &o.namespace {
+            if !is_dns_label(n.get_ref()) {
+                cx.at(
+                    n.span(),
+                    format!(
+                        "network_operator.namespace {:?} is not a DNS-1123 label",
+                        n.get_ref()
+                    ),
+                );
+            }
+            operator.namespace = n.get_ref().clone();
+        }
+        if let Some(b) = &o.per_node_block_size {
+            if let Some(n) = u32_in(cx, b, "network_operator.per_node_block_size", 2, 65536) {
+                operator.per_node_block_size = n;
+            }
+        }
     }
+
+    let sriov = if any_sriov {
+        check_sriov(
+            cx,
+            raw.sriov.as_ref(),
+            roce.as_ref(),
+            ipoib.as_ref(),
+            &detects,
+        )
+    } else {
+        None
+    };
 
     let cni = raw
         .cni
         .as_ref()
         .and_then(|c| check_cni(cx, c, roce.as_ref(), &detects));
+
+    // RoCE host-device moves the netdev into the pod: never the one that
+    // carries the CNI or the node IP.
+    if let (Some(r), Some(t)) = (&roce, &raw.roce) {
+        if matches!(r.plugin, CniPlugin::HostDevice { .. }) {
+            let sp = t
+                .get_ref()
+                .netdev
+                .as_ref()
+                .map(|n| n.span())
+                .unwrap_or(t.span());
+            if let Some(c) = &cni {
+                if c.interface == r.netdev {
+                    cx.at(sp.clone(), format!("[roce] network_type = \"host-device\" would move {} into the agent pod, but {} carries the CNI ([cni].interface): the node's pod network would go with it; use macvlan or a second NIC", r.netdev, r.netdev));
+                }
+            }
+            for d in &detects {
+                if d.node_ip
+                    .as_ref()
+                    .is_some_and(|ip| ip.interface == r.netdev)
+                {
+                    cx.at(sp.clone(), format!("[roce] network_type = \"host-device\" would move {} into the agent pod, but it carries node {}'s node IP: the node would drop off the cluster; use macvlan or a second NIC", r.netdev, d.node));
+                }
+            }
+        }
+    }
+
+    let mut warnings = Vec::new();
+    if let Some(c) = &cni {
+        check_cilium_link(
+            cx,
+            raw.cni.as_ref().map(|t| t.span()).unwrap_or(0..0),
+            c,
+            &detects,
+            &mut warnings,
+        );
+    }
+
+    let host = if paths.contains(&PathKind::Host) {
+        check_host(
+            cx,
+            raw.host.as_ref(),
+            cni.as_ref(),
+            &detects,
+            &node_names,
+            &mut warnings,
+        )
+    } else {
+        if let Some(h) = &raw.host {
+            cx.at(
+                h.span(),
+                "table [host] is given but \"host\" is not in paths; add it or drop the table",
+            );
+        }
+        None
+    };
 
     // overlapping address ranges
     let mut ranges: Vec<(&str, Cidr, Range<usize>)> = Vec::new();
@@ -756,6 +1138,19 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
             }
         }
     }
+    // nv-ipam hands out per-node blocks: the range must hold a block for each node.
+    if ipam == IpamKind::NvIpam {
+        for (name, c, sp) in &ranges {
+            if name.starts_with("[cni]") {
+                continue;
+            }
+            let (lo, hi) = c.bounds();
+            let size = hi - lo + 1;
+            if (operator.per_node_block_size as u128) > size.saturating_sub(2) {
+                cx.at(sp.clone(), format!("{name} {c} cannot hold one nv-ipam block of {} addresses (network_operator.per_node_block_size)", operator.per_node_block_size));
+            }
+        }
+    }
 
     if !cx.errors.is_empty() {
         return None;
@@ -769,21 +1164,182 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         control_port,
         token,
         rdma_resource,
+        ipam,
         node_names,
         node_selector,
+        tolerations,
+        resources,
+        node_ips,
+        host,
         ipoib,
         roce,
+        sriov,
         device_plugin,
         operator,
         cni,
+        warnings,
     })
 }
 
-fn check_token(cx: &mut Ctx, t: &str, span: Range<usize>) -> String {
-    if t.chars().count() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        cx.at(span, "the token must be at least 16 characters without whitespace (e.g. `openssl rand -hex 24`)");
+/// The token of the committed examples of earlier releases: refused everywhere.
+pub const EXAMPLE_TOKEN: &str = "fabperf-example-token-change-me";
+
+/// Why a token is unusable, or `Ok` for a token worth deploying: at least 16
+/// characters without whitespace, not a placeholder, not the old example token.
+pub fn check_token_text(t: &str) -> Result<(), String> {
+    if t == EXAMPLE_TOKEN {
+        return Err("this is the token of fabperf's published examples; generate your own (`openssl rand -hex 24`)".into());
     }
-    t.to_string()
+    if t.chars().count() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("the token must be at least 16 characters without whitespace (e.g. `openssl rand -hex 24`)".into());
+    }
+    let lower = t.to_ascii_lowercase();
+    for p in [
+        "change-me",
+        "changeme",
+        "change_me",
+        "replace",
+        "placeholder",
+        "example",
+        "your-token",
+        "yourtoken",
+        "secret-here",
+        "token-here",
+        "insert",
+        "todo",
+        "fixme",
+        "xxxx",
+        "<",
+        ">",
+        "${",
+    ] {
+        if lower.contains(p) {
+            return Err(format!(
+                "the token looks like a placeholder (contains {p:?}); generate a real one (`openssl rand -hex 24`)"
+            ));
+        }
+    }
+    let distinct: BTreeSet<char> = t.chars().collect();
+    if distinct.len() < 6 {
+        return Err(format!(
+            "the token uses only {} distinct characters; generate a real one (`openssl rand -hex 24`)",
+            distinct.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Read and check a token file (one line; a trailing newline is ignored).
+pub fn read_token_file(p: &Path) -> Result<String, String> {
+    let text = crate::files::read_text_capped(p, crate::files::MAX_TOKEN_BYTES, "token file")
+        .map_err(|e| format!("{e:#}"))?;
+    let t = text.trim_end_matches(['\n', '\r']);
+    check_token_text(t).map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(t.to_string())
+}
+
+fn check_tolerations(cx: &mut Ctx, raw: &[S<RawToleration>]) -> Vec<TolerationPlan> {
+    let mut out = Vec::new();
+    for t in raw {
+        let sp = t.span();
+        let t = t.get_ref();
+        let operator = match &t.operator {
+            None => "Equal".to_string(),
+            Some(o) if o.get_ref() == "Exists" || o.get_ref() == "Equal" => o.get_ref().clone(),
+            Some(o) => {
+                cx.at(
+                    o.span(),
+                    format!(
+                        "toleration operator {:?} must be Exists or Equal",
+                        o.get_ref()
+                    ),
+                );
+                continue;
+            }
+        };
+        if let Some(k) = &t.key {
+            if !is_label_key(k.get_ref()) {
+                cx.at(
+                    k.span(),
+                    format!("toleration key {:?} is not a valid taint key", k.get_ref()),
+                );
+            }
+        } else if operator != "Exists" {
+            cx.at(sp.clone(), "a toleration without key must use operator = \"Exists\" (it then tolerates every taint)");
+        }
+        if let Some(v) = &t.value {
+            if operator == "Exists" {
+                cx.at(v.span(), "a toleration with operator Exists takes no value");
+            } else if !is_label_value(v.get_ref()) {
+                cx.at(
+                    v.span(),
+                    format!(
+                        "toleration value {:?} is not a valid taint value",
+                        v.get_ref()
+                    ),
+                );
+            }
+        }
+        if let Some(e) = &t.effect {
+            if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&e.get_ref().as_str()) {
+                cx.at(e.span(), format!("toleration effect {:?} must be NoSchedule, PreferNoSchedule or NoExecute (or left out for all)", e.get_ref()));
+            }
+        }
+        out.push(TolerationPlan {
+            key: t.key.as_ref().map(|k| k.get_ref().clone()),
+            operator,
+            value: t.value.as_ref().map(|v| v.get_ref().clone()),
+            effect: t.effect.as_ref().map(|e| e.get_ref().clone()),
+        });
+    }
+    out
+}
+
+/// `512Mi`, `4Gi` -> MiB.
+fn parse_memory_mib(s: &str) -> Option<u64> {
+    let (num, mul) = if let Some(n) = s.strip_suffix("Gi") {
+        (n, 1024)
+    } else if let Some(n) = s.strip_suffix("Mi") {
+        (n, 1)
+    } else {
+        return None;
+    };
+    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) || num.len() > 7 {
+        return None;
+    }
+    num.parse::<u64>().ok().map(|n| n * mul)
+}
+
+fn check_resources(cx: &mut Ctx, raw: Option<&S<RawResources>>) -> ResourcesPlan {
+    let mut r = ResourcesPlan {
+        cpu: DEFAULT_AGENT_CPU,
+        memory_mib: DEFAULT_AGENT_MEMORY_MIB,
+    };
+    let Some(raw) = raw else { return r };
+    let raw = raw.get_ref();
+    if let Some(c) = &raw.cpu {
+        // Whole CPUs: the static CPU manager pins only integer requests of Guaranteed pods.
+        if let Some(n) = u32_in(cx, c, "[resources].cpu (whole CPUs)", 1, 256) {
+            r.cpu = n;
+        }
+    }
+    if let Some(m) = &raw.memory {
+        match parse_memory_mib(m.get_ref()) {
+            Some(n) if (512..=1024 * 1024).contains(&n) => r.memory_mib = n,
+            Some(n) => cx.at(
+                m.span(),
+                format!("[resources].memory {n} MiB is out of range 512Mi..=1024Gi"),
+            ),
+            None => cx.at(
+                m.span(),
+                format!(
+                    "[resources].memory {:?} must be a whole number of Mi or Gi, e.g. \"4Gi\"",
+                    m.get_ref()
+                ),
+            ),
+        }
+    }
+    r
 }
 
 fn check_ipam(
@@ -940,6 +1496,10 @@ fn pick_from_detect(
 fn check_ipoib(cx: &mut Ctx, t: &S<RawIpoib>, detects: &[NodeDetect]) -> Option<IpoibPlan> {
     let r = t.get_ref();
     let nad_name = check_nad_name(cx, &r.nad_name, "fabperf-ipoib");
+    let attach = check_attach(cx, &r.attach, "ipoib", "ipoib-cni");
+    if let (Attach::Sriov, Some(m)) = (attach, &r.mtu) {
+        cx.at(m.span(), "[ipoib].mtu applies to ipoib-cni children; an InfiniBand VF (attach = \"sriov\") keeps the MTU the subnet manager gives it");
+    }
     let mut mode = match &r.mode {
         Some(m) if m.get_ref() == "datagram" || m.get_ref() == "connected" => {
             Some(m.get_ref().clone())
@@ -1072,6 +1632,7 @@ fn check_ipoib(cx: &mut Ctx, t: &S<RawIpoib>, detects: &[NodeDetect]) -> Option<
         master,
         mtu,
         ipam,
+        attach,
     })
 }
 
@@ -1087,6 +1648,20 @@ fn names_or_none<'a>(it: impl Iterator<Item = &'a str>) -> String {
 fn check_roce(cx: &mut Ctx, t: &S<RawRoce>, detects: &[NodeDetect]) -> Option<RocePlan> {
     let r = t.get_ref();
     let nad_name = check_nad_name(cx, &r.nad_name, "fabperf-roce");
+    let attach = check_attach(cx, &r.attach, "roce", "shared");
+    if attach == Attach::Sriov {
+        for (v, key) in [
+            (&r.network_type, "network_type"),
+            (&r.macvlan_mode, "macvlan_mode"),
+        ] {
+            if let Some(x) = v {
+                cx.at(x.span(), format!("[roce].{key} applies to attach = \"shared\"; with \"sriov\" the pod gets a VF (sriov-cni)"));
+            }
+        }
+        if let Some(m) = &r.mtu {
+            cx.at(m.span(), "[roce].mtu applies to attach = \"shared\"; a VF takes the MTU of its physical function");
+        }
+    }
     let netdev = match &r.netdev {
         Some(n) => {
             if !is_ifname(n.get_ref()) {
@@ -1226,6 +1801,7 @@ fn check_roce(cx: &mut Ctx, t: &S<RawRoce>, detects: &[NodeDetect]) -> Option<Ro
         netdev,
         plugin,
         ipam,
+        attach,
     })
 }
 
@@ -1253,12 +1829,16 @@ fn str_list(
     out
 }
 
-/// Selectors for the RDMA devices behind the given netdevs, from detect reports.
+/// Selectors for the RDMA devices behind the given netdevs (all PCI RDMA
+/// devices when `if_names` is empty), from detect reports, one set per link
+/// type: k8s-rdma-shared-dev-plugin (v1.5.3, pkg/resources) would otherwise
+/// put InfiniBand and RoCE HCAs into one resource, and a pod asking for it
+/// could get either. Returns (plugin link type, selectors), `ether` first.
 pub fn selectors_from_detect(
     reports: &[(&str, &DetectReport)],
     if_names: &[String],
-) -> Result<RdmaSelectors, String> {
-    let mut sel = RdmaSelectors::default();
+) -> Result<Vec<(&'static str, RdmaSelectors)>, String> {
+    let mut groups: BTreeMap<&'static str, RdmaSelectors> = BTreeMap::new();
     let push = |v: &mut Vec<String>, s: &str| {
         if !v.iter().any(|x| x == s) {
             v.push(s.to_string());
@@ -1302,15 +1882,21 @@ pub fn selectors_from_detect(
                 continue;
             }
             let Some(pci) = &dev.pci else { continue };
+            let Some(lt) = port.and_then(|p| plugin_link_type(&p.link_layer)) else {
+                return Err(format!(
+                    "node {node}: the link layer of {}{} is unknown, so it cannot be put with the InfiniBand or the RoCE devices; name the netdevs (--if-name / [device_plugin].if_names)",
+                    dev.name,
+                    port.map(|p| format!(" port {}", p.port)).unwrap_or_default()
+                ));
+            };
             found = true;
+            let sel = groups.entry(lt).or_default();
             push(&mut sel.vendors, &pci.vendor_id.to_ascii_lowercase());
             push(&mut sel.device_ids, &pci.device_id.to_ascii_lowercase());
             if let Some(drv) = &dev.driver {
                 push(&mut sel.drivers, drv);
             }
-            if let Some(lt) = port.and_then(|p| plugin_link_type(&p.link_layer)) {
-                push(&mut sel.link_types, lt);
-            }
+            push(&mut sel.link_types, lt);
         }
         if !found {
             return Err(format!(
@@ -1319,16 +1905,31 @@ pub fn selectors_from_detect(
             ));
         }
     }
-    for s in [
-        &mut sel.vendors,
-        &mut sel.device_ids,
-        &mut sel.drivers,
-        &mut sel.link_types,
-    ] {
-        s.sort();
+    let mut out = Vec::new();
+    for (lt, mut sel) in groups {
+        for s in [&mut sel.vendors, &mut sel.device_ids, &mut sel.drivers] {
+            s.sort();
+        }
+        if !if_names.is_empty() {
+            // Only the netdevs of this link type.
+            sel.if_names = if_names
+                .iter()
+                .filter(|i| {
+                    reports.iter().any(|(_, rep)| {
+                        matches!(rep.rdma_behind(i), Some((_, Some(p))) if plugin_link_type(&p.link_layer) == Some(lt))
+                    })
+                })
+                .cloned()
+                .collect();
+        }
+        out.push((lt, sel));
     }
-    sel.if_names = if_names.to_vec();
-    Ok(sel)
+    Ok(out)
+}
+
+/// Split `PREFIX/NAME` (the prefix defaults to `rdma`).
+pub fn split_resource(r: &str) -> (&str, &str) {
+    r.split_once('/').unwrap_or(("rdma", r))
 }
 
 fn check_device_plugin(
@@ -1338,10 +1939,8 @@ fn check_device_plugin(
     roce: Option<&RocePlan>,
     detects: &[NodeDetect],
 ) -> Option<RdmaSharedConfig> {
-    let (prefix, name) = rdma_resource
-        .split_once('/')
-        .unwrap_or(("rdma", rdma_resource));
     let empty = RawDevicePlugin {
+        ib_resource: None,
         rdma_hca_max: None,
         periodic_update_interval: None,
         vendors: None,
@@ -1390,39 +1989,70 @@ fn check_device_plugin(
             "\"ether\" or \"infiniband\"",
         ),
     };
-    if sel.is_empty() {
-        let if_names: Vec<String> = roce.map(|r| vec![r.netdev.clone()]).unwrap_or_default();
-        if !detects.is_empty() {
-            let reps: Vec<(&str, &DetectReport)> = detects
-                .iter()
-                .map(|d| (d.node.as_str(), &d.report))
-                .collect();
-            match selectors_from_detect(&reps, &if_names) {
-                Ok(s) => sel = s,
-                Err(e) => {
-                    let sp = detects[0].span.clone();
-                    cx.at(sp, format!("device plugin selectors: {e}; or set [device_plugin] vendors/device_ids/if_names by hand"));
-                    return None;
-                }
+    let ib_resource = match &r.ib_resource {
+        Some(v) => {
+            let ok = v.get_ref().split_once('/').is_some_and(|(pre, name)| {
+                is_dns_subdomain(pre)
+                    && !name.is_empty()
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            });
+            if !ok {
+                cx.at(v.span(), format!("[device_plugin].ib_resource {:?} must be PREFIX/NAME, e.g. {DEFAULT_IB_RESOURCE}", v.get_ref()));
             }
-        } else if let Some(r) = roce {
-            sel.vendors = vec!["15b3".into()];
-            sel.if_names = vec![r.netdev.clone()];
-            sel.link_types = vec!["ether".into()];
-        } else {
-            let sp = t.map(|t| t.span()).unwrap_or(0..0);
-            cx.at(sp, "the device plugin needs selectors: set [device_plugin] vendors/device_ids/if_names or list detect files");
-            return None;
+            v.get_ref().clone()
         }
-    }
-    Some(RdmaSharedConfig {
-        periodic_update_interval,
-        config_list: vec![RdmaResourceConfig {
+        None => DEFAULT_IB_RESOURCE.into(),
+    };
+    let entry = |resource: &str, selectors: RdmaSelectors| {
+        let (prefix, name) = split_resource(resource);
+        RdmaResourceConfig {
             resource_name: name.to_string(),
             resource_prefix: prefix.to_string(),
             rdma_hca_max,
-            selectors: sel,
-        }],
+            selectors,
+        }
+    };
+    let config_list = if !sel.is_empty() {
+        vec![entry(rdma_resource, sel)]
+    } else if !detects.is_empty() {
+        let if_names: Vec<String> = roce.map(|r| vec![r.netdev.clone()]).unwrap_or_default();
+        let reps: Vec<(&str, &DetectReport)> = detects
+            .iter()
+            .map(|d| (d.node.as_str(), &d.report))
+            .collect();
+        match selectors_from_detect(&reps, &if_names) {
+            Ok(groups) => groups
+                .into_iter()
+                .map(|(lt, s)| {
+                    entry(
+                        if lt == "ether" {
+                            rdma_resource
+                        } else {
+                            &ib_resource
+                        },
+                        s,
+                    )
+                })
+                .collect(),
+            Err(e) => {
+                let sp = detects[0].span.clone();
+                cx.at(sp, format!("device plugin selectors: {e}; or set [device_plugin] vendors/device_ids/if_names by hand"));
+                return None;
+            }
+        }
+    } else if let Some(r) = roce {
+        sel.vendors = vec!["15b3".into()];
+        sel.if_names = vec![r.netdev.clone()];
+        sel.link_types = vec!["ether".into()];
+        vec![entry(rdma_resource, sel)]
+    } else {
+        let sp = t.map(|t| t.span()).unwrap_or(0..0);
+        cx.at(sp, "the device plugin needs selectors: set [device_plugin] vendors/device_ids/if_names or list detect files");
+        return None;
+    };
+    Some(RdmaSharedConfig {
+        periodic_update_interval,
+        config_list,
     })
 }
 
@@ -1508,6 +2138,22 @@ fn check_cni(
     let underlay_mtu = match &r.underlay_mtu {
         Some(m) => u32_in(cx, m, "[cni].underlay_mtu", 1280, 9216)?,
         None => {
+            // An MTU from a detect file gets the same bounds as the plan's own.
+            let mut bad = false;
+            for d in detects {
+                if let Some(m) = d.report.netdev(&interface).and_then(|n| n.mtu) {
+                    if !(1280..=9216).contains(&m) {
+                        cx.at(d.span.clone(), format!(
+                            "the detect file of node {} reports MTU {m} for {interface}, out of range 1280..=9216 for a CNI underlay; fix the file (or the link) or set [cni].underlay_mtu",
+                            d.node
+                        ));
+                        bad = true;
+                    }
+                }
+            }
+            if bad {
+                return None;
+            }
             let mtus: BTreeSet<u32> = detects
                 .iter()
                 .filter_map(|d| d.report.netdev(&interface).and_then(|n| n.mtu))
@@ -1554,4 +2200,318 @@ fn check_cni(
         encapsulation,
         pod_cidr,
     })
+}
+
+/// Cilium's tunnel (and native-routing routes) run between the nodes'
+/// Kubernetes InternalIPs whatever `devices` says (cilium/cilium#14520,
+/// #25478): refuse a plan whose node IPs are on another link than
+/// [cni].interface, and warn when there is nothing to check against.
+fn check_cilium_link(
+    cx: &mut Ctx,
+    span: Range<usize>,
+    c: &CniPlan,
+    detects: &[NodeDetect],
+    warnings: &mut Vec<String>,
+) {
+    if !c.plugins.contains(&CniKind::Cilium) {
+        return;
+    }
+    let mut checked = 0;
+    for d in detects {
+        let Some(ip) = &d.node_ip else { continue };
+        checked += 1;
+        if ip.interface == c.interface {
+            continue;
+        }
+        let link_mtu = d
+            .report
+            .netdev(&ip.interface)
+            .and_then(|n| n.mtu)
+            .map(|m| format!(", MTU {m}"))
+            .unwrap_or_default();
+        let fast_addr = d
+            .report
+            .netdev(&c.interface)
+            .and_then(|n| n.ipv4.first())
+            .map(|a| a.split('/').next().unwrap_or(a).to_string());
+        let fix = match fast_addr {
+            Some(a) => format!("start the kubelet with --node-ip={a} (the address on {}) on node {}, re-run `fabperf detect --json`", c.interface, d.node),
+            None => format!("give {} an address and make it node {}'s --node-ip", c.interface, d.node),
+        };
+        cx.at(span.clone(), format!(
+            "cilium: node {}'s node IP {} is on {}{link_mtu}, not on [cni].interface {}; Cilium tunnels and routes between node IPs whatever `devices` says, so its pod path would run over {} with an MTU meant for {}. Fix: {fix}; or drop cilium from [cni].plugins",
+            d.node, ip.address, ip.interface, c.interface, ip.interface, c.interface
+        ));
+    }
+    if checked == 0 {
+        warnings.push(format!(
+            "cilium: the tunnel runs between the nodes' InternalIPs (kubelet --node-ip), not over `devices`; nothing tells the renderer that those are on {}: list detect files (they carry node_ip) or check `kubectl get nodes -o wide` yourself",
+            c.interface
+        ));
+    }
+}
+
+/// The host path: bind and advertise each node's address on the fabric
+/// interface ([host].interface, else [cni].interface when detect files say
+/// where it is), or the node IP when no interface is named.
+fn check_host(
+    cx: &mut Ctx,
+    raw: Option<&S<RawHost>>,
+    cni: Option<&CniPlan>,
+    detects: &[NodeDetect],
+    node_names: &[String],
+    warnings: &mut Vec<String>,
+) -> Option<HostPlan> {
+    let explicit = raw.and_then(|h| h.get_ref().interface.as_ref());
+    let (interface, span) = match (explicit, cni) {
+        (Some(i), _) => (i.get_ref().clone(), i.span()),
+        (None, Some(c)) if !detects.is_empty() => (c.interface.clone(), 0..0),
+        _ => {
+            let links: BTreeSet<&str> = detects
+                .iter()
+                .filter_map(|d| d.node_ip.as_ref().map(|i| i.interface.as_str()))
+                .collect();
+            if !links.is_empty() {
+                warnings.push(format!(
+                    "host: the agents listen on the node IP (link {}); name the fabric link with [host].interface to measure it instead",
+                    links.into_iter().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            return None;
+        }
+    };
+    if !is_ifname(&interface) {
+        cx.at(
+            span,
+            format!("[host].interface {interface:?} is not an interface name"),
+        );
+        return None;
+    }
+    if detects.is_empty() {
+        cx.at(span, format!("[host].interface {interface}: the agent binds each node's address on it, which comes from the detect files; list them under [detect]"));
+        return None;
+    }
+    for n in node_names {
+        if !detects.iter().any(|d| &d.node == n) {
+            cx.at(span.clone(), format!("the host path binds each node's address on {interface}, but node {n} has no detect file under [detect]"));
+        }
+    }
+    let mut addresses = BTreeMap::new();
+    for d in detects {
+        match d.report.netdev(&interface) {
+            None => cx.at(d.span.clone(), format!("missing interface: {interface} (the host path's fabric link) not found on node {}", d.node)),
+            Some(nd) => match nd.ipv4.first() {
+                None => cx.at(d.span.clone(), format!("{interface} on node {} has no IPv4 address for the host agent to bind; give it one or name another [host].interface", d.node)),
+                Some(a) => {
+                    let addr = a.split('/').next().unwrap_or(a);
+                    if addr.parse::<std::net::Ipv4Addr>().is_err() {
+                        cx.at(d.span.clone(), format!("{interface} on node {}: {a:?} is not an IPv4 address", d.node));
+                    } else {
+                        addresses.insert(d.node.clone(), addr.to_string());
+                    }
+                }
+            },
+        }
+    }
+    Some(HostPlan {
+        interface,
+        addresses,
+    })
+}
+
+fn is_guid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split(':').collect();
+    parts.len() == 8
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+fn is_sriov_resource(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 63 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// The PCI vendor and device ID of the physical function behind `netdev`,
+/// equal on every node.
+fn pf_pci(
+    cx: &mut Ctx,
+    sp: &Range<usize>,
+    netdev: &str,
+    detects: &[NodeDetect],
+) -> Option<(String, String)> {
+    let mut found: Option<(String, String, String)> = None;
+    for d in detects {
+        let Some((dev, _)) = d.report.rdma_behind(netdev) else {
+            cx.at(
+                d.span.clone(),
+                format!("SR-IOV: node {} has no RDMA device behind {netdev}", d.node),
+            );
+            return None;
+        };
+        let Some(pci) = &dev.pci else {
+            cx.at(
+                d.span.clone(),
+                format!(
+                    "SR-IOV: {} on node {} is not a PCI device (rxe/siw have no VFs)",
+                    dev.name, d.node
+                ),
+            );
+            return None;
+        };
+        if pci.is_vf {
+            cx.at(
+                d.span.clone(),
+                format!(
+                    "SR-IOV: {netdev} on node {} is already a VF; name the physical function",
+                    d.node
+                ),
+            );
+            return None;
+        }
+        let v = (
+            pci.vendor_id.to_ascii_lowercase(),
+            pci.device_id.to_ascii_lowercase(),
+        );
+        match &found {
+            Some((fv, fd, node)) if (fv, fd) != (&v.0, &v.1) => {
+                cx.at(d.span.clone(), format!("SR-IOV: {netdev} is PCI {}:{} on node {} but {fv}:{fd} on node {node}; one SriovNetworkNodePolicy selects one device ID", v.0, v.1, d.node));
+                return None;
+            }
+            Some(_) => {}
+            None => found = Some((v.0, v.1, d.node.clone())),
+        }
+    }
+    if found.is_none() {
+        cx.at(sp.clone(), format!("SR-IOV needs the PCI vendor and device ID of the NIC behind {netdev}: list the nodes' detect files under [detect]"));
+    }
+    found.map(|(v, d, _)| (v, d))
+}
+
+fn check_sriov(
+    cx: &mut Ctx,
+    raw: Option<&S<RawSriov>>,
+    roce: Option<&RocePlan>,
+    ipoib: Option<&IpoibPlan>,
+    detects: &[NodeDetect],
+) -> Option<SriovPlan> {
+    let empty = RawSriov {
+        num_vfs: None,
+        roce_resource: None,
+        ib_resource: None,
+        ufm_secret: None,
+        guid_pool_start: None,
+        guid_pool_end: None,
+    };
+    let sp = raw.map(|r| r.span()).unwrap_or(0..0);
+    let r = raw.map(|r| r.get_ref()).unwrap_or(&empty);
+    let num_vfs = match &r.num_vfs {
+        Some(n) => u32_in(cx, n, "[sriov].num_vfs", 1, 127)?,
+        None => 8,
+    };
+    let mut res = |v: &Option<S<String>>, key: &str, default: &str| -> String {
+        match v {
+            Some(x) if !is_sriov_resource(x.get_ref()) => {
+                cx.at(x.span(), format!("[sriov].{key} {:?} may only hold letters, digits and '_' (the operator adds the prefix {DEFAULT_SRIOV_PREFIX}/)", x.get_ref()));
+                String::new()
+            }
+            Some(x) => x.get_ref().clone(),
+            None => default.into(),
+        }
+    };
+    let roce_resource = res(&r.roce_resource, "roce_resource", "fabperf_roce_vf");
+    let ib_resource = res(&r.ib_resource, "ib_resource", "fabperf_ib_vf");
+    let roce_pci = match roce {
+        Some(rp) if rp.attach == Attach::Sriov => Some(pf_pci(cx, &sp, &rp.netdev, detects)?),
+        _ => None,
+    };
+    let (ib_pci, ib_kubernetes) = match ipoib {
+        Some(ip) if ip.attach == Attach::Sriov => {
+            let pci = pf_pci(cx, &sp, &ip.master, detects)?;
+            let need = |cx: &mut Ctx, v: &Option<S<String>>, key: &str| -> Option<String> {
+                match v {
+                    Some(x) => Some(x.get_ref().clone()),
+                    None => {
+                        cx.at(sp.clone(), format!("InfiniBand VFs need ib-kubernetes (GUIDs and PKeys from the subnet manager): set [sriov].{key}"));
+                        None
+                    }
+                }
+            };
+            let secret = need(cx, &r.ufm_secret, "ufm_secret");
+            let start = need(cx, &r.guid_pool_start, "guid_pool_start");
+            let end = need(cx, &r.guid_pool_end, "guid_pool_end");
+            for (v, key) in [
+                (&r.guid_pool_start, "guid_pool_start"),
+                (&r.guid_pool_end, "guid_pool_end"),
+            ] {
+                if let Some(x) = v {
+                    if !is_guid(x.get_ref()) {
+                        cx.at(
+                            x.span(),
+                            format!(
+                                "[sriov].{key} {:?} is not a GUID like 02:00:00:00:00:00:00:00",
+                                x.get_ref()
+                            ),
+                        );
+                    }
+                }
+            }
+            if let Some(x) = &r.ufm_secret {
+                if !is_dns_subdomain(x.get_ref()) {
+                    cx.at(
+                        x.span(),
+                        format!("[sriov].ufm_secret {:?} is not a Secret name", x.get_ref()),
+                    );
+                }
+            }
+            (
+                Some(pci),
+                match (secret, start, end) {
+                    (Some(s), Some(a), Some(b)) => Some(IbKubernetesPlan {
+                        ufm_secret: s,
+                        guid_pool_start: a,
+                        guid_pool_end: b,
+                    }),
+                    _ => None,
+                },
+            )
+        }
+        _ => {
+            for (v, key) in [
+                (&r.ufm_secret, "ufm_secret"),
+                (&r.guid_pool_start, "guid_pool_start"),
+                (&r.guid_pool_end, "guid_pool_end"),
+            ] {
+                if let Some(x) = v {
+                    cx.at(x.span(), format!("[sriov].{key} applies to InfiniBand VFs ([ipoib] attach = \"sriov\") only"));
+                }
+            }
+            (None, None)
+        }
+    };
+    Some(SriovPlan {
+        num_vfs,
+        roce_resource,
+        ib_resource,
+        ib_kubernetes,
+        roce_pci,
+        ib_pci,
+    })
+}
+
+fn check_attach(cx: &mut Ctx, v: &Option<S<String>>, table: &str, shared_name: &str) -> Attach {
+    match v {
+        None => Attach::Shared,
+        Some(a) if a.get_ref() == shared_name => Attach::Shared,
+        Some(a) if a.get_ref() == "sriov" => Attach::Sriov,
+        Some(a) => {
+            cx.at(
+                a.span(),
+                format!(
+                    "[{table}].attach {:?} must be \"{shared_name}\" or \"sriov\"",
+                    a.get_ref()
+                ),
+            );
+            Attach::Shared
+        }
+    }
 }

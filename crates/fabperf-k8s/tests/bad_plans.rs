@@ -10,7 +10,7 @@ fn examples() -> PathBuf {
 const BASE: &str = r#"namespace = "fabperf"
 image = "registry.example.com/fabperf:1"
 paths = ["host", "pod", "ipoib", "roce"]
-token = "0123456789abcdef0123"
+rdma_resource = "rdma/rdma_shared_device_a"
 
 [ipoib]
 master = "ib0"
@@ -56,7 +56,7 @@ fn unknown_path() {
 
 #[test]
 fn unknown_key_top_level_and_nested() {
-    let e = errs(&BASE.replace("token =", "colour = \"blue\"\ntoken ="));
+    let e = errs(&BASE.replace("rdma_resource =", "colour = \"blue\"\nrdma_resource ="));
     assert_eq!(e.0[0].line, 4, "{e}");
     assert!(e.0[0].msg.contains("unknown field `colour`"), "{e}");
     let e = errs(&BASE.replace("master = \"ib0\"", "master = \"ib0\"\nmastr = \"ib1\""));
@@ -67,12 +67,15 @@ fn unknown_key_top_level_and_nested() {
 #[test]
 fn bad_value_types() {
     one_error(
-        &BASE.replace("token =", "control_port = \"5301\"\ntoken ="),
+        &BASE.replace(
+            "rdma_resource =",
+            "control_port = \"5301\"\nrdma_resource =",
+        ),
         4,
         "invalid type: string",
     );
     one_error(
-        &BASE.replace("token =", "control_port = 70000\ntoken ="),
+        &BASE.replace("rdma_resource =", "control_port = 70000\nrdma_resource ="),
         4,
         "out of range",
     );
@@ -161,18 +164,71 @@ fn path_needs_its_table_and_service_needs_pod() {
     );
 }
 
+fn tmp_file(name: &str, content: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fabperf-k8s-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let p = d.join(name);
+    std::fs::write(&p, content).unwrap();
+    p
+}
+
 #[test]
 fn token_rules() {
+    // An inline token is refused (it would be committed with the plan).
     one_error(
-        &BASE.replace("0123456789abcdef0123", "short"),
+        &BASE.replace(
+            "rdma_resource = \"rdma/rdma_shared_device_a\"",
+            "token = \"0123456789abcdef0123\"",
+        ),
         4,
-        "at least 16 characters",
+        "inline token ends up in version control",
     );
     let e = errs(&BASE.replace(
-        "token = \"0123456789abcdef0123\"",
+        "rdma_resource = \"rdma/rdma_shared_device_a\"",
         "token_file = \"no-such-token\"",
     ));
-    assert!(e.0[0].msg.contains("cannot read token_file"), "{e}");
+    assert!(e.0[0].msg.contains("cannot read token file"), "{e}");
+    // The committed example token, placeholders and weak tokens in a token file.
+    for (content, needle) in [
+        ("fabperf-example-token-change-me\n", "published examples"),
+        ("CHANGE-ME-0123456789abcdef", "placeholder"),
+        ("<your-token-goes-here>", "placeholder"),
+        ("aaaaaaaaaaaaaaaaaaaaaaaa", "distinct characters"),
+        ("short", "at least 16 characters"),
+        ("two words here 0123456789", "at least 16 characters"),
+    ] {
+        let f = tmp_file("tok", content);
+        let e = errs(&BASE.replace(
+            "rdma_resource = \"rdma/rdma_shared_device_a\"",
+            &format!("token_file = {:?}", f.display().to_string()),
+        ));
+        assert!(e.0[0].msg.contains(needle), "{content:?}: {e}");
+    }
+    // A directory, a FIFO-like non-file, an oversized file.
+    let dir = std::env::temp_dir();
+    let e = errs(&BASE.replace(
+        "rdma_resource = \"rdma/rdma_shared_device_a\"",
+        &format!("token_file = {:?}", dir.display().to_string()),
+    ));
+    assert!(e.0[0].msg.contains("not a regular file"), "{e}");
+    let big = tmp_file("big-token", &"ab".repeat(4000));
+    let e = errs(&BASE.replace(
+        "rdma_resource = \"rdma/rdma_shared_device_a\"",
+        &format!("token_file = {:?}", big.display().to_string()),
+    ));
+    assert!(e.0[0].msg.contains("larger than"), "{e}");
+    // A good token file is read, trailing newline dropped.
+    let good = tmp_file("good-token", "3f9c1e77a0b24d6e8c5f1a2b3c4d5e6f\n");
+    let p = parse_plan(
+        &BASE.replace(
+            "rdma_resource = \"rdma/rdma_shared_device_a\"",
+            &format!("token_file = {:?}", good.display().to_string()),
+        ),
+        "plan.toml",
+        &examples(),
+    )
+    .unwrap();
+    assert_eq!(p.token.as_deref(), Some("3f9c1e77a0b24d6e8c5f1a2b3c4d5e6f"));
 }
 
 #[test]
@@ -205,7 +261,7 @@ fn toml_syntax_error_has_location() {
 fn several_errors_reported_together() {
     let t = BASE
         .replace("\"roce\"]", "\"roce\", \"x\"]")
-        .replace("0123456789abcdef0123", "short");
+        .replace("rdma/rdma_shared_device_a", "no-slash!");
     let e = errs(&t);
     assert_eq!(e.0.len(), 2, "{e}");
     assert!(e.to_string().starts_with("the plan has 2 problems:"));

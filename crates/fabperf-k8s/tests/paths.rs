@@ -90,7 +90,7 @@ fn ipc_lock_and_rdma_limit_only_on_roce() {
             assert_eq!(limits["rdma/rdma_shared_device_a"].0, "1");
         } else {
             assert!(caps.add.is_none(), "{p:?}");
-            assert!(limits.is_empty(), "{p:?}");
+            assert!(!limits.keys().any(|k| k.starts_with("rdma/")), "{p:?}");
         }
         assert_eq!(
             caps.drop.as_deref(),
@@ -132,16 +132,37 @@ fn anti_affinity_on_hostname_everywhere_and_selectors_match() {
             sel,
             "{p:?}"
         );
-        let node = aff
-            .node_affinity
-            .unwrap()
-            .required_during_scheduling_ignored_during_execution
-            .unwrap();
-        let expr = &node.node_selector_terms[0]
-            .match_expressions
-            .as_ref()
-            .unwrap()[0];
-        assert_eq!(expr.values.as_deref().unwrap(), ["node-a", "node-b"]);
+        // Nodes come from the NFD label (the default) and tolerate GPU taints;
+        // the host path, bound to the fabric link, is limited to the nodes
+        // whose fabric address the detect files give.
+        let spec = d.spec.template.spec.clone().unwrap();
+        assert_eq!(
+            spec.node_selector.unwrap()["feature.node.kubernetes.io/pci-15b3.present"],
+            "true"
+        );
+        let tol = &spec.tolerations.unwrap()[0];
+        assert_eq!(
+            (
+                tol.key.as_deref(),
+                tol.operator.as_deref(),
+                tol.effect.as_deref()
+            ),
+            (Some("nvidia.com/gpu"), Some("Exists"), Some("NoSchedule"))
+        );
+        if p == PathKind::Host {
+            let node = aff
+                .node_affinity
+                .unwrap()
+                .required_during_scheduling_ignored_during_execution
+                .unwrap();
+            let expr = &node.node_selector_terms[0]
+                .match_expressions
+                .as_ref()
+                .unwrap()[0];
+            assert_eq!(expr.values.as_deref().unwrap(), ["node-a", "node-b"]);
+        } else {
+            assert!(aff.node_affinity.is_none(), "{p:?}");
+        }
         // Services find exactly these pods.
         let svc = objects::headless_service(&plan, p);
         assert_eq!(
@@ -185,19 +206,27 @@ fn agent_command_ports_probe_env_token() {
     let plan = example();
     for p in daemonset_paths() {
         let c = ds(&plan, p).spec.template.spec.unwrap().containers[0].clone();
-        assert_eq!(
-            c.command.unwrap(),
-            [
-                "fabperf",
-                "server",
-                "--bind",
-                "0.0.0.0",
-                "--port",
-                "5301",
-                "--token-file",
-                "/etc/fabperf/token"
-            ]
-        );
+        let cmd = c.command.clone().unwrap();
+        let tail = [
+            "--port",
+            "5301",
+            "--token-file",
+            "/etc/fabperf/token",
+            "--max-memory",
+            "3840M",
+        ];
+        if p == PathKind::Host {
+            // Bound to this node's fabric address, read from the ConfigMap.
+            assert_eq!(&cmd[..2], ["/bin/sh", "-c"]);
+            assert!(
+                cmd[2].contains("exec fabperf server --bind \"$addr\" --port 5301 --token-file /etc/fabperf/token --max-memory 3840M"),
+                "{cmd:?}"
+            );
+        } else {
+            let mut want = vec!["fabperf", "server", "--bind", "0.0.0.0"];
+            want.extend(tail);
+            assert_eq!(cmd, want);
+        }
         let ports: Vec<(i32, String)> = c
             .ports
             .unwrap()
@@ -208,11 +237,24 @@ fn agent_command_ports_probe_env_token() {
             ports,
             [(5301, "TCP".to_string()), (5301, "UDP".to_string())]
         );
-        let probe = c.readiness_probe.unwrap().tcp_socket.unwrap();
-        assert_eq!(
-            probe.port,
-            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5301)
-        );
+        if p == PathKind::Host {
+            assert!(
+                c.readiness_probe.is_none(),
+                "the kubelet would probe the node IP"
+            );
+        } else {
+            let probe = c.readiness_probe.clone().unwrap().tcp_socket.unwrap();
+            assert_eq!(
+                probe.port,
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5301)
+            );
+        }
+        // Guaranteed QoS: requests = limits, whole CPUs.
+        let res = c.resources.clone().unwrap();
+        assert_eq!(res.requests, res.limits, "{p:?}");
+        let lim = res.limits.unwrap();
+        assert_eq!(lim["cpu"].0, "2");
+        assert_eq!(lim["memory"].0, "4096Mi");
         let env = c.env.unwrap();
         let field = |n: &str| {
             env.iter()
@@ -261,6 +303,7 @@ fn render_is_deterministic_and_names_concerns() {
         [
             "00-namespace.yaml",
             "10-networks.yaml",
+            "11-ippools.yaml",
             "20-agent-host.yaml",
             "20-agent-pod.yaml",
             "21-service.yaml",
@@ -268,7 +311,6 @@ fn render_is_deterministic_and_names_concerns() {
             "20-agent-roce.yaml",
             "cni/antrea-values.yaml",
             "cni/calico-values.yaml",
-            "cni/cilium-values.yaml",
             "cni/flannel-values.yaml",
         ]
     );

@@ -50,6 +50,8 @@ enum Cmd {
     /// Kubernetes provisioning: manifests, device-plugin config, CNI values.
     #[command(subcommand)]
     K8s(cmd::k8s::K8sCmd),
+    /// Pod network launch time: a CNI plugin chain's ADD/DEL in fresh network namespaces.
+    CniBench(cmd::cnibench::Args),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Cmd::Detect(a) => cmd::detect::run_detect(a),
         Cmd::Doctor(a) => cmd::detect::run_doctor(a),
         Cmd::K8s(c) => cmd::k8s::run(c),
+        Cmd::CniBench(a) => cmd::cnibench::run(a),
     };
     match res {
         Ok(code) => code,

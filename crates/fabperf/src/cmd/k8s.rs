@@ -4,9 +4,10 @@ use anyhow::{bail, Context, Result};
 use fabperf_k8s::crd::{RdmaResourceConfig, RdmaSharedConfig};
 use fabperf_k8s::detect::DetectReport;
 use fabperf_k8s::plan::{
-    selectors_from_detect, OperatorPlan, DEFAULT_OPERATOR_REPOSITORY, DEFAULT_OPERATOR_VERSION,
+    read_token_file, selectors_from_detect, split_resource, OperatorPlan, DEFAULT_IB_RESOURCE,
+    DEFAULT_OPERATOR_NAMESPACE, DEFAULT_OPERATOR_REPOSITORY, DEFAULT_OPERATOR_VERSION,
 };
-use fabperf_k8s::render::{self, device_plugin_files};
+use fabperf_k8s::render::{self, device_plugin_files, NcpParts, OutDir};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -32,6 +33,12 @@ pub struct RenderArgs {
     /// into DIR. Default: DIR/device-plugin/ under --out.
     #[arg(long, value_name = "DIR", requires = "out")]
     device_plugin_out: Option<PathBuf>,
+    /// The agent token (one line, 16+ characters, e.g. from `openssl rand -hex 24`):
+    /// rendered into a Secret (01-token-secret.yaml, mode 0600). Overrides the
+    /// plan's token_file. Without either, render prints the `kubectl create
+    /// secret` command instead.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -49,9 +56,13 @@ pub struct DevicePluginArgs {
     /// A `fabperf detect --json` report; repeat for every node.
     #[arg(long, value_name = "FILE", required = true)]
     detect: Vec<PathBuf>,
-    /// Extended resource the pods request, PREFIX/NAME.
+    /// Extended resource for the RDMA devices on Ethernet (RoCE) ports, PREFIX/NAME.
     #[arg(long, default_value = "rdma/rdma_shared_device_a")]
     resource: String,
+    /// Extended resource for the RDMA devices on InfiniBand ports, PREFIX/NAME
+    /// (InfiniBand and RoCE devices are always separate resources).
+    #[arg(long, default_value = DEFAULT_IB_RESOURCE)]
+    ib_resource: String,
     /// Only the RDMA devices behind these netdevs (adds an ifNames selector).
     #[arg(long = "if-name", value_name = "NETDEV")]
     if_names: Vec<String>,
@@ -76,7 +87,10 @@ pub fn run(cmd: K8sCmd) -> Result<ExitCode> {
 }
 
 fn run_render(a: RenderArgs) -> Result<ExitCode> {
-    let plan = fabperf_k8s::load_plan(&a.plan)?;
+    let mut plan = fabperf_k8s::load_plan(&a.plan)?;
+    if let Some(t) = &a.token_file {
+        plan.token = Some(read_token_file(t).map_err(anyhow::Error::msg)?);
+    }
     let rendered = fabperf_k8s::render(&plan)?;
     match &a.out {
         None => {
@@ -92,10 +106,18 @@ fn run_render(a: RenderArgs) -> Result<ExitCode> {
                 .device_plugin_out
                 .clone()
                 .unwrap_or_else(|| out.join("device-plugin"));
-            let mut removed = render::write_files(out, &rendered.manifests)?;
+            let mut dirs = vec![OutDir {
+                dir: out,
+                files: &rendered.manifests,
+            }];
             if !rendered.device_plugin.is_empty() {
-                removed.extend(render::write_files(&dp_dir, &rendered.device_plugin)?);
+                dirs.push(OutDir {
+                    dir: &dp_dir,
+                    files: &rendered.device_plugin,
+                });
             }
+            // All or nothing: nothing under --out changes unless every file could be written.
+            let removed = render::write_all(&dirs)?;
             for f in &rendered.manifests {
                 eprintln!("wrote {}", out.join(&f.rel_path).display());
             }
@@ -107,54 +129,79 @@ fn run_render(a: RenderArgs) -> Result<ExitCode> {
             }
         }
     }
+    for m in &rendered.messages {
+        eprintln!("{m}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_device_plugin(a: DevicePluginArgs) -> Result<ExitCode> {
-    let Some((prefix, name)) = a.resource.split_once('/') else {
-        bail!(
-            "--resource {:?} must be PREFIX/NAME, e.g. rdma/rdma_shared_device_a",
-            a.resource
-        );
+fn check_resource<'a>(flag: &str, r: &'a str) -> Result<(&'a str, &'a str)> {
+    let Some((prefix, name)) = r.split_once('/') else {
+        bail!("{flag} {r:?} must be PREFIX/NAME, e.g. rdma/rdma_shared_device_a");
     };
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        bail!("--resource name {name:?} may only hold letters, digits and '_'");
+    if prefix.is_empty() {
+        bail!("{flag} {r:?} has an empty prefix");
     }
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        bail!("{flag} name {name:?} may only hold letters, digits and '_'");
+    }
+    let _ = split_resource(r);
+    Ok((prefix, name))
+}
+
+fn run_device_plugin(a: DevicePluginArgs) -> Result<ExitCode> {
+    let (prefix, name) = check_resource("--resource", &a.resource)?;
+    let (ib_prefix, ib_name) = check_resource("--ib-resource", &a.ib_resource)?;
     if a.rdma_hca_max == 0 {
         bail!("--rdma-hca-max must be at least 1");
     }
     let mut reports = Vec::new();
     for p in &a.detect {
-        reports.push(DetectReport::load(p)?);
+        let text = fabperf_k8s::files::read_text_capped(
+            p,
+            fabperf_k8s::files::MAX_INPUT_BYTES,
+            "detect file",
+        )?;
+        reports.push(DetectReport::parse(&text, &p.display().to_string())?);
     }
     let named: Vec<(&str, &DetectReport)> =
         reports.iter().map(|r| (r.hostname.as_str(), r)).collect();
-    let selectors = selectors_from_detect(&named, &a.if_names)
+    let groups = selectors_from_detect(&named, &a.if_names)
         .map_err(anyhow::Error::msg)
         .context("cannot derive device plugin selectors")?;
     let config = RdmaSharedConfig {
         periodic_update_interval: 300,
-        config_list: vec![RdmaResourceConfig {
-            resource_name: name.into(),
-            resource_prefix: prefix.into(),
-            rdma_hca_max: a.rdma_hca_max,
-            selectors,
-        }],
+        config_list: groups
+            .into_iter()
+            .map(|(lt, selectors)| {
+                let (p, n) = if lt == "ether" {
+                    (prefix, name)
+                } else {
+                    (ib_prefix, ib_name)
+                };
+                RdmaResourceConfig {
+                    resource_name: n.into(),
+                    resource_prefix: p.into(),
+                    rdma_hca_max: a.rdma_hca_max,
+                    selectors,
+                }
+            })
+            .collect(),
     };
     let op = OperatorPlan {
         repository: a.operator_repository,
         version: a.operator_version,
+        namespace: DEFAULT_OPERATOR_NAMESPACE.into(),
+        per_node_block_size: 16,
     };
     match a.format {
         DpFormat::Json => print!("{}", config.to_json()),
         DpFormat::Configmap | DpFormat::NicClusterPolicy => {
-            let files = device_plugin_files(
-                &config,
-                &op,
-                false,
-                false,
-                "fabperf k8s device-plugin-config",
-            )?;
+            let parts = NcpParts {
+                device_plugin: Some(&config),
+                ..Default::default()
+            };
+            let files = device_plugin_files(&op, &parts, "fabperf k8s device-plugin-config")?;
             let want = if matches!(a.format, DpFormat::Configmap) {
                 "rdma-devices-configmap.yaml"
             } else {

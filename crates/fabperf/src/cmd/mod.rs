@@ -1,6 +1,7 @@
 //! One module per command group. Each exposes clap argument types and a
 //! `run*` function returning the process exit code.
 
+pub mod cnibench;
 pub mod common;
 pub mod detect;
 pub mod k8s;
