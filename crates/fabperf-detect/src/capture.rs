@@ -73,21 +73,6 @@ fn run_ip(args: &[&str]) -> Option<Vec<u8>> {
     Some(out.stdout)
 }
 
-fn ifindexes(names: &[String]) -> Vec<(u32, String)> {
-    let mut v: Vec<(u32, String)> = names
-        .iter()
-        .map(|n| {
-            let idx = std::fs::read_to_string(format!("/sys/class/net/{n}/ifindex"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0);
-            (idx, n.clone())
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 /// Capture this host into `dir` (created; must be new or empty).
 pub fn capture(dir: &Path, opts: &DetectOptions) -> Result<CaptureReport, CaptureError> {
     if dir.exists() {
@@ -103,7 +88,6 @@ pub fn capture(dir: &Path, opts: &DetectOptions) -> Result<CaptureReport, Captur
     let rec = root.recording();
     let (files, vanished) = mirror_recording(&rec, dir).map_err(io_err(dir))?;
 
-    let names: Vec<String> = inventory.netdevs.iter().map(|n| n.name.clone()).collect();
     let (addr_json, route_json, ip_source) = match (
         run_ip(&["-j", "addr", "show"]),
         run_ip(&["-j", "route", "show", "table", "main"]),
@@ -116,7 +100,7 @@ pub fn capture(dir: &Path, opts: &DetectOptions) -> Result<CaptureReport, Captur
         _ => {
             let st: &IpState = &ip_state;
             (
-                st.to_addr_json(&ifindexes(&names)).into_bytes(),
+                st.to_addr_json(&st.links).into_bytes(),
                 st.to_route_json().into_bytes(),
                 "netlink, written in iproute2's JSON format (the `ip` command was unavailable)"
                     .to_string(),

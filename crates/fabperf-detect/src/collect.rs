@@ -467,14 +467,11 @@ fn bind_netdevs(root: &Root, devs: &mut [RdmaDevice], netdevs: &mut [Netdev]) {
     }
 }
 
-fn subnet_of(addr: Ipv4Addr, prefix: u8) -> String {
-    let bits = u32::from(addr);
-    let mask = if prefix == 0 {
-        0
-    } else {
-        u32::MAX << (32 - u32::from(prefix.min(32)))
-    };
-    format!("{}/{}", Ipv4Addr::from(bits & mask), prefix)
+/// The network of `addr/prefix` (`192.0.2.0/24`); `None` for a prefix above 32.
+fn subnet_of(addr: Ipv4Addr, prefix: u8) -> Option<String> {
+    ipnet::Ipv4Net::new(addr, prefix)
+        .ok()
+        .map(|n| n.trunc().to_string())
 }
 
 fn route_text(r: &RouteEntry) -> String {
@@ -517,7 +514,7 @@ fn find_node_ip(
             });
         };
         let subnet = match a.addr {
-            IpAddr::V4(v4) => Some(subnet_of(v4, a.prefixlen)),
+            IpAddr::V4(v4) => subnet_of(v4, a.prefixlen),
             IpAddr::V6(_) => None,
         };
         let route = subnet.as_ref().and_then(|s| {
@@ -564,7 +561,7 @@ fn find_node_ip(
         return Ok(None);
     };
     let subnet = match a.addr {
-        IpAddr::V4(v4) => Some(subnet_of(v4, a.prefixlen)),
+        IpAddr::V4(v4) => subnet_of(v4, a.prefixlen),
         IpAddr::V6(_) => None,
     };
     Ok(Some(NodeIp {

@@ -644,17 +644,14 @@ fn check_rp_filter(inv: &Inventory, out: &mut Vec<Finding>) {
     let mut by_subnet: BTreeMap<String, Vec<&Netdev>> = BTreeMap::new();
     for n in inv.netdevs.iter().filter(|n| n.kind != "loopback") {
         for c in &n.ipv4 {
-            let Some((a, p)) = c.split_once('/') else {
+            let Ok(net) = c.parse::<ipnet::Ipv4Net>() else {
                 continue;
             };
-            let (Ok(a), Ok(p)) = (a.parse::<std::net::Ipv4Addr>(), p.parse::<u32>()) else {
-                continue;
-            };
-            if p == 0 || p > 32 || p == 32 {
+            // A /0 is not a shared subnet; a /32 holds one address.
+            if net.prefix_len() == 0 || net.prefix_len() == 32 {
                 continue;
             }
-            let mask = u32::MAX << (32 - p);
-            let key = format!("{}/{p}", std::net::Ipv4Addr::from(u32::from(a) & mask));
+            let key = net.trunc().to_string();
             let v = by_subnet.entry(key).or_default();
             if !v.iter().any(|x| x.name == n.name) {
                 v.push(n);

@@ -32,11 +32,15 @@ pub struct RouteEntry {
     pub metric: Option<u32>,
 }
 
-/// Addresses and routes of a host.
+/// Addresses, routes and traffic-control objects of a host.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IpState {
     pub addrs: Vec<AddrEntry>,
     pub routes: Vec<RouteEntry>,
+    /// Qdiscs and classes (empty when unknown, e.g. a snapshot without `fabperf-tc.json`).
+    pub tc: Vec<crate::tc::TcObject>,
+    /// Interface index -> name, when read live.
+    pub links: Vec<(u32, String)>,
 }
 
 /// Parse failure of an iproute2 JSON document.
@@ -222,10 +226,14 @@ impl IpState {
     }
 
     /// Read the live host through netlink.
-    pub fn live() -> std::io::Result<IpState> {
-        let addrs = crate::netlink::dump_addrs()?;
-        let routes = crate::netlink::dump_routes()?;
-        Ok(IpState { addrs, routes })
+    pub fn live() -> Result<IpState, crate::netlink::NetlinkError> {
+        let d = crate::netlink::dump_all()?;
+        Ok(IpState {
+            addrs: d.addrs,
+            routes: d.routes,
+            tc: d.tc,
+            links: d.links.into_iter().collect(),
+        })
     }
 }
 
@@ -278,13 +286,15 @@ mod tests {
                 prefsrc: None,
                 metric: Some(100),
             }],
+            ..IpState::default()
         };
         let a = parse_addr_json(&s.to_addr_json(&[(2, "eth0".into())])).unwrap();
         let r = parse_route_json(&s.to_route_json()).unwrap();
         assert_eq!(
             IpState {
                 addrs: a,
-                routes: r
+                routes: r,
+                ..IpState::default()
             },
             s
         );

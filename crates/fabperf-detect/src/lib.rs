@@ -16,10 +16,11 @@ pub mod doctor;
 pub mod ipstate;
 pub mod memlock;
 mod model;
-mod netlink;
+pub mod netlink;
 pub mod parse;
 pub mod render;
 pub mod root;
+pub mod tc;
 
 pub use collect::{DetectError, DetectOptions};
 pub use memlock::MemlockStatus;
