@@ -3,7 +3,8 @@
 //! DIR holds exactly the sysfs/procfs files the detector read, at their real paths, with the
 //! kernel's symlinks (`sys/class/net/eth0`, `sys/bus/pci/devices/...`, `.../device`) recreated
 //! as relative links into those real paths; `ip-addr.json` / `ip-route.json` with what
-//! `ip -j addr show` / `ip -j route show table main` print; `detect.json` and `doctor.json` as
+//! `ip -j addr show` / `ip -j route show table main` print; `fabperf-tc.json` with the qdiscs and
+//! classes (what `tc` would show, as [`crate::tc::TcObject`]s); `detect.json` and `doctor.json` as
 //! seen live; and `fabperf-capture.json` describing the capture. `tar czf node.tgz -C DIR .`
 //! makes it mailable.
 
@@ -113,6 +114,10 @@ pub fn capture(dir: &Path, opts: &DetectOptions) -> Result<CaptureReport, Captur
     };
     w("ip-addr.json", &addr_json)?;
     w("ip-route.json", &route_json)?;
+    w(
+        "fabperf-tc.json",
+        crate::tc::to_tc_json(&ip_state.tc).as_bytes(),
+    )?;
     w("detect.json", inventory.to_json_pretty().as_bytes())?;
     let report = doctor::diagnose(&inventory);
     w("doctor.json", report.to_json_pretty().as_bytes())?;

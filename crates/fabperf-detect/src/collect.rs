@@ -327,6 +327,7 @@ fn read_netdev(root: &Root, name: &str, ip: &IpState) -> Netdev {
     } else {
         None
     };
+    let shaping = crate::tc::egress_limit(&ip.tc, name);
     let mut ipv4 = Vec::new();
     let mut ipv6 = Vec::new();
     for a in ip.addrs.iter().filter(|a| a.ifname == name) {
@@ -354,6 +355,8 @@ fn read_netdev(root: &Root, name: &str, ip: &IpState) -> Netdev {
         pci_address,
         pci,
         virtual_device,
+        tc_rate_bps: shaping.as_ref().map(|s| s.rate_bps),
+        tc_shaping: shaping.map(|s| s.text),
     }
 }
 
@@ -606,7 +609,7 @@ pub(crate) fn build(
         .filter(|n| !n.starts_with('.') && *n != "bonding_masters")
         .map(|n| read_netdev(root, n, &ip.state))
         .collect();
-    if netdevs.is_empty() {
+    if netdevs.is_empty() && root.problem("/sys/class/net").is_none() {
         warnings.push("no network interfaces found (/sys/class/net is missing or empty)".into());
     }
 
@@ -617,7 +620,14 @@ pub(crate) fn build(
         .iter()
         .map(|n| read_rdma_device(root, n, &mut warnings))
         .collect();
-    let rdma_note = if !devs.is_empty() {
+    let ib_problem = root.problem("/sys/class/infiniband");
+    let rdma_note = if let Some(p) = &ib_problem {
+        Some(format!(
+            "RDMA devices unknown: {} is unreadable ({}); the inventory is incomplete, not empty (run fabperf as root, or give it read access to sysfs)",
+            root.display("/sys/class/infiniband"),
+            p.error
+        ))
+    } else if !devs.is_empty() {
         None
     } else if !has_class && !ib_core {
         Some("no RDMA devices: /sys/class/infiniband is absent and the RDMA core (ib_core) is not loaded; this host has no RDMA stack (load mlx5_ib for ConnectX, or rdma_rxe for Soft-RoCE)".to_string())
@@ -690,6 +700,24 @@ pub(crate) fn build(
                 .unwrap_or_default(),
         });
 
+    let unreadable: Vec<Unreadable> = root
+        .problems()
+        .into_iter()
+        .map(|p| {
+            warnings.push(format!(
+                "{}: {}; {}",
+                root.display(&p.host_path),
+                p.error,
+                consequence(&p.host_path)
+            ));
+            Unreadable {
+                path: p.host_path,
+                directory: p.directory,
+                reason: p.error.to_string(),
+            }
+        })
+        .collect();
+
     let source = Source {
         mode: if root.is_live() { "live" } else { "snapshot" }.into(),
         root: root.base().display().to_string(),
@@ -710,6 +738,19 @@ pub(crate) fn build(
         sysctl,
         memlock,
         clocksource,
+        unreadable,
         warnings,
     })
+}
+
+/// What is unknown when `host_path` cannot be read.
+fn consequence(host_path: &str) -> &'static str {
+    match host_path {
+        "/ip-addr.json" => "addresses unknown",
+        "/ip-route.json" => "routes unknown",
+        "/fabperf-tc.json" => "egress shaping unknown",
+        "/sys/class/infiniband" => "RDMA devices unknown (the inventory is incomplete)",
+        "/sys/class/net" => "network interfaces unknown (the inventory is incomplete)",
+        _ => "the values read from it are unknown",
+    }
 }

@@ -860,8 +860,55 @@ fn check_clocksource(inv: &Inventory, out: &mut Vec<Finding>) {
     });
 }
 
+fn check_incomplete(inv: &Inventory, out: &mut Vec<Finding>) {
+    if inv.unreadable.is_empty() {
+        return;
+    }
+    let dirs: Vec<&str> = inv
+        .unreadable
+        .iter()
+        .filter(|u| u.directory)
+        .map(|u| u.path.as_str())
+        .collect();
+    let denied = inv
+        .unreadable
+        .iter()
+        .any(|u| u.reason.contains("permission"));
+    let mut fix = Vec::new();
+    if denied {
+        fix.push("run `fabperf doctor` as root (or, in a pod, with sysfs and procfs readable: the default container mounts are)".to_string());
+    }
+    if inv.source.mode == "snapshot" {
+        fix.push("re-create the snapshot with `fabperf detect --capture DIR` (it copies regular files only) and check its permissions (`chmod -R u+rX DIR`)".to_string());
+    }
+    out.push(Finding {
+        id: "inventory-incomplete".into(),
+        // A whole directory missing means "nothing found there" would be a guess.
+        severity: if dirs.is_empty() { Severity::Warning } else { Severity::Error },
+        subject: "node".into(),
+        summary: if dirs.is_empty() {
+            format!("{} inputs could not be read; the values behind them are unknown", inv.unreadable.len())
+        } else {
+            format!("the inventory is incomplete: {} could not be read, so what is behind it is unknown (not absent)", dirs.join(", "))
+        },
+        detail: "Findings below are drawn from what could be read; an unreadable directory is not evidence that nothing is there.".into(),
+        evidence: inv
+            .unreadable
+            .iter()
+            .map(|u| ev(inv, &u.path, &u.reason))
+            .collect(),
+        cost_gbps: None,
+        fix,
+    });
+}
+
 fn check_no_rdma(inv: &Inventory, out: &mut Vec<Finding>) {
-    if inv.rdma_available {
+    if inv.rdma_available
+        || inv
+            .unreadable
+            .iter()
+            .any(|u| u.path == "/sys/class/infiniband")
+    {
         return;
     }
     out.push(Finding {
@@ -885,6 +932,7 @@ fn check_no_rdma(inv: &Inventory, out: &mut Vec<Finding>) {
 /// All findings for an inventory, errors first.
 pub fn diagnose(inv: &Inventory) -> DoctorReport {
     let mut f = Vec::new();
+    check_incomplete(inv, &mut f);
     check_no_rdma(inv, &mut f);
     check_node_ip(inv, &mut f);
     check_pcie(inv, &mut f);

@@ -44,8 +44,23 @@ pub struct Inventory {
     pub memlock: Option<MemlockStatus>,
     /// The kernel's clocksource (what every timestamp is read from), null when unreadable.
     pub clocksource: Option<ClockSource>,
+    /// Inputs that exist but could not be read (permission denied, not a regular file, too
+    /// large, a symlink loop): the inventory is incomplete there, whatever else it says.
+    pub unreadable: Vec<Unreadable>,
     /// Inputs that could not be read or parsed (the affected values are null).
     pub warnings: Vec<String>,
+}
+
+/// An input the inventory could not see.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Unreadable {
+    /// Host path (`/sys/class/infiniband`); [`Inventory::path`] gives it as read.
+    pub path: String,
+    /// True for a directory that could not be listed (a whole section is missing).
+    pub directory: bool,
+    /// Why: `permission denied`, `not a regular file (a FIFO); refused`, ...
+    pub reason: String,
 }
 
 /// Where the kernel's clocksource is read (`current_clocksource`, `available_clocksource`).
@@ -233,6 +248,24 @@ pub struct Netdev {
     pub pci: Option<PciInfo>,
     /// True when the netdev lives under /sys/devices/virtual (veth, bridge, vxlan, ...).
     pub virtual_device: bool,
+    /// Egress rate cap set with `tc` (root `tbf`, `htb` default class ceiling, `netem` rate),
+    /// bit/s; null when the interface is not shaped or shaping is unknown (a snapshot without
+    /// `fabperf-tc.json`). `speed_mbps` does not show it: a veth always says 10000.
+    pub tc_rate_bps: Option<u64>,
+    /// The `tc` objects that set [`Netdev::tc_rate_bps`], e.g. `tbf 8001: (root qdisc) rate 1 Gbit/s`.
+    pub tc_shaping: Option<String>,
+}
+
+impl Netdev {
+    /// What the link carries at most, Gbit/s: the smaller of its speed and its `tc` cap.
+    pub fn effective_gbps(&self) -> Option<f64> {
+        let speed = self.speed_mbps.map(|s| s as f64 / 1000.0);
+        let tc = self.tc_rate_bps.map(|r| r as f64 / 1e9);
+        match (speed, tc) {
+            (Some(s), Some(t)) => Some(s.min(t)),
+            (s, t) => s.or(t),
+        }
+    }
 }
 
 /// The node address and the interface carrying it.
