@@ -46,8 +46,38 @@ fn pci_from_path(real: &str) -> Option<String> {
         .map(|s| s.to_string())
 }
 
-fn read_pci(root: &Root, addr: &str) -> PciInfo {
-    let base = format!("/sys/bus/pci/devices/{addr}");
+/// `KEY=value` of a sysfs `uevent` file.
+fn uevent(root: &Root, dir: &str, key: &str) -> Option<String> {
+    let text = root.read(&format!("{dir}/uevent"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The PCI function behind a `device` link and the directory to read it from.
+///
+/// Live, `device` is a symlink into `/sys/devices/pci...`, read through
+/// `/sys/bus/pci/devices/ADDR`. In a dereferenced copy (`cp -rL`, `tar -h`, `rsync -L`) it is
+/// a real directory holding the function's attributes: its `uevent` names the slot
+/// (`PCI_SLOT_NAME=`) and the attributes are read from the directory itself.
+fn pci_device(root: &Root, device: &str) -> Option<(String, String)> {
+    let real = root.canonical(device)?;
+    if let Some(a) = pci_from_path(&real) {
+        return Some((a.clone(), format!("/sys/bus/pci/devices/{a}")));
+    }
+    let a = uevent(root, device, "PCI_SLOT_NAME").filter(|a| parse::is_pci_address(a))?;
+    Some((a, device.to_string()))
+}
+
+/// The driver bound to a device directory: the `driver` link's target, else `uevent`'s
+/// `DRIVER=` (a dereferenced copy has a plain `driver` directory).
+fn device_driver(root: &Root, dir: &str) -> Option<String> {
+    root.link_name(&format!("{dir}/driver"))
+        .or_else(|| uevent(root, dir, "DRIVER"))
+}
+
+fn read_pci(root: &Root, addr: &str, base: &str) -> PciInfo {
     let vendor_id = root
         .read(&format!("{base}/vendor"))
         .and_then(|v| parse::hex_id(&v))
@@ -75,12 +105,13 @@ fn read_pci(root: &Root, addr: &str) -> PciInfo {
     let max_g = max_s.as_deref().and_then(parse::pcie_speed_gts);
     PciInfo {
         address: addr.to_string(),
+        sysfs: base.to_string(),
         vendor_id,
         device_id,
         model: table.map(|t| t.0.to_string()),
         is_vf,
         class,
-        driver: root.link_name(&format!("{base}/driver")),
+        driver: device_driver(root, base),
         numa_node: opt_i32(root.read(&format!("{base}/numa_node"))),
         current_link_speed: cur_s,
         max_link_speed: max_s,
@@ -222,10 +253,7 @@ fn read_rdma_device(root: &Root, name: &str, warnings: &mut Vec<String>) -> Rdma
     let r = |f: &str| root.read(&format!("{base}/{f}")).filter(|v| !v.is_empty());
     let node_type = r("node_type");
     let parent_netdev = r("parent");
-    let pci_addr = root
-        .canonical(&format!("{base}/device"))
-        .and_then(|real| pci_from_path(&real));
-    let pci = pci_addr.as_deref().map(|a| read_pci(root, a));
+    let pci = pci_device(root, &format!("{base}/device")).map(|(a, dir)| read_pci(root, &a, &dir));
     let iwarp = node_type.as_deref().is_some_and(|t| t.contains("RNIC"));
     let hca_type = r("hca_type");
     // Without a PCI link (partial sysfs), mlx hca_type `MT<decimal device id>` still names it.
@@ -316,14 +344,16 @@ fn read_netdev(root: &Root, name: &str, ip: &IpState) -> Netdev {
     let virtual_device = real
         .as_deref()
         .is_some_and(|p| p.starts_with("/sys/devices/virtual/"));
-    let device_real = root.canonical(&format!("{base}/device"));
-    let pci_address = device_real.as_deref().and_then(pci_from_path);
-    let pci = match (&pci_address, virtual_device) {
-        (Some(a), false) => Some(read_pci(root, a)),
+    let device = format!("{base}/device");
+    let device_real = root.canonical(&device);
+    let pci_dev = device_real.as_ref().and_then(|_| pci_device(root, &device));
+    let pci_address = pci_dev.as_ref().map(|(a, _)| a.clone());
+    let pci = match (&pci_dev, virtual_device) {
+        (Some((a, dir)), false) => Some(read_pci(root, a, dir)),
         _ => None,
     };
     let driver = if device_real.is_some() {
-        root.link_name(&format!("{base}/device/driver"))
+        device_driver(root, &device)
     } else {
         None
     };

@@ -325,7 +325,11 @@ fn port_rate_max(d: &RdmaDevice) -> Option<f64> {
 fn check_pcie(inv: &Inventory, out: &mut Vec<Finding>) {
     for d in &inv.rdma_devices {
         let Some(pci) = &d.pci else { continue };
-        let base = format!("/sys/bus/pci/devices/{}", pci.address);
+        let base = if pci.sysfs.is_empty() {
+            format!("/sys/bus/pci/devices/{}", pci.address)
+        } else {
+            pci.sysfs.clone()
+        };
         let evidence = vec![
             ev(
                 inv,

@@ -135,6 +135,9 @@ pub struct RdmaDevice {
 pub struct PciInfo {
     /// Domain:bus:device.function, e.g. `0000:3b:00.0`.
     pub address: String,
+    /// The sysfs directory the attributes were read from: `/sys/bus/pci/devices/ADDR`, or the
+    /// `device` directory itself in a dereferenced snapshot (`cp -rL`); empty in old files.
+    pub sysfs: String,
     /// Lowercase hex without `0x`.
     pub vendor_id: String,
     pub device_id: String,
