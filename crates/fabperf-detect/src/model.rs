@@ -348,10 +348,11 @@ impl Inventory {
         Ok(inv)
     }
 
-    /// Load a file written from `fabperf detect --json`.
+    /// Load a file written from `fabperf detect --json`: a regular file (a FIFO or device is
+    /// refused, not waited on) of at most [`crate::root::MAX_JSON_BYTES`].
     pub fn from_json_file(path: impl AsRef<Path>) -> Result<Inventory, LoadError> {
         let p = path.as_ref();
-        let text = std::fs::read_to_string(p).map_err(|e| LoadError::Io {
+        let text = read_json_file(p).map_err(|e| LoadError::Io {
             path: p.display().to_string(),
             source: e,
         })?;
@@ -373,6 +374,48 @@ impl Inventory {
         self.rdma_devices.iter().find(|d| d.name == name)
     }
 
+    /// The RDMA device and port behind a netdev: from the netdev's own `rdma_device` field,
+    /// else from a port that lists the netdev.
+    pub fn rdma_behind(&self, netdev: &str) -> Option<(&RdmaDevice, Option<&RdmaPort>)> {
+        if let Some(nd) = self.netdev(netdev) {
+            if let Some(dev) = nd.rdma_device.as_deref().and_then(|d| self.rdma_device(d)) {
+                let port = dev.ports.iter().find(|p| {
+                    Some(p.port) == nd.rdma_port || p.netdevs.iter().any(|n| n == netdev)
+                });
+                return Some((dev, port));
+            }
+        }
+        for dev in &self.rdma_devices {
+            if let Some(p) = dev
+                .ports
+                .iter()
+                .find(|p| p.netdevs.iter().any(|n| n == netdev))
+            {
+                return Some((dev, Some(p)));
+            }
+        }
+        None
+    }
+
+    /// IPoIB netdevs with an RDMA device behind them.
+    pub fn ipoib_candidates(&self) -> Vec<&Netdev> {
+        self.netdevs
+            .iter()
+            .filter(|n| n.kind == "ipoib" && self.rdma_behind(&n.name).is_some())
+            .collect()
+    }
+
+    /// Ethernet netdevs whose RDMA port has an Ethernet link layer (RoCE).
+    pub fn roce_candidates(&self) -> Vec<&Netdev> {
+        self.netdevs
+            .iter()
+            .filter(|n| {
+                n.kind == "ethernet"
+                    && matches!(self.rdma_behind(&n.name), Some((_, Some(p))) if p.link_layer == "Ethernet")
+            })
+            .collect()
+    }
+
     /// Path as read for this inventory (prefixes the snapshot root), for evidence.
     pub fn path(&self, host_path: &str) -> String {
         if self.source.root == "/" {
@@ -385,4 +428,38 @@ impl Inventory {
             )
         }
     }
+}
+
+/// Read a JSON input given by the user: a regular file (opened with `O_NONBLOCK`, so a FIFO
+/// is refused rather than waited on) of at most [`crate::root::MAX_JSON_BYTES`].
+pub fn read_json_file(p: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(p)?;
+    let md = f.metadata()?;
+    if !md.file_type().is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or directory); refused",
+        ));
+    }
+    let limit = crate::root::MAX_JSON_BYTES;
+    if md.len() > limit {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than the {limit}-byte limit; refused"),
+        ));
+    }
+    let mut data = Vec::new();
+    f.take(limit + 1).read_to_end(&mut data)?;
+    if data.len() as u64 > limit {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than the {limit}-byte limit; refused"),
+        ));
+    }
+    String::from_utf8(data).map_err(|_| Error::new(ErrorKind::InvalidData, "not UTF-8 text"))
 }
