@@ -248,7 +248,21 @@ fn read_port(root: &Root, dev: &str, port: u32, warnings: &mut Vec<String>) -> R
     }
 }
 
-fn read_rdma_device(root: &Root, name: &str, warnings: &mut Vec<String>) -> RdmaDevice {
+/// What a device is, from its sysfs directory: enough to tell hardware from software.
+struct Identity {
+    node_type: Option<String>,
+    parent_netdev: Option<String>,
+    pci: Option<PciInfo>,
+    iwarp: bool,
+    hca_type: Option<String>,
+    hca_model: Option<String>,
+    software: bool,
+}
+
+/// The rule for software RDMA devices (rxe, siw): no PCI function behind them (live, they sit
+/// under `/sys/devices/virtual`), no mlx `hca_type`, and a `parent` netdev, an iWARP node type,
+/// an rxe/siw name, or no `hca_type` at all.
+fn identity(root: &Root, name: &str) -> Identity {
     let base = format!("/sys/class/infiniband/{name}");
     let r = |f: &str| root.read(&format!("{base}/{f}")).filter(|v| !v.is_empty());
     let node_type = r("node_type");
@@ -270,6 +284,47 @@ fn read_rdma_device(root: &Root, name: &str, warnings: &mut Vec<String>) -> Rdma
             || name.starts_with("rxe")
             || name.starts_with("siw")
             || hca_type.is_none());
+    Identity {
+        node_type,
+        parent_netdev,
+        pci,
+        iwarp,
+        hca_type,
+        hca_model,
+        software,
+    }
+}
+
+/// Whether RDMA device `name` of the host at `root` (`/` for this host, or a snapshot) is a
+/// software device (rxe, siw), whose protocol work the kernel does on the CPU. `None` when
+/// there is no such device.
+pub fn rdma_device_is_software(root: &std::path::Path, name: &str) -> Option<bool> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return None;
+    }
+    let root = if root == std::path::Path::new("/") {
+        Root::live()
+    } else {
+        Root::at(root)
+    };
+    if !root.is_dir(&format!("/sys/class/infiniband/{name}")) {
+        return None;
+    }
+    Some(identity(&root, name).software)
+}
+
+fn read_rdma_device(root: &Root, name: &str, warnings: &mut Vec<String>) -> RdmaDevice {
+    let base = format!("/sys/class/infiniband/{name}");
+    let r = |f: &str| root.read(&format!("{base}/{f}")).filter(|v| !v.is_empty());
+    let Identity {
+        node_type,
+        parent_netdev,
+        pci,
+        iwarp,
+        hca_type,
+        hca_model,
+        software,
+    } = identity(root, name);
     let driver = match &pci {
         Some(p) => p.driver.clone(),
         None if !software => None,

@@ -22,7 +22,7 @@ pub mod render;
 pub mod root;
 pub mod tc;
 
-pub use collect::{DetectError, DetectOptions};
+pub use collect::{rdma_device_is_software, DetectError, DetectOptions};
 pub use memlock::MemlockStatus;
 pub use model::*;
 

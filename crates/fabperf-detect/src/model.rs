@@ -77,15 +77,20 @@ pub struct ClockSource {
 }
 
 impl ClockSource {
-    /// Clocksources read through a trapped device access or a system call
-    /// on every `clock_gettime` (no vDSO fast path): ~0.5-1 µs a read.
-    /// (fabperf-proto's `clock::warning_for` names the same list in its hint.)
+    /// See [`clocksource_is_slow`].
     pub fn is_slow(&self) -> bool {
-        matches!(
-            self.current.as_str(),
-            "hpet" | "acpi_pm" | "jiffies" | "refined-jiffies" | "pit"
-        )
+        clocksource_is_slow(&self.current)
     }
+}
+
+/// True for the clocksources without a vDSO fast path (`hpet`, `acpi_pm`, `jiffies`, `pit`):
+/// every clock read is a system call with a trapped device access, ~0.5-1 µs instead of
+/// ~20-60 ns. The one list fabperf uses (doctor's `clocksource-slow`, records' clock warning).
+pub fn clocksource_is_slow(name: &str) -> bool {
+    matches!(
+        name,
+        "hpet" | "acpi_pm" | "jiffies" | "refined-jiffies" | "pit"
+    )
 }
 
 /// Where an inventory was read from.
