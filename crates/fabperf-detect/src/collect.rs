@@ -440,6 +440,7 @@ fn read_netdev(root: &Root, name: &str, ip: &IpState) -> Netdev {
         pci_address,
         pci,
         virtual_device,
+        devtype: uevent(root, &base, "DEVTYPE"),
         tc_rate_bps: shaping.as_ref().map(|s| s.rate_bps),
         tc_shaping: shaping.map(|s| s.text),
     }

@@ -115,14 +115,45 @@ pub fn tcp_efficiency_encap(mtu: u32, overhead: u32) -> f64 {
     ((m - 52.0 - f64::from(overhead)) / (m + 38.0)).max(0.0)
 }
 
-/// Link rate of a netdev in Gbit/s: its own speed, else the rate of the RDMA port behind it.
+/// Link rate of a netdev in Gbit/s: the smaller of its speed and its `tc` egress cap, else the
+/// rate of the RDMA port behind it (capped by `tc` too).
 fn netdev_gbps(inv: &Inventory, n: &Netdev) -> Option<f64> {
-    if let Some(s) = n.speed_mbps {
-        return Some(s as f64 / 1000.0);
+    if let Some(g) = n.effective_gbps() {
+        return Some(g);
     }
     let d = inv.rdma_device(n.rdma_device.as_deref()?)?;
     let p = d.ports.iter().find(|p| Some(p.port) == n.rdma_port)?;
     p.rate_gbps
+}
+
+/// Where `tc` shaping was read: the snapshot's `fabperf-tc.json`, or netlink live.
+fn tc_evidence(inv: &Inventory, n: &Netdev) -> Option<Evidence> {
+    let text = n.tc_shaping.clone()?;
+    let path = if inv.source.mode == "snapshot" {
+        inv.path("/fabperf-tc.json")
+    } else {
+        format!("netlink (RTM_GETQDISC/RTM_GETTCLASS, dev {})", n.name)
+    };
+    Some(Evidence {
+        path,
+        value: format!("egress {text}"),
+    })
+}
+
+/// Link kinds that carry traffic of the node itself rather than stand for another path:
+/// bridges, overlays and tunnels (docker0, cni0, flannel.1, vxlan.calico, ...) report a speed
+/// borrowed from their ports and are never "the faster link".
+fn is_overlay_or_bridge(n: &Netdev) -> bool {
+    !matches!(n.devtype.as_deref(), None | Some("vlan") | Some("bond"))
+}
+
+/// A link with a routable subnet of its own (not a /32 host address such as cilium_host or a
+/// kube-ipvs0 service address).
+fn has_ipv4_subnet(n: &Netdev) -> bool {
+    n.ipv4.iter().any(|c| {
+        c.parse::<ipnet::Ipv4Net>()
+            .is_ok_and(|net| (1..32).contains(&net.prefix_len()) && !net.addr().is_loopback())
+    })
 }
 
 fn port_path(d: &RdmaDevice, p: &RdmaPort, file: &str) -> String {
@@ -168,7 +199,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
         return;
     };
     // Fabric links: netdevs bound to hardware RDMA ports.
-    let fabric: Vec<(&Netdev, f64)> = inv
+    let hw_fabric: Vec<(&Netdev, f64)> = inv
         .netdevs
         .iter()
         .filter(|n| {
@@ -188,19 +219,31 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
         .filter(|p| p.state == "ACTIVE")
         .filter_map(|p| p.rate_gbps)
         .fold(0.0f64, f64::max);
-    let netdev_max = fabric.iter().map(|(_, g)| *g).fold(0.0f64, f64::max);
-    let fastest = port_max.max(netdev_max);
+    if hw_fabric.iter().any(|(n, _)| n.name == node.interface) {
+        return;
+    }
+    // Other links with a subnet of their own that are up: a faster one means the node address
+    // sits on the slow path (a 1 Gbit/s management link next to the data network, or a link
+    // shaped with tc).
+    let other: Vec<(&Netdev, f64)> = inv
+        .netdevs
+        .iter()
+        .filter(|n| n.kind != "loopback" && n.name != node.interface)
+        .filter(|n| !hw_fabric.iter().any(|(h, _)| h.name == n.name))
+        .filter(|n| matches!(n.operstate.as_deref(), Some("up") | Some("unknown")))
+        .filter(|n| !is_overlay_or_bridge(n) && has_ipv4_subnet(n))
+        .filter_map(|n| n.effective_gbps().map(|g| (n, g)))
+        .collect();
+    let hw_max = port_max.max(hw_fabric.iter().map(|(_, g)| *g).fold(0.0f64, f64::max));
+    let other_max = other.iter().map(|(_, g)| *g).fold(0.0f64, f64::max);
+    let fastest = hw_max.max(other_max);
     if fastest <= 0.0 {
         return;
     }
-    if fabric.iter().any(|(n, _)| n.name == node.interface) {
-        return;
-    }
+    let fabric: Vec<(&Netdev, f64)> = hw_fabric.iter().chain(other.iter()).copied().collect();
     let node_nd = inv.netdev(&node.interface);
-    let node_gbps = node_nd
-        .and_then(|n| n.speed_mbps)
-        .map(|s| s as f64 / 1000.0);
-    // The fabric interface to move to: fastest, with an IPv4 address preferred.
+    let node_gbps = node_nd.and_then(|n| n.effective_gbps());
+    // The interface to move to: fastest, with an IPv4 address preferred.
     let target = {
         let mut c: Vec<&(&Netdev, f64)> = fabric.iter().collect();
         // Fastest with an IPv4 address, then the largest MTU, then by name.
@@ -233,6 +276,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
         &format!("/sys/class/net/{}/speed", node.interface),
         opt(&node_nd.and_then(|n| n.speed_mbps)),
     ));
+    evidence.extend(node_nd.and_then(|n| tc_evidence(inv, n)));
     for (n, g) in &fabric {
         evidence.push(ev(
             inv,
@@ -241,6 +285,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| format!("unknown (port rate {})", fmt_gbps(*g))),
         ));
+        evidence.extend(tc_evidence(inv, n));
     }
     let mut fix = Vec::new();
     match target {
@@ -267,6 +312,25 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
         None => fix.push("bind an IPv4 address to the fabric link (IPoIB or the RoCE netdev) and point kubelet `--node-ip` and the CNI's interface setting at it".into()),
     }
     let mtu = node_nd.and_then(|n| n.mtu).unwrap_or(1500);
+    let shaped = node_nd
+        .and_then(|n| n.tc_shaping.as_deref())
+        .filter(|_| {
+            node_nd.is_some_and(|n| n.tc_rate_bps.map(|r| r as f64 / 1e9) == n.effective_gbps())
+        })
+        .map(|t| format!(", shaped by {t}"))
+        .unwrap_or_default();
+    let what = if hw_max >= other_max {
+        "fabric link"
+    } else {
+        "link of this node"
+    };
+    let fastest_name = fabric
+        .iter()
+        .filter(|(_, g)| *g >= fastest)
+        .map(|(n, _)| n.name.as_str())
+        .next()
+        .map(|n| format!(" ({n})"))
+        .unwrap_or_default();
     match node_gbps {
         Some(ng) if ng <= fastest / 2.0 => {
             let plain = ng * tcp_efficiency(mtu);
@@ -276,7 +340,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
                 severity: Severity::Error,
                 subject: node.interface.clone(),
                 summary: format!(
-                    "node address {} is on {} ({}) while the fastest fabric link is {}",
+                    "node address {} is on {} ({}{shaped}) while the fastest {what}{fastest_name} is {}",
                     node.address,
                     node.interface,
                     fmt_gbps(ng),
@@ -292,6 +356,8 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
             });
         }
         Some(_) => {}
+        // Only a hardware fabric makes an unknown node-link speed worth a warning.
+        None if hw_max <= 0.0 => {}
         None => out.push(Finding {
             id: "node-ip-slow-link".into(),
             severity: Severity::Warning,
@@ -300,7 +366,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
                 "node address {} is on {} (speed unknown), not on the {} fabric link",
                 node.address,
                 node.interface,
-                fmt_gbps(fastest)
+                fmt_gbps(hw_max)
             ),
             detail: "Pod traffic follows the node address; its link speed is unreadable here, so check that it is as fast as the fabric.".into(),
             evidence,

@@ -256,6 +256,9 @@ pub struct Netdev {
     pub pci: Option<PciInfo>,
     /// True when the netdev lives under /sys/devices/virtual (veth, bridge, vxlan, ...).
     pub virtual_device: bool,
+    /// `DEVTYPE=` of the netdev's `uevent`: `bridge`, `vxlan`, `vlan`, `bond`, `wlan`, ...;
+    /// null for plain Ethernet functions, veths and unknown.
+    pub devtype: Option<String>,
     /// Egress rate cap set with `tc` (root `tbf`, `htb` default class ceiling, `netem` rate),
     /// bit/s; null when the interface is not shaped or shaping is unknown (a snapshot without
     /// `fabperf-tc.json`). `speed_mbps` does not show it: a veth always says 10000.
