@@ -1082,6 +1082,78 @@ mod tests {
         assert_eq!(r.with_id("clocksource-slow").count(), 0);
     }
 
+    fn nd(name: &str, speed: u64, cidr: &str, devtype: Option<&str>) -> Netdev {
+        Netdev {
+            name: name.into(),
+            kind: "ethernet".into(),
+            mtu: Some(1500),
+            speed_mbps: Some(speed),
+            operstate: Some("up".into()),
+            ipv4: vec![cidr.into()],
+            devtype: devtype.map(str::to_string),
+            ..Netdev::default()
+        }
+    }
+
+    fn node_on(iface: &str, netdevs: Vec<Netdev>) -> Inventory {
+        Inventory {
+            netdevs,
+            node_ip: Some(crate::model::NodeIp {
+                address: "192.0.2.10".into(),
+                interface: iface.into(),
+                source: "default-route".into(),
+                ..Default::default()
+            }),
+            ..Inventory::default()
+        }
+    }
+
+    #[test]
+    fn bridges_overlays_and_host_addresses_are_not_faster_links() {
+        // A 1 GbE node with docker0 (a bridge reports its ports' 10000), a VXLAN overlay and
+        // cilium_host (a veth with a /32): nothing to move the node address to.
+        let inv = node_on(
+            "eth0",
+            vec![
+                nd("eth0", 1000, "192.0.2.10/24", None),
+                nd("docker0", 10000, "172.17.0.1/16", Some("bridge")),
+                nd("flannel.1", 10000, "10.244.0.0/24", Some("vxlan")),
+                nd("cilium_host", 10000, "10.0.0.197/32", None),
+            ],
+        );
+        assert_eq!(diagnose(&inv).with_id("node-ip-slow-link").count(), 0);
+        // A second routable link that is faster: the node address is on the slow one.
+        let mut inv = inv;
+        inv.netdevs
+            .push(nd("eth1", 25000, "198.51.100.10/24", None));
+        let r = diagnose(&inv);
+        let f = r.with_id("node-ip-slow-link").next().expect("finding");
+        assert!(f.summary.contains("(eth1) is 25 Gbit/s"), "{}", f.summary);
+        // Shaped with tc, a link is as slow as its cap; unknown speed and no RDMA: silent.
+        let mut fast = node_on(
+            "eth1",
+            vec![
+                nd("eth0", 1000, "192.0.2.10/24", None),
+                nd("eth1", 25000, "198.51.100.10/24", None),
+            ],
+        );
+        fast.netdevs[1].tc_rate_bps = Some(100_000_000);
+        fast.netdevs[1].tc_shaping = Some("tbf 1: (root qdisc) rate 100 Mbit/s".into());
+        let r = diagnose(&fast);
+        let f = r
+            .with_id("node-ip-slow-link")
+            .next()
+            .expect("shaped finding");
+        assert!(
+            f.summary.contains("0.1 Gbit/s, shaped by tbf"),
+            "{}",
+            f.summary
+        );
+        fast.netdevs[1].speed_mbps = None;
+        fast.netdevs[1].tc_rate_bps = None;
+        assert_eq!(diagnose(&fast).with_id("node-ip-slow-link").count(), 0);
+    }
+
     #[test]
     fn tcp_efficiency_matches_published_goodput() {
         // 1 GbE, MTU 1500: 941.5 Mbit/s plain, 909.0 with VXLAN (50 bytes less payload).

@@ -271,6 +271,34 @@ mod tests {
     }
 
     #[test]
+    fn malformed_iproute_json_is_an_error_or_skipped_not_a_panic() {
+        let deep = "[".repeat(100_000);
+        for text in [
+            "",
+            "null",
+            "42",
+            "\"x\"",
+            "{}",
+            deep.as_str(),
+            "[1, \"a\", null, []]",
+            r#"[{"ifname": 7, "addr_info": "x"}]"#,
+            r#"[{"ifname":"a","addr_info":[{"family":"inet","local":"10.0.0.1","prefixlen":999}]}]"#,
+            r#"[{"ifname":"a","addr_info":[{"family":"inet","local":"not-an-ip","prefixlen":8}]}]"#,
+            r#"[{"ifname":"a","addr_info":[{"family":"inet","local":"10.0.0.1","prefixlen":-1}]}]"#,
+            r#"[{"dst":"default","metric":1e400}]"#,
+            r#"[{"dst":{"x":1},"dev":["a"]},{"dst":"default","nexthops":"x"}]"#,
+        ] {
+            if let Ok(a) = parse_addr_json(text) {
+                assert!(a.is_empty(), "{text}: {a:?}");
+            }
+            if let Ok(r) = parse_route_json(text) {
+                assert!(r.iter().all(|r| r.dst == "default"), "{text}: {r:?}");
+            }
+        }
+        assert!(parse_addr_json(&deep).is_err());
+    }
+
+    #[test]
     fn synthesized_json_round_trips() {
         let s = IpState {
             addrs: vec![AddrEntry {

@@ -430,6 +430,105 @@ mod tests {
         }
     }
 
+    fn msg(ty: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let len = 16 + payload.len();
+        let mut v = Vec::new();
+        v.extend_from_slice(&(len as u32).to_ne_bytes());
+        v.extend_from_slice(&ty.to_ne_bytes());
+        v.extend_from_slice(&flags.to_ne_bytes());
+        v.extend_from_slice(&seq.to_ne_bytes());
+        v.extend_from_slice(&0u32.to_ne_bytes());
+        v.extend_from_slice(payload);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v
+    }
+
+    fn new_link(index: u32, name: &str, seq: u32) -> Vec<u8> {
+        let mut l = LinkMessage::default();
+        l.header.index = index;
+        l.attributes.push(LinkAttribute::IfName(name.into()));
+        let mut header = NetlinkHeader::default();
+        header.sequence_number = seq;
+        header.flags = netlink_packet_core::NLM_F_MULTIPART;
+        let mut m = NetlinkMessage::new(
+            header,
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)),
+        );
+        m.finalize();
+        let mut b = vec![0u8; m.buffer_len()];
+        m.serialize(&mut b);
+        b
+    }
+
+    #[test]
+    fn messages_parse_and_malformed_buffers_are_errors_not_panics() {
+        let seq = 9;
+        let mut buf = new_link(3, "eth0", seq);
+        buf.extend(new_link(4, "other-seq", seq + 1));
+        buf.extend(msg(3, 0, seq, &0i32.to_ne_bytes())); // NLMSG_DONE
+        let p = parse_messages(&buf, seq).unwrap();
+        assert!(p.done && !p.interrupted);
+        assert_eq!(
+            p.items,
+            vec![Item::Link {
+                index: 3,
+                name: "eth0".into()
+            }]
+        );
+        // NLM_F_DUMP_INTR on any message marks the dump for a restart.
+        let mut b = new_link(3, "eth0", seq);
+        b[6] |= NLM_F_DUMP_INTR as u8;
+        assert!(parse_messages(&b, seq).unwrap().interrupted);
+        // The kernel's error answer becomes an error.
+        let e = parse_messages(&msg(2, 0, seq, &(-1i32).to_ne_bytes().repeat(5)), seq);
+        assert!(matches!(e, Err(NetlinkError::Kernel(_))), "{e:?}");
+        // Framing errors: too short, length beyond the buffer, length below a header.
+        let good = new_link(3, "eth0", seq);
+        for bad in [
+            vec![1u8, 2, 3],
+            good[..good.len() - 1].to_vec(),
+            msg(16, 0, seq, &[])[..15].to_vec(),
+            {
+                let mut x = good.clone();
+                x[..4].copy_from_slice(&u32::MAX.to_ne_bytes());
+                x
+            },
+            {
+                let mut x = good.clone();
+                x[..4].copy_from_slice(&4u32.to_ne_bytes());
+                x
+            },
+        ] {
+            assert!(parse_messages(&bad, seq).is_err(), "{bad:?}");
+        }
+        // Every truncation of a valid buffer, and garbage bodies of each message type we use,
+        // are handled without a panic.
+        for cut in 0..buf.len() {
+            let _ = parse_messages(&buf[..cut], seq);
+        }
+        for ty in [16u16, 20, 24, 36, 40] {
+            for body in [
+                vec![],
+                vec![0xff; 3],
+                vec![0xff; 40],
+                vec![8, 0, 1, 0, 1, 2],
+            ] {
+                let p = parse_messages(&msg(ty, 0, seq, &body), seq).unwrap();
+                assert!(p.items.len() <= 1);
+            }
+        }
+        // Items without names are dropped when resolving.
+        let d = resolve(vec![Item::Addr {
+            index: 42,
+            addr: "10.0.0.1".parse().unwrap(),
+            prefixlen: 8,
+            scope: 0,
+        }]);
+        assert!(d.addrs.is_empty());
+    }
+
     #[test]
     fn requests_are_well_formed_dumps() {
         let b = request(
