@@ -6,12 +6,17 @@
 //!   `DIR/ip-route.json`).
 //! * [`doctor::diagnose`] turns an inventory into [`doctor::Finding`]s with evidence and fixes.
 //! * [`capture::capture`] writes a snapshot of this host that `detect_root` reads back.
-//! * [`memlock`] is the reusable RLIMIT_MEMLOCK / CAP_IPC_LOCK check for RDMA code.
+//! * [`memlock`] is the reusable RLIMIT_MEMLOCK / CAP_IPC_LOCK check for RDMA code;
+//!   [`rdma_device_is_software`] and [`clocksource_is_slow`] are the other rules shared with it.
+//! * [`tc`] computes a link's egress cap from its qdiscs and classes.
+//! * [`counters`] snapshots RDMA port/hardware counters, netdev statistics and
+//!   `/proc/net/{snmp,netstat}` and returns what changed between two snapshots.
 //!
 //! Other crates load a `fabperf detect --json` file with [`Inventory::from_json_file`].
 
 pub mod capture;
 mod collect;
+pub mod counters;
 pub mod doctor;
 pub mod ipstate;
 pub mod memlock;
