@@ -235,17 +235,23 @@ pub(crate) fn agent_socket(local: SocketAddr) -> Result<UdpSocket, fabperf_proto
 }
 
 /// Agent: wait for the client's hello on `sock`, then connect to its
-/// address (as seen through any NAT).
+/// address (its port as seen through any NAT). Only a hello from the
+/// control connection's peer address (`peer`) counts: the agent never
+/// sends a stream to an address that did not open the test.
 pub(crate) fn agent_wait_hello(
     sock: &UdpSocket,
     session: u32,
     timeout: Duration,
+    peer: IpAddr,
 ) -> Result<SocketAddr, fabperf_proto::ServeError> {
     let deadline = Instant::now() + timeout;
     let mut buf = [0u8; 64];
     let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
     while Instant::now() < deadline {
         match sock.recv_from(&mut buf) {
+            Ok((n, from)) if from.ip().to_canonical() != peer.to_canonical() => {
+                let _ = n;
+            }
             Ok((n, from)) => {
                 if let Some(h) = Header::read(&buf[..n]) {
                     if h.kind == T_HELLO && h.session == session {
