@@ -701,7 +701,7 @@ fn serve_control(
             clock: clock.clone(),
         });
     }
-    let _guard = BusyGuard(&sh.busy);
+    let guard = BusyGuard(&sh.busy);
     let t0 = Instant::now();
     ctl.set_stop_flag(clock.stop_flag());
     let mut ctx = ServeCtx {
@@ -711,6 +711,9 @@ fn serve_control(
         clock: &clock,
     };
     let res = catch_unwind(AssertUnwindSafe(|| kind.serve(&mut ctx, params)));
+    // Free before the last frame goes out, so a client that starts its next
+    // test as soon as it has read it does not find the agent busy.
+    drop(guard);
     if clock.is_stopped() {
         let msg = format!(
             "{test} stopped by the agent at its time limit: {} (agent options --max-duration, --timeout)",

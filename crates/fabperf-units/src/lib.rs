@@ -88,9 +88,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "unknown unit {suf:?} in size {s:?}; use bytes, optionally with K, M, G or T (x1024)"
-        )),
+        ))
+        }
     };
     let b = v * mult as f64;
     if b >= u64::MAX as f64 {

@@ -29,6 +29,18 @@ pub fn timeout_secs() -> impl Fn(&str) -> Result<f64, String> + Clone + Send + S
     units::secs_in(Zero::Refused, MAX_TIMEOUT_SECS)
 }
 
+/// A directory to create or fill (e.g. `detect --capture`): refused at
+/// parse time when something that is not a directory is already there.
+pub fn new_dir_arg(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    match std::fs::symlink_metadata(&p) {
+        Ok(m) if !m.is_dir() => Err(format!(
+            "{s} exists and is not a directory; give a new or empty directory"
+        )),
+        _ => Ok(p),
+    }
+}
+
 /// How to reach the agent.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClientOpts {
