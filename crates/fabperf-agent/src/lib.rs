@@ -6,6 +6,13 @@
 //! runs one test at a time (measurements would disturb each other); a second
 //! client gets a clear `busy` error. Every wait is bounded by the I/O
 //! timeout, so a client that stalls or vanishes frees the agent for the next.
+//!
+//! Against hostile peers (docs/security.md): a connection's whole handshake
+//! must end within the I/O timeout; handshakes are capped ([`MAX_PENDING`],
+//! [`MAX_PENDING_PER_SOURCE`]) with the oldest closed to admit a new one;
+//! a timer thread closes late handshakes and stops the running test at its
+//! deadline ([`fabperf_proto::TestClock`]); a panic in a test becomes an
+//! error for the client, and every log line is escaped.
 
 use fabperf_proto::auth::{self, Side};
 use fabperf_proto::{
