@@ -667,7 +667,7 @@ fn fill(
             rx.cpu_s / rx.secs * 100.0
         ));
     }
-    if rx.rcvbuf + 4096 < want {
+    if rx.rcvbuf.saturating_add(4096) < want {
         r.warnings.push(format!(
             "the {rxs}'s receive buffer is {} bytes, not the {want} asked for: raise net.core.rmem_max (or run as root) to avoid drops",
             rx.rcvbuf
