@@ -158,7 +158,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     for (i, (name, f)) in steps.iter().enumerate() {
         eprint!("[{}/{total}] {name} ... ", i + 1);
         let _ = std::io::stderr().flush();
-        match f().and_then(checked) {
+        // The agent may still be closing the previous test (it is busy
+        // until its side has ended): retry that for a while.
+        let t0 = std::time::Instant::now();
+        let res = loop {
+            match f() {
+                Err(e) if agent_busy(&e) && t0.elapsed() < cfg.timeout => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                r => break r,
+            }
+        };
+        match res.and_then(checked) {
             Ok(recs) => {
                 write_json_lines(&mut file, &recs)
                     .with_context(|| format!("writing {}", path.display()))?;
@@ -193,6 +204,27 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// The agent answered `busy`.
+fn agent_busy(e: &anyhow::Error) -> bool {
+    use fabperf_proto::{ErrorCode, ProtoError};
+    let busy = |p: &ProtoError| {
+        matches!(
+            p,
+            ProtoError::Remote {
+                code: ErrorCode::Busy,
+                ..
+            }
+        )
+    };
+    e.chain().any(|c| {
+        c.downcast_ref::<ProtoError>().is_some_and(busy)
+            || matches!(c.downcast_ref::<fabperf_sock::SockError>(),
+                        Some(fabperf_sock::SockError::Proto(p)) if busy(p))
+            || matches!(c.downcast_ref::<fabperf_rdma::RdmaError>(),
+                        Some(fabperf_rdma::RdmaError::Proto(p)) if busy(p))
+    })
 }
 
 /// One line per finished test on stderr.
@@ -248,4 +280,29 @@ fn rdma_steps<'a>(
         Box::new(move || Ok(fabperf_rdma::run_lat(addr, &c, &lat)?)),
     ));
     Some(format!("using {picked}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::agent_busy;
+    use fabperf_proto::{ErrorCode, ProtoError};
+
+    #[test]
+    fn busy_is_recognised_through_the_engines_errors() {
+        let remote = |code| ProtoError::Remote {
+            code,
+            message: "x".into(),
+        };
+        assert!(agent_busy(&anyhow::Error::new(remote(ErrorCode::Busy))));
+        assert!(agent_busy(&anyhow::Error::new(
+            fabperf_sock::SockError::Proto(remote(ErrorCode::Busy))
+        )));
+        assert!(agent_busy(&anyhow::Error::new(
+            fabperf_rdma::RdmaError::Proto(remote(ErrorCode::Busy))
+        )));
+        assert!(!agent_busy(&anyhow::Error::new(remote(
+            ErrorCode::AuthFailed
+        ))));
+        assert!(!agent_busy(&anyhow::anyhow!("agent busy")));
+    }
 }
