@@ -6,25 +6,46 @@
 //! runs one test at a time (measurements would disturb each other); a second
 //! client gets a clear `busy` error. Every wait is bounded by the I/O
 //! timeout, so a client that stalls or vanishes frees the agent for the next.
+//!
+//! Against hostile peers (docs/security.md): a connection's whole handshake
+//! must end within the I/O timeout; handshakes are capped ([`MAX_PENDING`],
+//! [`MAX_PENDING_PER_SOURCE`]) with the oldest closed to admit a new one;
+//! a timer thread closes late handshakes and stops the running test at its
+//! deadline ([`fabperf_proto::TestClock`]); a panic in a test becomes an
+//! error for the client, and every log line is escaped.
 
+use fabperf_proto::auth::{self, Side};
 use fabperf_proto::{
-    auth, ErrorCode, Limits, Msg, ProtoError, ServeCtx, TestKind, DATA_MAGIC, MAGIC, PROTO_VERSION,
+    text, AgentIdentity, ErrorCode, Limits, Msg, ProtoError, ServeCtx, ServeError, TestClock,
+    TestKind, DATA_MAGIC, MAGIC, MAX_FRAME, OPEN_START_FRAME, PRE_AUTH_FRAME, PROTO_VERSION,
 };
 use fabperf_proto::{Control, DataHub};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Most connections handled at once (handshakes included); more are closed.
-pub const MAX_CONNECTIONS: usize = 256;
+/// Most connection threads at once; a connection beyond it is closed.
+/// (Handshakes are capped far lower by [`MAX_PENDING`], so this is only
+/// reached if closed handshakes are slow to end.)
+pub const MAX_CONNECTIONS: usize = 512;
+/// Most connections in their handshake (not yet authenticated and
+/// started) at once. At the cap, the oldest is closed to make room for the
+/// new one, so a flood of stalled connections cannot lock clients out.
+pub const MAX_PENDING: usize = 128;
+/// Most handshakes at once from one source address (IPv4 address, or IPv6
+/// /64 prefix); beyond it, that source's oldest is closed.
+pub const MAX_PENDING_PER_SOURCE: usize = 16;
 
 /// Agent settings.
 pub struct AgentConfig {
     pub bind: SocketAddr,
-    /// Shared secret; clients must prove they know it.
+    /// Shared secret; clients must prove they know it (and the agent
+    /// proves it to them).
     pub token: Option<Vec<u8>>,
     /// Allow a non-loopback bind without a token.
     pub insecure: bool,
@@ -33,6 +54,8 @@ pub struct AgentConfig {
     pub kinds: Vec<Box<dyn TestKind>>,
     /// No log lines on stderr.
     pub quiet: bool,
+    /// Who this agent is, announced in its hello (node, path label).
+    pub identity: Option<AgentIdentity>,
 }
 
 impl AgentConfig {
@@ -50,11 +73,103 @@ impl AgentConfig {
     }
 }
 
-#[derive(Debug)]
+/// This host's name (for `--node-name`'s default).
+pub fn hostname() -> String {
+    let mut b = [0u8; 256];
+    // SAFETY: the buffer is valid for writes of its length.
+    let rc = unsafe { libc::gethostname(b.as_mut_ptr() as *mut libc::c_char, b.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..n]).into_owned()
+}
+
 struct BusyInfo {
     test: String,
     peer: SocketAddr,
     since: Instant,
+    clock: Arc<TestClock>,
+}
+
+/// Where handshakes come from, for the per-source cap: an IPv4 address,
+/// or the /64 prefix of an IPv6 address (one host usually holds a whole
+/// /64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Source(IpAddr);
+
+impl Source {
+    fn of(ip: IpAddr) -> Source {
+        match ip.to_canonical() {
+            IpAddr::V6(v6) => {
+                let s = v6.segments();
+                Source(IpAddr::V6(Ipv6Addr::new(
+                    s[0], s[1], s[2], s[3], 0, 0, 0, 0,
+                )))
+            }
+            v4 => Source(v4),
+        }
+    }
+}
+
+/// A connection in its handshake.
+struct PendingConn {
+    source: Source,
+    /// When the agent closes it if the handshake has not finished.
+    deadline: Instant,
+    stream: TcpStream,
+}
+
+/// Handshakes in progress, oldest first (ids grow).
+#[derive(Default)]
+struct Pending {
+    next: u64,
+    conns: BTreeMap<u64, PendingConn>,
+    /// Closed by the agent (evicted or out of time) since the last log line.
+    evicted: u64,
+    timed_out: u64,
+}
+
+impl Pending {
+    /// Close and forget the handshake `id`.
+    fn close(&mut self, id: u64) {
+        if let Some(c) = self.conns.remove(&id) {
+            let _ = c.stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Register a new handshake, closing the oldest of its source and then
+    /// the oldest overall when at a cap.
+    fn admit(&mut self, stream: &TcpStream, source: Source, deadline: Instant) -> Option<u64> {
+        let same: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.source == source)
+            .map(|(id, _)| *id)
+            .collect();
+        if same.len() >= MAX_PENDING_PER_SOURCE {
+            self.close(same[0]);
+            self.evicted += 1;
+        }
+        if self.conns.len() >= MAX_PENDING {
+            if let Some(&oldest) = self.conns.keys().next() {
+                self.close(oldest);
+                self.evicted += 1;
+            }
+        }
+        let stream = stream.try_clone().ok()?;
+        let id = self.next;
+        self.next += 1;
+        self.conns.insert(
+            id,
+            PendingConn {
+                source,
+                deadline,
+                stream,
+            },
+        );
+        Some(id)
+    }
 }
 
 struct Shared {
@@ -62,20 +177,56 @@ struct Shared {
     token: Option<Vec<u8>>,
     limits: Limits,
     quiet: bool,
+    identity: Option<AgentIdentity>,
     busy: Mutex<Option<BusyInfo>>,
     hub: DataHub,
     stop: AtomicBool,
     conns: AtomicUsize,
+    pending: Mutex<Pending>,
 }
 
 impl Shared {
+    /// One log line; the whole line is escaped, since parts of it may come
+    /// from a peer.
     fn log(&self, msg: &str) {
         if !self.quiet {
-            eprintln!("{} fabperf agent: {msg}", fabperf_results::now_rfc3339());
+            eprintln!(
+                "{} fabperf agent: {}",
+                fabperf_results::now_rfc3339(),
+                text::escape(msg)
+            );
         }
     }
     fn names(&self) -> Vec<String> {
         self.kinds.iter().map(|k| k.name().to_string()).collect()
+    }
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn busy(&self) -> MutexGuard<'_, Option<BusyInfo>> {
+        self.busy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    /// The handshake `id` is over (authenticated and started, or routed).
+    /// False when the agent had already closed it.
+    fn handshake_done(&self, id: u64) -> bool {
+        self.pending().conns.remove(&id).is_some()
+    }
+    fn was_closed_by_agent(&self, id: u64) -> bool {
+        !self.pending().conns.contains_key(&id)
+    }
+}
+
+/// Releases a connection's slot (and its handshake entry) however the
+/// connection thread ends, panics included.
+struct ConnSlot {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.shared.pending().conns.remove(&self.id);
+        self.shared.conns.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -125,10 +276,12 @@ impl Agent {
                 token: cfg.token,
                 limits: cfg.limits,
                 quiet: cfg.quiet,
+                identity: cfg.identity,
                 busy: Mutex::new(None),
                 hub: DataHub::new(),
                 stop: AtomicBool::new(false),
                 conns: AtomicUsize::new(0),
+                pending: Mutex::new(Pending::default()),
             }),
         })
     }
@@ -146,6 +299,19 @@ impl Agent {
             if shared.token.is_some() { "on" } else { "off" },
             shared.names().join(", ")
         ));
+        let timer = {
+            let sh = shared.clone();
+            std::thread::Builder::new()
+                .name("fabperf-timer".into())
+                .spawn(move || timer_loop(&sh))
+        };
+        if let Err(e) = &timer {
+            shared.log(&format!(
+                "cannot start the timer thread ({e}); refusing to serve without it"
+            ));
+            return;
+        }
+        let handshake = shared.limits.io_timeout;
         for conn in self.listener.incoming() {
             if shared.stop.load(Ordering::SeqCst) {
                 break;
@@ -159,22 +325,45 @@ impl Agent {
                     continue;
                 }
             };
-            if shared.conns.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-                shared.conns.fetch_sub(1, Ordering::SeqCst);
+            if shared.conns.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
                 drop(stream);
                 continue;
             }
-            let sh = shared.clone();
+            let source = match stream.peer_addr() {
+                Ok(a) => Source::of(a.ip()),
+                Err(_) => continue,
+            };
+            // The agent's own backstop: a little after the handshake's own
+            // deadline (which gives the better log line) the timer closes it.
+            let deadline = later(Instant::now(), handshake + Duration::from_millis(250));
+            let Some(id) = shared.pending().admit(&stream, source, deadline) else {
+                continue;
+            };
+            shared.conns.fetch_add(1, Ordering::SeqCst);
+            let slot = ConnSlot {
+                shared: shared.clone(),
+                id,
+            };
             let spawned = std::thread::Builder::new()
                 .name("fabperf-conn".into())
                 .spawn(move || {
-                    handle_connection(&sh, stream);
-                    sh.conns.fetch_sub(1, Ordering::SeqCst);
+                    let sh = slot.shared.clone();
+                    let r = catch_unwind(AssertUnwindSafe(|| handle_connection(&sh, stream, id)));
+                    if let Err(p) = r {
+                        sh.log(&format!(
+                            "internal error (a bug) in a connection thread: {}",
+                            panic_text(&p)
+                        ));
+                    }
+                    drop(slot);
                 });
             if let Err(e) = spawned {
-                shared.conns.fetch_sub(1, Ordering::SeqCst);
                 shared.log(&format!("cannot start a connection thread: {e}"));
             }
+        }
+        shared.stop.store(true, Ordering::SeqCst);
+        if let Ok(t) = timer {
+            let _ = t.join();
         }
     }
 
@@ -231,6 +420,72 @@ impl Drop for AgentHandle {
     }
 }
 
+/// `t + d`, or far in the future when that overflows.
+fn later(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d)
+        .or_else(|| t.checked_add(Duration::from_secs(10 * 365 * 86400)))
+        .unwrap_or(t)
+}
+
+/// The agent's clock: closes handshakes past their deadline, stops the
+/// running test at its deadline, and logs what it closed (aggregated, so
+/// a flood of connections cannot flood the log).
+fn timer_loop(sh: &Shared) {
+    const TICK: Duration = Duration::from_millis(50);
+    const LOG_EVERY: Duration = Duration::from_secs(10);
+    let mut last_log = Instant::now();
+    while !sh.stop.load(Ordering::SeqCst) {
+        std::thread::sleep(TICK);
+        let now = Instant::now();
+        {
+            let mut p = sh.pending();
+            let late: Vec<u64> = p
+                .conns
+                .iter()
+                .filter(|(_, c)| c.deadline <= now)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in late {
+                p.close(id);
+                p.timed_out += 1;
+            }
+            if now.duration_since(last_log) >= LOG_EVERY && (p.evicted > 0 || p.timed_out > 0) {
+                let (e, t) = (p.evicted, p.timed_out);
+                p.evicted = 0;
+                p.timed_out = 0;
+                drop(p);
+                last_log = now;
+                sh.log(&format!(
+                    "closed {t} connection(s) that did not finish the handshake within {:.1} s \
+                     and {e} oldest unfinished handshake(s) to admit new connections \
+                     (at most {MAX_PENDING}, {MAX_PENDING_PER_SOURCE} per source address)",
+                    sh.limits.io_timeout.as_secs_f64()
+                ));
+            }
+        }
+        let stopped = sh
+            .busy()
+            .as_ref()
+            .filter(|b| b.clock.enforce(now))
+            .map(|b| (b.test.clone(), b.peer, b.clock.describe()));
+        if let Some((test, peer, why)) = stopped {
+            sh.log(&format!(
+                "{peer}: stopping {test} at the agent's time limit ({why})"
+            ));
+        }
+    }
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".into()
+    }
+}
+
 /// Clears the busy slot when the test ends, even by panic.
 struct BusyGuard<'a>(&'a Mutex<Option<BusyInfo>>);
 
@@ -240,7 +495,8 @@ impl Drop for BusyGuard<'_> {
     }
 }
 
-fn handle_connection(sh: &Shared, mut stream: TcpStream) {
+fn handle_connection(sh: &Shared, mut stream: TcpStream, id: u64) {
+    let accepted = Instant::now();
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -248,14 +504,14 @@ fn handle_connection(sh: &Shared, mut stream: TcpStream) {
     let t = sh.limits.io_timeout;
     let _ = stream.set_read_timeout(Some(t));
     let mut magic = [0u8; 4];
-    if let Err(e) = read_exact_or(&mut stream, &mut magic) {
-        if !sh.stop.load(Ordering::SeqCst) {
+    if let Err(e) = stream.read_exact(&mut magic) {
+        if !sh.stop.load(Ordering::SeqCst) && !sh.was_closed_by_agent(id) {
             sh.log(&format!("{peer}: no preamble ({e}); closed"));
         }
         return;
     }
     if magic == DATA_MAGIC {
-        if !sh.hub.route(stream, t) {
+        if !sh.hub.route(stream, t) && !sh.was_closed_by_agent(id) {
             sh.log(&format!(
                 "{peer}: data connection with an unknown cookie; closed"
             ));
@@ -282,8 +538,10 @@ fn handle_connection(sh: &Shared, mut stream: TcpStream) {
         return;
     }
     let mut rest = [0u8; 4];
-    if let Err(e) = read_exact_or(&mut stream, &mut rest) {
-        sh.log(&format!("{peer}: truncated preamble ({e}); closed"));
+    if let Err(e) = stream.read_exact(&mut rest) {
+        if !sh.was_closed_by_agent(id) {
+            sh.log(&format!("{peer}: truncated preamble ({e}); closed"));
+        }
         return;
     }
     let mut ctl = match Control::new(stream, t) {
@@ -293,6 +551,8 @@ fn handle_connection(sh: &Shared, mut stream: TcpStream) {
             return;
         }
     };
+    // The whole handshake, preamble to start, has the I/O timeout.
+    ctl.set_deadline(Some(later(accepted, t)));
     if ctl.send_preamble().is_err() {
         return;
     }
@@ -306,20 +566,37 @@ fn handle_connection(sh: &Shared, mut stream: TcpStream) {
         sh.log(&format!("{peer}: {msg}"));
         return;
     }
-    if let Err(e) = serve_control(sh, &mut ctl) {
+    let mut started = false;
+    if let Err(e) = serve_control(sh, &mut ctl, id, &mut started) {
         if !e.connection_lost {
             ctl.send_error(e.code, &e.message);
         }
-        sh.log(&format!("{peer}: {e}"));
+        // A handshake the timer closed is counted in its summary line.
+        if started || !e.connection_lost || !sh.was_closed_by_agent(id) {
+            sh.log(&format!("{peer}: {e}"));
+        }
     }
 }
 
-fn read_exact_or(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
-    s.read_exact(buf)
+/// A client's message that ends its part of the handshake early.
+fn client_gave_up(code: ErrorCode, message: String) -> ServeError {
+    let what = match code {
+        ErrorCode::AuthRequired | ErrorCode::AuthFailed => "authentication failed",
+        _ => "the client gave up",
+    };
+    ServeError {
+        code,
+        message: format!("{what}: the client says: {message}"),
+        connection_lost: true,
+    }
 }
 
-fn serve_control(sh: &Shared, ctl: &mut Control) -> Result<(), fabperf_proto::ServeError> {
-    use fabperf_proto::ServeError;
+fn serve_control(
+    sh: &Shared,
+    ctl: &mut Control,
+    id: u64,
+    started: &mut bool,
+) -> Result<(), ServeError> {
     let peer = ctl.peer();
     let nonce = sh.token.as_ref().map(|_| auth::new_nonce());
     ctl.send(&Msg::Hello {
@@ -327,11 +604,57 @@ fn serve_control(sh: &Shared, ctl: &mut Control) -> Result<(), fabperf_proto::Se
         auth_required: sh.token.is_some(),
         nonce: nonce.clone(),
         tests: sh.names(),
+        agent: sh.identity.clone(),
     })?;
-    let (test, params, client_auth) = match ctl.recv("the client's start request") {
-        Ok(Msg::Start {
-            test, params, auth, ..
-        }) => (test, params, auth),
+    if let (Some(token), Some(nonce)) = (&sh.token, &nonce) {
+        // Nothing but a small Auth frame is read from a peer that has not
+        // proven it holds the token.
+        ctl.set_max_frame(PRE_AUTH_FRAME);
+        match ctl.recv("the client's authentication") {
+            Ok(Msg::Auth {
+                nonce: client_nonce,
+                proof,
+            }) => {
+                if !auth::verify(token, Side::Client, nonce, &client_nonce, &proof) {
+                    return Err(ServeError::new(
+                        ErrorCode::AuthFailed,
+                        "authentication failed: wrong shared secret (the client's --token-file does not match the agent's)",
+                    ));
+                }
+                ctl.send(&Msg::AuthOk {
+                    proof: auth::prove(token, Side::Agent, nonce, &client_nonce),
+                })?;
+            }
+            Ok(Msg::Start { .. }) => {
+                return Err(ServeError::new(
+                    ErrorCode::AuthRequired,
+                    "authentication failed: the client sent no proof; this agent requires a shared secret: pass --token-file with the agent's token",
+                ))
+            }
+            Ok(Msg::Bye) => return Ok(()),
+            Ok(other) => {
+                return Err(ServeError::new(
+                    ErrorCode::BadFrame,
+                    format!("expected auth, got {}", other.kind()),
+                ))
+            }
+            Err(ProtoError::Remote { code, message }) => {
+                return Err(client_gave_up(code, message))
+            }
+            Err(e @ ProtoError::FrameTooLarge { .. }) => {
+                return Err(ServeError::new(
+                    ErrorCode::BadFrame,
+                    format!("before authentication: {e}"),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        ctl.set_max_frame(MAX_FRAME);
+    } else {
+        ctl.set_max_frame(OPEN_START_FRAME);
+    }
+    let (test, params) = match ctl.recv("the client's start request") {
+        Ok(Msg::Start { test, params, .. }) => (test, params),
         Ok(Msg::Bye) => return Ok(()),
         Ok(other) => {
             return Err(ServeError::new(
@@ -339,27 +662,22 @@ fn serve_control(sh: &Shared, ctl: &mut Control) -> Result<(), fabperf_proto::Se
                 format!("expected start, got {}", other.kind()),
             ))
         }
-        // The client refused (e.g. unknown test detected on its side).
-        Err(ProtoError::Remote { .. }) => return Ok(()),
+        // The client refused (an unknown test, or an agent that cannot
+        // prove a token).
+        Err(ProtoError::Remote { code, message }) => return Err(client_gave_up(code, message)),
         Err(e) => return Err(e.into()),
     };
-    if let (Some(token), Some(nonce)) = (&sh.token, &nonce) {
-        match client_auth {
-            None => {
-                return Err(ServeError::new(
-                    ErrorCode::AuthRequired,
-                    "this agent requires a shared secret: pass --token-file with the agent's token",
-                ))
-            }
-            Some(a) if !auth::verify(token, nonce, &a) => {
-                return Err(ServeError::new(
-                    ErrorCode::AuthFailed,
-                    "wrong shared secret: the client's --token-file does not match the agent's",
-                ))
-            }
-            Some(_) => {}
-        }
+    // The handshake is over: no deadline, no eviction from here on.
+    if !sh.handshake_done(id) {
+        return Err(ServeError {
+            code: ErrorCode::Timeout,
+            message: "the handshake took too long; closed".into(),
+            connection_lost: true,
+        });
     }
+    *started = true;
+    ctl.set_deadline(None);
+    ctl.set_max_frame(MAX_FRAME);
     let Some(kind) = sh.kinds.iter().find(|k| k.name() == test) else {
         return Err(ServeError::new(
             ErrorCode::UnknownTest,
@@ -369,8 +687,9 @@ fn serve_control(sh: &Shared, ctl: &mut Control) -> Result<(), fabperf_proto::Se
             ),
         ));
     };
+    let clock = Arc::new(TestClock::new(&sh.limits, ctl.stream().try_clone().ok()));
     {
-        let mut busy = sh.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let mut busy = sh.busy();
         if let Some(b) = busy.as_ref() {
             return Err(ServeError::new(
                 ErrorCode::Busy,
@@ -386,26 +705,53 @@ fn serve_control(sh: &Shared, ctl: &mut Control) -> Result<(), fabperf_proto::Se
             test: test.clone(),
             peer,
             since: Instant::now(),
+            clock: clock.clone(),
         });
     }
-    let _guard = BusyGuard(&sh.busy);
-    let started = Instant::now();
+    let guard = BusyGuard(&sh.busy);
+    let t0 = Instant::now();
+    ctl.set_stop_flag(clock.stop_flag());
     let mut ctx = ServeCtx {
         ctl,
         limits: sh.limits,
         data: &sh.hub,
+        clock: &clock,
     };
-    let res = kind.serve(&mut ctx, params);
+    let res = catch_unwind(AssertUnwindSafe(|| kind.serve(&mut ctx, params)));
+    // Free before the last frame goes out, so a client that starts its next
+    // test as soon as it has read it does not find the agent busy.
+    drop(guard);
+    if clock.is_stopped() {
+        let msg = format!(
+            "{test} stopped by the agent at its time limit: {} (agent options --max-duration, --timeout)",
+            clock.describe()
+        );
+        sh.log(&format!("{peer}: {msg}"));
+        ctl.send_error(ErrorCode::LimitExceeded, &msg);
+        return Ok(());
+    }
     match res {
-        Ok(()) => sh.log(&format!(
+        Ok(Ok(())) => sh.log(&format!(
             "{peer}: {test} done in {:.1} s",
-            started.elapsed().as_secs_f64()
+            t0.elapsed().as_secs_f64()
         )),
-        Err(e) => {
+        Ok(Err(e)) => {
             sh.log(&format!("{peer}: {test} failed: {e}"));
             if !e.connection_lost {
                 ctl.send_error(e.code, &format!("{test}: {}", e.message));
             }
+        }
+        Err(p) => {
+            sh.log(&format!(
+                "{peer}: {test} failed: internal error (a bug): {}",
+                panic_text(&p)
+            ));
+            ctl.send_error(
+                ErrorCode::Internal,
+                &format!(
+                    "{test}: the agent hit an internal error (a bug); its log has the details"
+                ),
+            );
         }
     }
     Ok(())

@@ -76,6 +76,7 @@ fn start(token: Option<&[u8]>, io_timeout: Duration) -> (AgentHandle, mpsc::Send
             Box::new(Sink),
         ],
         quiet: true,
+        identity: None,
     })
     .unwrap();
     (agent.spawn(), tx)
@@ -135,18 +136,18 @@ fn unknown_test_refused_by_agent_too() {
     .unwrap();
     let mut pre = [0u8; 8];
     s.read_exact(&mut pre).unwrap();
-    let _hello = fabperf_proto::read_frame(&mut s, None, "hello").unwrap();
+    let _hello =
+        fabperf_proto::read_frame(&mut s, fabperf_proto::MAX_FRAME, None, "hello").unwrap();
     fabperf_proto::write_frame(
         &mut s,
         &Msg::Start {
             test: "nope".into(),
             params: json!({}),
             fabperf_version: "x".into(),
-            auth: None,
         },
     )
     .unwrap();
-    match fabperf_proto::read_frame(&mut s, None, "reply").unwrap() {
+    match fabperf_proto::read_frame(&mut s, fabperf_proto::MAX_FRAME, None, "reply").unwrap() {
         Msg::Error { code, .. } => assert_eq!(code, ErrorCode::UnknownTest),
         m => panic!("{m:?}"),
     }
@@ -193,7 +194,7 @@ fn version_mismatch_both_sides() {
     s.read_exact(&mut pre).unwrap();
     assert_eq!(&pre[..4], b"FBPF");
     assert_eq!(u16::from_be_bytes([pre[4], pre[5]]), PROTO_VERSION);
-    match fabperf_proto::read_frame(&mut s, None, "error").unwrap() {
+    match fabperf_proto::read_frame(&mut s, fabperf_proto::MAX_FRAME, None, "error").unwrap() {
         Msg::Error { code, message } => {
             assert_eq!(code, ErrorCode::VersionMismatch);
             assert!(
@@ -266,9 +267,10 @@ fn bad_frame_after_hello() {
         .unwrap();
         let mut pre = [0u8; 8];
         s.read_exact(&mut pre).unwrap();
-        let _hello = fabperf_proto::read_frame(&mut s, None, "hello").unwrap();
+        let _hello =
+            fabperf_proto::read_frame(&mut s, fabperf_proto::MAX_FRAME, None, "hello").unwrap();
         s.write_all(junk).unwrap();
-        match fabperf_proto::read_frame(&mut s, None, "reply") {
+        match fabperf_proto::read_frame(&mut s, fabperf_proto::MAX_FRAME, None, "reply") {
             Ok(Msg::Error { code, .. }) => assert_eq!(code, ErrorCode::BadFrame),
             r => panic!("{junk:?}: {r:?}"),
         }
@@ -315,16 +317,8 @@ fn busy_agent_refuses_second_client() {
 fn auth_required_failed_ok() {
     let (h, _tx) = start(Some(b"s3cret"), Duration::from_secs(5));
     let e = connect_test(h.addr(), &cfg(None), "echo", json!({"n": 1})).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            ProtoError::Remote {
-                code: ErrorCode::AuthRequired,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert!(matches!(e, ProtoError::Auth(_)), "{e:?}");
+    assert!(e.to_string().contains("--token-file"), "{e}");
     let e = connect_test(h.addr(), &cfg(Some(b"wrong")), "echo", json!({"n": 1})).unwrap_err();
     assert!(
         matches!(
@@ -348,6 +342,7 @@ fn non_loopback_needs_token_or_insecure() {
         limits: Limits::default(),
         kinds: vec![],
         quiet: true,
+        identity: None,
     };
     let e = Agent::bind(mk(None, false)).err().unwrap();
     assert!(
@@ -368,6 +363,7 @@ fn port_in_use_is_explained() {
         limits: Limits::default(),
         kinds: vec![],
         quiet: true,
+        identity: None,
     })
     .err()
     .unwrap();

@@ -3,7 +3,8 @@
 //! DIR holds exactly the sysfs/procfs files the detector read, at their real paths, with the
 //! kernel's symlinks (`sys/class/net/eth0`, `sys/bus/pci/devices/...`, `.../device`) recreated
 //! as relative links into those real paths; `ip-addr.json` / `ip-route.json` with what
-//! `ip -j addr show` / `ip -j route show table main` print; `detect.json` and `doctor.json` as
+//! `ip -j addr show` / `ip -j route show table main` print; `fabperf-tc.json` with the qdiscs and
+//! classes (what `tc` would show, as [`crate::tc::TcObject`]s); `detect.json` and `doctor.json` as
 //! seen live; and `fabperf-capture.json` describing the capture. `tar czf node.tgz -C DIR .`
 //! makes it mailable.
 
@@ -73,21 +74,6 @@ fn run_ip(args: &[&str]) -> Option<Vec<u8>> {
     Some(out.stdout)
 }
 
-fn ifindexes(names: &[String]) -> Vec<(u32, String)> {
-    let mut v: Vec<(u32, String)> = names
-        .iter()
-        .map(|n| {
-            let idx = std::fs::read_to_string(format!("/sys/class/net/{n}/ifindex"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0);
-            (idx, n.clone())
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 /// Capture this host into `dir` (created; must be new or empty).
 pub fn capture(dir: &Path, opts: &DetectOptions) -> Result<CaptureReport, CaptureError> {
     if dir.exists() {
@@ -103,7 +89,6 @@ pub fn capture(dir: &Path, opts: &DetectOptions) -> Result<CaptureReport, Captur
     let rec = root.recording();
     let (files, vanished) = mirror_recording(&rec, dir).map_err(io_err(dir))?;
 
-    let names: Vec<String> = inventory.netdevs.iter().map(|n| n.name.clone()).collect();
     let (addr_json, route_json, ip_source) = match (
         run_ip(&["-j", "addr", "show"]),
         run_ip(&["-j", "route", "show", "table", "main"]),
@@ -116,7 +101,7 @@ pub fn capture(dir: &Path, opts: &DetectOptions) -> Result<CaptureReport, Captur
         _ => {
             let st: &IpState = &ip_state;
             (
-                st.to_addr_json(&ifindexes(&names)).into_bytes(),
+                st.to_addr_json(&st.links).into_bytes(),
                 st.to_route_json().into_bytes(),
                 "netlink, written in iproute2's JSON format (the `ip` command was unavailable)"
                     .to_string(),
@@ -129,6 +114,10 @@ pub fn capture(dir: &Path, opts: &DetectOptions) -> Result<CaptureReport, Captur
     };
     w("ip-addr.json", &addr_json)?;
     w("ip-route.json", &route_json)?;
+    w(
+        "fabperf-tc.json",
+        crate::tc::to_tc_json(&ip_state.tc).as_bytes(),
+    )?;
     w("detect.json", inventory.to_json_pretty().as_bytes())?;
     let report = doctor::diagnose(&inventory);
     w("doctor.json", report.to_json_pretty().as_bytes())?;

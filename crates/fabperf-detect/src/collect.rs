@@ -46,8 +46,38 @@ fn pci_from_path(real: &str) -> Option<String> {
         .map(|s| s.to_string())
 }
 
-fn read_pci(root: &Root, addr: &str) -> PciInfo {
-    let base = format!("/sys/bus/pci/devices/{addr}");
+/// `KEY=value` of a sysfs `uevent` file.
+fn uevent(root: &Root, dir: &str, key: &str) -> Option<String> {
+    let text = root.read(&format!("{dir}/uevent"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The PCI function behind a `device` link and the directory to read it from.
+///
+/// Live, `device` is a symlink into `/sys/devices/pci...`, read through
+/// `/sys/bus/pci/devices/ADDR`. In a dereferenced copy (`cp -rL`, `tar -h`, `rsync -L`) it is
+/// a real directory holding the function's attributes: its `uevent` names the slot
+/// (`PCI_SLOT_NAME=`) and the attributes are read from the directory itself.
+fn pci_device(root: &Root, device: &str) -> Option<(String, String)> {
+    let real = root.canonical(device)?;
+    if let Some(a) = pci_from_path(&real) {
+        return Some((a.clone(), format!("/sys/bus/pci/devices/{a}")));
+    }
+    let a = uevent(root, device, "PCI_SLOT_NAME").filter(|a| parse::is_pci_address(a))?;
+    Some((a, device.to_string()))
+}
+
+/// The driver bound to a device directory: the `driver` link's target, else `uevent`'s
+/// `DRIVER=` (a dereferenced copy has a plain `driver` directory).
+fn device_driver(root: &Root, dir: &str) -> Option<String> {
+    root.link_name(&format!("{dir}/driver"))
+        .or_else(|| uevent(root, dir, "DRIVER"))
+}
+
+fn read_pci(root: &Root, addr: &str, base: &str) -> PciInfo {
     let vendor_id = root
         .read(&format!("{base}/vendor"))
         .and_then(|v| parse::hex_id(&v))
@@ -75,12 +105,13 @@ fn read_pci(root: &Root, addr: &str) -> PciInfo {
     let max_g = max_s.as_deref().and_then(parse::pcie_speed_gts);
     PciInfo {
         address: addr.to_string(),
+        sysfs: base.to_string(),
         vendor_id,
         device_id,
         model: table.map(|t| t.0.to_string()),
         is_vf,
         class,
-        driver: root.link_name(&format!("{base}/driver")),
+        driver: device_driver(root, base),
         numa_node: opt_i32(root.read(&format!("{base}/numa_node"))),
         current_link_speed: cur_s,
         max_link_speed: max_s,
@@ -217,15 +248,26 @@ fn read_port(root: &Root, dev: &str, port: u32, warnings: &mut Vec<String>) -> R
     }
 }
 
-fn read_rdma_device(root: &Root, name: &str, warnings: &mut Vec<String>) -> RdmaDevice {
+/// What a device is, from its sysfs directory: enough to tell hardware from software.
+struct Identity {
+    node_type: Option<String>,
+    parent_netdev: Option<String>,
+    pci: Option<PciInfo>,
+    iwarp: bool,
+    hca_type: Option<String>,
+    hca_model: Option<String>,
+    software: bool,
+}
+
+/// The rule for software RDMA devices (rxe, siw): no PCI function behind them (live, they sit
+/// under `/sys/devices/virtual`), no mlx `hca_type`, and a `parent` netdev, an iWARP node type,
+/// an rxe/siw name, or no `hca_type` at all.
+fn identity(root: &Root, name: &str) -> Identity {
     let base = format!("/sys/class/infiniband/{name}");
     let r = |f: &str| root.read(&format!("{base}/{f}")).filter(|v| !v.is_empty());
     let node_type = r("node_type");
     let parent_netdev = r("parent");
-    let pci_addr = root
-        .canonical(&format!("{base}/device"))
-        .and_then(|real| pci_from_path(&real));
-    let pci = pci_addr.as_deref().map(|a| read_pci(root, a));
+    let pci = pci_device(root, &format!("{base}/device")).map(|(a, dir)| read_pci(root, &a, &dir));
     let iwarp = node_type.as_deref().is_some_and(|t| t.contains("RNIC"));
     let hca_type = r("hca_type");
     // Without a PCI link (partial sysfs), mlx hca_type `MT<decimal device id>` still names it.
@@ -242,6 +284,47 @@ fn read_rdma_device(root: &Root, name: &str, warnings: &mut Vec<String>) -> Rdma
             || name.starts_with("rxe")
             || name.starts_with("siw")
             || hca_type.is_none());
+    Identity {
+        node_type,
+        parent_netdev,
+        pci,
+        iwarp,
+        hca_type,
+        hca_model,
+        software,
+    }
+}
+
+/// Whether RDMA device `name` of the host at `root` (`/` for this host, or a snapshot) is a
+/// software device (rxe, siw), whose protocol work the kernel does on the CPU. `None` when
+/// there is no such device.
+pub fn rdma_device_is_software(root: &std::path::Path, name: &str) -> Option<bool> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return None;
+    }
+    let root = if root == std::path::Path::new("/") {
+        Root::live()
+    } else {
+        Root::at(root)
+    };
+    if !root.is_dir(&format!("/sys/class/infiniband/{name}")) {
+        return None;
+    }
+    Some(identity(&root, name).software)
+}
+
+fn read_rdma_device(root: &Root, name: &str, warnings: &mut Vec<String>) -> RdmaDevice {
+    let base = format!("/sys/class/infiniband/{name}");
+    let r = |f: &str| root.read(&format!("{base}/{f}")).filter(|v| !v.is_empty());
+    let Identity {
+        node_type,
+        parent_netdev,
+        pci,
+        iwarp,
+        hca_type,
+        hca_model,
+        software,
+    } = identity(root, name);
     let driver = match &pci {
         Some(p) => p.driver.clone(),
         None if !software => None,
@@ -316,17 +399,20 @@ fn read_netdev(root: &Root, name: &str, ip: &IpState) -> Netdev {
     let virtual_device = real
         .as_deref()
         .is_some_and(|p| p.starts_with("/sys/devices/virtual/"));
-    let device_real = root.canonical(&format!("{base}/device"));
-    let pci_address = device_real.as_deref().and_then(pci_from_path);
-    let pci = match (&pci_address, virtual_device) {
-        (Some(a), false) => Some(read_pci(root, a)),
+    let device = format!("{base}/device");
+    let device_real = root.canonical(&device);
+    let pci_dev = device_real.as_ref().and_then(|_| pci_device(root, &device));
+    let pci_address = pci_dev.as_ref().map(|(a, _)| a.clone());
+    let pci = match (&pci_dev, virtual_device) {
+        (Some((a, dir)), false) => Some(read_pci(root, a, dir)),
         _ => None,
     };
     let driver = if device_real.is_some() {
-        root.link_name(&format!("{base}/device/driver"))
+        device_driver(root, &device)
     } else {
         None
     };
+    let shaping = crate::tc::egress_limit(&ip.tc, name);
     let mut ipv4 = Vec::new();
     let mut ipv6 = Vec::new();
     for a in ip.addrs.iter().filter(|a| a.ifname == name) {
@@ -354,6 +440,9 @@ fn read_netdev(root: &Root, name: &str, ip: &IpState) -> Netdev {
         pci_address,
         pci,
         virtual_device,
+        devtype: uevent(root, &base, "DEVTYPE"),
+        tc_rate_bps: shaping.as_ref().map(|s| s.rate_bps),
+        tc_shaping: shaping.map(|s| s.text),
     }
 }
 
@@ -467,14 +556,11 @@ fn bind_netdevs(root: &Root, devs: &mut [RdmaDevice], netdevs: &mut [Netdev]) {
     }
 }
 
-fn subnet_of(addr: Ipv4Addr, prefix: u8) -> String {
-    let bits = u32::from(addr);
-    let mask = if prefix == 0 {
-        0
-    } else {
-        u32::MAX << (32 - u32::from(prefix.min(32)))
-    };
-    format!("{}/{}", Ipv4Addr::from(bits & mask), prefix)
+/// The network of `addr/prefix` (`192.0.2.0/24`); `None` for a prefix above 32.
+fn subnet_of(addr: Ipv4Addr, prefix: u8) -> Option<String> {
+    ipnet::Ipv4Net::new(addr, prefix)
+        .ok()
+        .map(|n| n.trunc().to_string())
 }
 
 fn route_text(r: &RouteEntry) -> String {
@@ -517,7 +603,7 @@ fn find_node_ip(
             });
         };
         let subnet = match a.addr {
-            IpAddr::V4(v4) => Some(subnet_of(v4, a.prefixlen)),
+            IpAddr::V4(v4) => subnet_of(v4, a.prefixlen),
             IpAddr::V6(_) => None,
         };
         let route = subnet.as_ref().and_then(|s| {
@@ -564,7 +650,7 @@ fn find_node_ip(
         return Ok(None);
     };
     let subnet = match a.addr {
-        IpAddr::V4(v4) => Some(subnet_of(v4, a.prefixlen)),
+        IpAddr::V4(v4) => subnet_of(v4, a.prefixlen),
         IpAddr::V6(_) => None,
     };
     Ok(Some(NodeIp {
@@ -609,7 +695,7 @@ pub(crate) fn build(
         .filter(|n| !n.starts_with('.') && *n != "bonding_masters")
         .map(|n| read_netdev(root, n, &ip.state))
         .collect();
-    if netdevs.is_empty() {
+    if netdevs.is_empty() && root.problem("/sys/class/net").is_none() {
         warnings.push("no network interfaces found (/sys/class/net is missing or empty)".into());
     }
 
@@ -620,7 +706,14 @@ pub(crate) fn build(
         .iter()
         .map(|n| read_rdma_device(root, n, &mut warnings))
         .collect();
-    let rdma_note = if !devs.is_empty() {
+    let ib_problem = root.problem("/sys/class/infiniband");
+    let rdma_note = if let Some(p) = &ib_problem {
+        Some(format!(
+            "RDMA devices unknown: {} is unreadable ({}); the inventory is incomplete, not empty (run fabperf as root, or give it read access to sysfs)",
+            root.display("/sys/class/infiniband"),
+            p.error
+        ))
+    } else if !devs.is_empty() {
         None
     } else if !has_class && !ib_core {
         Some("no RDMA devices: /sys/class/infiniband is absent and the RDMA core (ib_core) is not loaded; this host has no RDMA stack (load mlx5_ib for ConnectX, or rdma_rxe for Soft-RoCE)".to_string())
@@ -693,6 +786,24 @@ pub(crate) fn build(
                 .unwrap_or_default(),
         });
 
+    let unreadable: Vec<Unreadable> = root
+        .problems()
+        .into_iter()
+        .map(|p| {
+            warnings.push(format!(
+                "{}: {}; {}",
+                root.display(&p.host_path),
+                p.error,
+                consequence(&p.host_path)
+            ));
+            Unreadable {
+                path: p.host_path,
+                directory: p.directory,
+                reason: p.error.to_string(),
+            }
+        })
+        .collect();
+
     let source = Source {
         mode: if root.is_live() { "live" } else { "snapshot" }.into(),
         root: root.base().display().to_string(),
@@ -713,6 +824,19 @@ pub(crate) fn build(
         sysctl,
         memlock,
         clocksource,
+        unreadable,
         warnings,
     })
+}
+
+/// What is unknown when `host_path` cannot be read.
+fn consequence(host_path: &str) -> &'static str {
+    match host_path {
+        "/ip-addr.json" => "addresses unknown",
+        "/ip-route.json" => "routes unknown",
+        "/fabperf-tc.json" => "egress shaping unknown",
+        "/sys/class/infiniband" => "RDMA devices unknown (the inventory is incomplete)",
+        "/sys/class/net" => "network interfaces unknown (the inventory is incomplete)",
+        _ => "the values read from it are unknown",
+    }
 }

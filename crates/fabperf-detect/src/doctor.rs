@@ -115,14 +115,45 @@ pub fn tcp_efficiency_encap(mtu: u32, overhead: u32) -> f64 {
     ((m - 52.0 - f64::from(overhead)) / (m + 38.0)).max(0.0)
 }
 
-/// Link rate of a netdev in Gbit/s: its own speed, else the rate of the RDMA port behind it.
+/// Link rate of a netdev in Gbit/s: the smaller of its speed and its `tc` egress cap, else the
+/// rate of the RDMA port behind it (capped by `tc` too).
 fn netdev_gbps(inv: &Inventory, n: &Netdev) -> Option<f64> {
-    if let Some(s) = n.speed_mbps {
-        return Some(s as f64 / 1000.0);
+    if let Some(g) = n.effective_gbps() {
+        return Some(g);
     }
     let d = inv.rdma_device(n.rdma_device.as_deref()?)?;
     let p = d.ports.iter().find(|p| Some(p.port) == n.rdma_port)?;
     p.rate_gbps
+}
+
+/// Where `tc` shaping was read: the snapshot's `fabperf-tc.json`, or netlink live.
+fn tc_evidence(inv: &Inventory, n: &Netdev) -> Option<Evidence> {
+    let text = n.tc_shaping.clone()?;
+    let path = if inv.source.mode == "snapshot" {
+        inv.path("/fabperf-tc.json")
+    } else {
+        format!("netlink (RTM_GETQDISC/RTM_GETTCLASS, dev {})", n.name)
+    };
+    Some(Evidence {
+        path,
+        value: format!("egress {text}"),
+    })
+}
+
+/// Link kinds that carry traffic of the node itself rather than stand for another path:
+/// bridges, overlays and tunnels (docker0, cni0, flannel.1, vxlan.calico, ...) report a speed
+/// borrowed from their ports and are never "the faster link".
+fn is_overlay_or_bridge(n: &Netdev) -> bool {
+    !matches!(n.devtype.as_deref(), None | Some("vlan") | Some("bond"))
+}
+
+/// A link with a routable subnet of its own (not a /32 host address such as cilium_host or a
+/// kube-ipvs0 service address).
+fn has_ipv4_subnet(n: &Netdev) -> bool {
+    n.ipv4.iter().any(|c| {
+        c.parse::<ipnet::Ipv4Net>()
+            .is_ok_and(|net| (1..32).contains(&net.prefix_len()) && !net.addr().is_loopback())
+    })
 }
 
 fn port_path(d: &RdmaDevice, p: &RdmaPort, file: &str) -> String {
@@ -168,7 +199,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
         return;
     };
     // Fabric links: netdevs bound to hardware RDMA ports.
-    let fabric: Vec<(&Netdev, f64)> = inv
+    let hw_fabric: Vec<(&Netdev, f64)> = inv
         .netdevs
         .iter()
         .filter(|n| {
@@ -188,19 +219,31 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
         .filter(|p| p.state == "ACTIVE")
         .filter_map(|p| p.rate_gbps)
         .fold(0.0f64, f64::max);
-    let netdev_max = fabric.iter().map(|(_, g)| *g).fold(0.0f64, f64::max);
-    let fastest = port_max.max(netdev_max);
+    if hw_fabric.iter().any(|(n, _)| n.name == node.interface) {
+        return;
+    }
+    // Other links with a subnet of their own that are up: a faster one means the node address
+    // sits on the slow path (a 1 Gbit/s management link next to the data network, or a link
+    // shaped with tc).
+    let other: Vec<(&Netdev, f64)> = inv
+        .netdevs
+        .iter()
+        .filter(|n| n.kind != "loopback" && n.name != node.interface)
+        .filter(|n| !hw_fabric.iter().any(|(h, _)| h.name == n.name))
+        .filter(|n| matches!(n.operstate.as_deref(), Some("up") | Some("unknown")))
+        .filter(|n| !is_overlay_or_bridge(n) && has_ipv4_subnet(n))
+        .filter_map(|n| n.effective_gbps().map(|g| (n, g)))
+        .collect();
+    let hw_max = port_max.max(hw_fabric.iter().map(|(_, g)| *g).fold(0.0f64, f64::max));
+    let other_max = other.iter().map(|(_, g)| *g).fold(0.0f64, f64::max);
+    let fastest = hw_max.max(other_max);
     if fastest <= 0.0 {
         return;
     }
-    if fabric.iter().any(|(n, _)| n.name == node.interface) {
-        return;
-    }
+    let fabric: Vec<(&Netdev, f64)> = hw_fabric.iter().chain(other.iter()).copied().collect();
     let node_nd = inv.netdev(&node.interface);
-    let node_gbps = node_nd
-        .and_then(|n| n.speed_mbps)
-        .map(|s| s as f64 / 1000.0);
-    // The fabric interface to move to: fastest, with an IPv4 address preferred.
+    let node_gbps = node_nd.and_then(|n| n.effective_gbps());
+    // The interface to move to: fastest, with an IPv4 address preferred.
     let target = {
         let mut c: Vec<&(&Netdev, f64)> = fabric.iter().collect();
         // Fastest with an IPv4 address, then the largest MTU, then by name.
@@ -233,6 +276,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
         &format!("/sys/class/net/{}/speed", node.interface),
         opt(&node_nd.and_then(|n| n.speed_mbps)),
     ));
+    evidence.extend(node_nd.and_then(|n| tc_evidence(inv, n)));
     for (n, g) in &fabric {
         evidence.push(ev(
             inv,
@@ -241,6 +285,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| format!("unknown (port rate {})", fmt_gbps(*g))),
         ));
+        evidence.extend(tc_evidence(inv, n));
     }
     let mut fix = Vec::new();
     match target {
@@ -267,6 +312,25 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
         None => fix.push("bind an IPv4 address to the fabric link (IPoIB or the RoCE netdev) and point kubelet `--node-ip` and the CNI's interface setting at it".into()),
     }
     let mtu = node_nd.and_then(|n| n.mtu).unwrap_or(1500);
+    let shaped = node_nd
+        .and_then(|n| n.tc_shaping.as_deref())
+        .filter(|_| {
+            node_nd.is_some_and(|n| n.tc_rate_bps.map(|r| r as f64 / 1e9) == n.effective_gbps())
+        })
+        .map(|t| format!(", shaped by {t}"))
+        .unwrap_or_default();
+    let what = if hw_max >= other_max {
+        "fabric link"
+    } else {
+        "link of this node"
+    };
+    let fastest_name = fabric
+        .iter()
+        .filter(|(_, g)| *g >= fastest)
+        .map(|(n, _)| n.name.as_str())
+        .next()
+        .map(|n| format!(" ({n})"))
+        .unwrap_or_default();
     match node_gbps {
         Some(ng) if ng <= fastest / 2.0 => {
             let plain = ng * tcp_efficiency(mtu);
@@ -276,7 +340,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
                 severity: Severity::Error,
                 subject: node.interface.clone(),
                 summary: format!(
-                    "node address {} is on {} ({}) while the fastest fabric link is {}",
+                    "node address {} is on {} ({}{shaped}) while the fastest {what}{fastest_name} is {}",
                     node.address,
                     node.interface,
                     fmt_gbps(ng),
@@ -292,6 +356,8 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
             });
         }
         Some(_) => {}
+        // Only a hardware fabric makes an unknown node-link speed worth a warning.
+        None if hw_max <= 0.0 => {}
         None => out.push(Finding {
             id: "node-ip-slow-link".into(),
             severity: Severity::Warning,
@@ -300,7 +366,7 @@ fn check_node_ip(inv: &Inventory, out: &mut Vec<Finding>) {
                 "node address {} is on {} (speed unknown), not on the {} fabric link",
                 node.address,
                 node.interface,
-                fmt_gbps(fastest)
+                fmt_gbps(hw_max)
             ),
             detail: "Pod traffic follows the node address; its link speed is unreadable here, so check that it is as fast as the fabric.".into(),
             evidence,
@@ -325,7 +391,11 @@ fn port_rate_max(d: &RdmaDevice) -> Option<f64> {
 fn check_pcie(inv: &Inventory, out: &mut Vec<Finding>) {
     for d in &inv.rdma_devices {
         let Some(pci) = &d.pci else { continue };
-        let base = format!("/sys/bus/pci/devices/{}", pci.address);
+        let base = if pci.sysfs.is_empty() {
+            format!("/sys/bus/pci/devices/{}", pci.address)
+        } else {
+            pci.sysfs.clone()
+        };
         let evidence = vec![
             ev(
                 inv,
@@ -644,17 +714,14 @@ fn check_rp_filter(inv: &Inventory, out: &mut Vec<Finding>) {
     let mut by_subnet: BTreeMap<String, Vec<&Netdev>> = BTreeMap::new();
     for n in inv.netdevs.iter().filter(|n| n.kind != "loopback") {
         for c in &n.ipv4 {
-            let Some((a, p)) = c.split_once('/') else {
+            let Ok(net) = c.parse::<ipnet::Ipv4Net>() else {
                 continue;
             };
-            let (Ok(a), Ok(p)) = (a.parse::<std::net::Ipv4Addr>(), p.parse::<u32>()) else {
-                continue;
-            };
-            if p == 0 || p > 32 || p == 32 {
+            // A /0 is not a shared subnet; a /32 holds one address.
+            if net.prefix_len() == 0 || net.prefix_len() == 32 {
                 continue;
             }
-            let mask = u32::MAX << (32 - p);
-            let key = format!("{}/{p}", std::net::Ipv4Addr::from(u32::from(a) & mask));
+            let key = net.trunc().to_string();
             let v = by_subnet.entry(key).or_default();
             if !v.iter().any(|x| x.name == n.name) {
                 v.push(n);
@@ -863,8 +930,55 @@ fn check_clocksource(inv: &Inventory, out: &mut Vec<Finding>) {
     });
 }
 
+fn check_incomplete(inv: &Inventory, out: &mut Vec<Finding>) {
+    if inv.unreadable.is_empty() {
+        return;
+    }
+    let dirs: Vec<&str> = inv
+        .unreadable
+        .iter()
+        .filter(|u| u.directory)
+        .map(|u| u.path.as_str())
+        .collect();
+    let denied = inv
+        .unreadable
+        .iter()
+        .any(|u| u.reason.contains("permission"));
+    let mut fix = Vec::new();
+    if denied {
+        fix.push("run `fabperf doctor` as root (or, in a pod, with sysfs and procfs readable: the default container mounts are)".to_string());
+    }
+    if inv.source.mode == "snapshot" {
+        fix.push("re-create the snapshot with `fabperf detect --capture DIR` (it copies regular files only) and check its permissions (`chmod -R u+rX DIR`)".to_string());
+    }
+    out.push(Finding {
+        id: "inventory-incomplete".into(),
+        // A whole directory missing means "nothing found there" would be a guess.
+        severity: if dirs.is_empty() { Severity::Warning } else { Severity::Error },
+        subject: "node".into(),
+        summary: if dirs.is_empty() {
+            format!("{} inputs could not be read; the values behind them are unknown", inv.unreadable.len())
+        } else {
+            format!("the inventory is incomplete: {} could not be read, so what is behind it is unknown (not absent)", dirs.join(", "))
+        },
+        detail: "Findings below are drawn from what could be read; an unreadable directory is not evidence that nothing is there.".into(),
+        evidence: inv
+            .unreadable
+            .iter()
+            .map(|u| ev(inv, &u.path, &u.reason))
+            .collect(),
+        cost_gbps: None,
+        fix,
+    });
+}
+
 fn check_no_rdma(inv: &Inventory, out: &mut Vec<Finding>) {
-    if inv.rdma_available {
+    if inv.rdma_available
+        || inv
+            .unreadable
+            .iter()
+            .any(|u| u.path == "/sys/class/infiniband")
+    {
         return;
     }
     out.push(Finding {
@@ -888,6 +1002,7 @@ fn check_no_rdma(inv: &Inventory, out: &mut Vec<Finding>) {
 /// All findings for an inventory, errors first.
 pub fn diagnose(inv: &Inventory) -> DoctorReport {
     let mut f = Vec::new();
+    check_incomplete(inv, &mut f);
     check_no_rdma(inv, &mut f);
     check_node_ip(inv, &mut f);
     check_pcie(inv, &mut f);
@@ -965,6 +1080,78 @@ mod tests {
         }
         let r = diagnose(&Inventory::default());
         assert_eq!(r.with_id("clocksource-slow").count(), 0);
+    }
+
+    fn nd(name: &str, speed: u64, cidr: &str, devtype: Option<&str>) -> Netdev {
+        Netdev {
+            name: name.into(),
+            kind: "ethernet".into(),
+            mtu: Some(1500),
+            speed_mbps: Some(speed),
+            operstate: Some("up".into()),
+            ipv4: vec![cidr.into()],
+            devtype: devtype.map(str::to_string),
+            ..Netdev::default()
+        }
+    }
+
+    fn node_on(iface: &str, netdevs: Vec<Netdev>) -> Inventory {
+        Inventory {
+            netdevs,
+            node_ip: Some(crate::model::NodeIp {
+                address: "192.0.2.10".into(),
+                interface: iface.into(),
+                source: "default-route".into(),
+                ..Default::default()
+            }),
+            ..Inventory::default()
+        }
+    }
+
+    #[test]
+    fn bridges_overlays_and_host_addresses_are_not_faster_links() {
+        // A 1 GbE node with docker0 (a bridge reports its ports' 10000), a VXLAN overlay and
+        // cilium_host (a veth with a /32): nothing to move the node address to.
+        let inv = node_on(
+            "eth0",
+            vec![
+                nd("eth0", 1000, "192.0.2.10/24", None),
+                nd("docker0", 10000, "172.17.0.1/16", Some("bridge")),
+                nd("flannel.1", 10000, "10.244.0.0/24", Some("vxlan")),
+                nd("cilium_host", 10000, "10.0.0.197/32", None),
+            ],
+        );
+        assert_eq!(diagnose(&inv).with_id("node-ip-slow-link").count(), 0);
+        // A second routable link that is faster: the node address is on the slow one.
+        let mut inv = inv;
+        inv.netdevs
+            .push(nd("eth1", 25000, "198.51.100.10/24", None));
+        let r = diagnose(&inv);
+        let f = r.with_id("node-ip-slow-link").next().expect("finding");
+        assert!(f.summary.contains("(eth1) is 25 Gbit/s"), "{}", f.summary);
+        // Shaped with tc, a link is as slow as its cap; unknown speed and no RDMA: silent.
+        let mut fast = node_on(
+            "eth1",
+            vec![
+                nd("eth0", 1000, "192.0.2.10/24", None),
+                nd("eth1", 25000, "198.51.100.10/24", None),
+            ],
+        );
+        fast.netdevs[1].tc_rate_bps = Some(100_000_000);
+        fast.netdevs[1].tc_shaping = Some("tbf 1: (root qdisc) rate 100 Mbit/s".into());
+        let r = diagnose(&fast);
+        let f = r
+            .with_id("node-ip-slow-link")
+            .next()
+            .expect("shaped finding");
+        assert!(
+            f.summary.contains("0.1 Gbit/s, shaped by tbf"),
+            "{}",
+            f.summary
+        );
+        fast.netdevs[1].speed_mbps = None;
+        fast.netdevs[1].tc_rate_bps = None;
+        assert_eq!(diagnose(&fast).with_id("node-ip-slow-link").count(), 0);
     }
 
     #[test]

@@ -32,11 +32,15 @@ pub struct RouteEntry {
     pub metric: Option<u32>,
 }
 
-/// Addresses and routes of a host.
+/// Addresses, routes and traffic-control objects of a host.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IpState {
     pub addrs: Vec<AddrEntry>,
     pub routes: Vec<RouteEntry>,
+    /// Qdiscs and classes (empty when unknown, e.g. a snapshot without `fabperf-tc.json`).
+    pub tc: Vec<crate::tc::TcObject>,
+    /// Interface index -> name, when read live.
+    pub links: Vec<(u32, String)>,
 }
 
 /// Parse failure of an iproute2 JSON document.
@@ -222,10 +226,14 @@ impl IpState {
     }
 
     /// Read the live host through netlink.
-    pub fn live() -> std::io::Result<IpState> {
-        let addrs = crate::netlink::dump_addrs()?;
-        let routes = crate::netlink::dump_routes()?;
-        Ok(IpState { addrs, routes })
+    pub fn live() -> Result<IpState, crate::netlink::NetlinkError> {
+        let d = crate::netlink::dump_all()?;
+        Ok(IpState {
+            addrs: d.addrs,
+            routes: d.routes,
+            tc: d.tc,
+            links: d.links.into_iter().collect(),
+        })
     }
 }
 
@@ -263,6 +271,34 @@ mod tests {
     }
 
     #[test]
+    fn malformed_iproute_json_is_an_error_or_skipped_not_a_panic() {
+        let deep = "[".repeat(100_000);
+        for text in [
+            "",
+            "null",
+            "42",
+            "\"x\"",
+            "{}",
+            deep.as_str(),
+            "[1, \"a\", null, []]",
+            r#"[{"ifname": 7, "addr_info": "x"}]"#,
+            r#"[{"ifname":"a","addr_info":[{"family":"inet","local":"10.0.0.1","prefixlen":999}]}]"#,
+            r#"[{"ifname":"a","addr_info":[{"family":"inet","local":"not-an-ip","prefixlen":8}]}]"#,
+            r#"[{"ifname":"a","addr_info":[{"family":"inet","local":"10.0.0.1","prefixlen":-1}]}]"#,
+            r#"[{"dst":"default","metric":1e400}]"#,
+            r#"[{"dst":{"x":1},"dev":["a"]},{"dst":"default","nexthops":"x"}]"#,
+        ] {
+            if let Ok(a) = parse_addr_json(text) {
+                assert!(a.is_empty(), "{text}: {a:?}");
+            }
+            if let Ok(r) = parse_route_json(text) {
+                assert!(r.iter().all(|r| r.dst == "default"), "{text}: {r:?}");
+            }
+        }
+        assert!(parse_addr_json(&deep).is_err());
+    }
+
+    #[test]
     fn synthesized_json_round_trips() {
         let s = IpState {
             addrs: vec![AddrEntry {
@@ -278,13 +314,15 @@ mod tests {
                 prefsrc: None,
                 metric: Some(100),
             }],
+            ..IpState::default()
         };
         let a = parse_addr_json(&s.to_addr_json(&[(2, "eth0".into())])).unwrap();
         let r = parse_route_json(&s.to_route_json()).unwrap();
         assert_eq!(
             IpState {
                 addrs: a,
-                routes: r
+                routes: r,
+                ..IpState::default()
             },
             s
         );

@@ -6,22 +6,28 @@
 //!   `DIR/ip-route.json`).
 //! * [`doctor::diagnose`] turns an inventory into [`doctor::Finding`]s with evidence and fixes.
 //! * [`capture::capture`] writes a snapshot of this host that `detect_root` reads back.
-//! * [`memlock`] is the reusable RLIMIT_MEMLOCK / CAP_IPC_LOCK check for RDMA code.
+//! * [`memlock`] is the reusable RLIMIT_MEMLOCK / CAP_IPC_LOCK check for RDMA code;
+//!   [`rdma_device_is_software`] and [`clocksource_is_slow`] are the other rules shared with it.
+//! * [`tc`] computes a link's egress cap from its qdiscs and classes.
+//! * [`counters`] snapshots RDMA port/hardware counters, netdev statistics and
+//!   `/proc/net/{snmp,netstat}` and returns what changed between two snapshots.
 //!
 //! Other crates load a `fabperf detect --json` file with [`Inventory::from_json_file`].
 
 pub mod capture;
 mod collect;
+pub mod counters;
 pub mod doctor;
 pub mod ipstate;
 pub mod memlock;
 mod model;
-mod netlink;
+pub mod netlink;
 pub mod parse;
 pub mod render;
 pub mod root;
+pub mod tc;
 
-pub use collect::{DetectError, DetectOptions};
+pub use collect::{rdma_device_is_software, DetectError, DetectOptions};
 pub use memlock::MemlockStatus;
 pub use model::*;
 
@@ -48,39 +54,62 @@ fn live_ip() -> IpInput {
     }
 }
 
-/// Address/route input of a snapshot: `DIR/ip-addr.json` and `DIR/ip-route.json`.
-fn snapshot_ip(dir: &Path) -> IpInput {
+/// Read one JSON input of a snapshot through the root (contained, capped, regular files only).
+/// `Ok(None)` when absent; `Err(warning)` when present but unusable for another reason than
+/// the ones the root records as problems.
+fn snapshot_json(root: &Root, host_path: &str) -> Result<Option<String>, Option<String>> {
+    match root.try_read_limited(host_path, root::MAX_JSON_BYTES) {
+        Ok(b) => String::from_utf8(b)
+            .map(Some)
+            .map_err(|_| Some(format!("{}: not UTF-8 text", root.display(host_path)))),
+        Err(root::ReadError::NotFound) => Ok(None),
+        Err(e) if e.is_problem() => Err(None),
+        Err(e) => Err(Some(format!("{}: {e}", root.display(host_path)))),
+    }
+}
+
+/// Address/route/tc input of a snapshot: `DIR/ip-addr.json`, `DIR/ip-route.json` and the
+/// optional `DIR/fabperf-tc.json`.
+fn snapshot_ip(root: &Root) -> IpInput {
     let mut warnings = Vec::new();
     let mut state = IpState::default();
-    let addr_p = dir.join("ip-addr.json");
-    match std::fs::read_to_string(&addr_p) {
-        Ok(t) => match ipstate::parse_addr_json(&t) {
+    let addr_p = root.display("/ip-addr.json");
+    match snapshot_json(root, "/ip-addr.json") {
+        Ok(Some(t)) => match ipstate::parse_addr_json(&t) {
             Ok(a) => state.addrs = a,
             Err(e) => warnings.push(format!(
-                "{}: not `ip -j addr show` output ({e}); addresses unknown",
-                addr_p.display()
+                "{addr_p}: not `ip -j addr show` output ({e}); addresses unknown"
             )),
         },
-        Err(e) => warnings.push(format!(
-            "{}: {e}; addresses unknown (write it with `ip -j addr show > {}`)",
-            addr_p.display(),
-            addr_p.display()
+        Ok(None) => warnings.push(format!(
+            "{addr_p}: no such file; addresses unknown (write it with `ip -j addr show > {addr_p}`)"
         )),
+        Err(w) => warnings.extend(w.map(|w| format!("{w}; addresses unknown"))),
     }
-    let route_p = dir.join("ip-route.json");
-    match std::fs::read_to_string(&route_p) {
-        Ok(t) => match ipstate::parse_route_json(&t) {
+    let route_p = root.display("/ip-route.json");
+    match snapshot_json(root, "/ip-route.json") {
+        Ok(Some(t)) => match ipstate::parse_route_json(&t) {
             Ok(r) => state.routes = r,
             Err(e) => warnings.push(format!(
-                "{}: not `ip -j route show table main` output ({e}); routes unknown",
-                route_p.display()
+                "{route_p}: not `ip -j route show table main` output ({e}); routes unknown"
             )),
         },
-        Err(e) => warnings.push(format!(
-            "{}: {e}; routes unknown (write it with `ip -j route show table main > {}`)",
-            route_p.display(),
-            route_p.display()
+        Ok(None) => warnings.push(format!(
+            "{route_p}: no such file; routes unknown (write it with `ip -j route show table main > {route_p}`)"
         )),
+        Err(w) => warnings.extend(w.map(|w| format!("{w}; routes unknown"))),
+    }
+    // Optional: captures write it; without it egress shaping is unknown.
+    let tc_p = root.display("/fabperf-tc.json");
+    match snapshot_json(root, "/fabperf-tc.json") {
+        Ok(Some(t)) => match tc::parse_tc_json(&t) {
+            Ok(objs) => state.tc = objs,
+            Err(e) => warnings.push(format!(
+                "{tc_p}: not a fabperf tc snapshot ({e}); egress shaping unknown"
+            )),
+        },
+        Ok(None) => {}
+        Err(w) => warnings.extend(w.map(|w| format!("{w}; egress shaping unknown"))),
     }
     IpInput {
         state,
@@ -102,7 +131,9 @@ pub fn detect_root(dir: &Path, opts: &DetectOptions) -> Result<Inventory, Detect
     if !dir.join("sys").is_dir() && !dir.join("proc").is_dir() {
         return Err(DetectError::NotASnapshot(dir.display().to_string()));
     }
-    collect::build(&Root::at(dir), snapshot_ip(dir), opts)
+    let root = Root::at(dir);
+    let ip = snapshot_ip(&root);
+    collect::build(&root, ip, opts)
 }
 
 /// Inventory of `root` if given, else of the live host.

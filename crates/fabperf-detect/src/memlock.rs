@@ -4,6 +4,7 @@
 //! allocate memory") when the pages pinned by a process exceed RLIMIT_MEMLOCK and the process
 //! lacks CAP_IPC_LOCK. The RDMA engine calls [`check`] before registering buffers.
 
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use serde::{Deserialize, Serialize};
 
 /// CAP_IPC_LOCK bit number (linux/capability.h).
@@ -75,22 +76,12 @@ impl MemlockStatus {
 
     /// The calling process, via getrlimit(2) and /proc/self/status.
     pub fn current() -> std::io::Result<MemlockStatus> {
-        let mut rl = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: rl is a valid rlimit out-parameter.
-        if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // rlim_t is narrower than u64 on some 32-bit targets.
-        #[allow(clippy::unnecessary_cast)]
-        let conv = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
+        let rl = getrlimit(Resource::Memlock);
         let status = std::fs::read_to_string("/proc/self/status").ok();
         Ok(MemlockStatus {
-            soft_bytes: conv(rl.rlim_cur),
-            hard_bytes: conv(rl.rlim_max),
-            unlimited: rl.rlim_cur == libc::RLIM_INFINITY,
+            soft_bytes: rl.current,
+            hard_bytes: rl.maximum,
+            unlimited: rl.current.is_none(),
             cap_ipc_lock: status.as_deref().and_then(cap_ipc_lock_from_status),
         })
     }
@@ -118,6 +109,23 @@ impl MemlockStatus {
             "container: run as root with `securityContext.capabilities.add: [\"IPC_LOCK\"]` (IPC_LOCK has no effect for non-root containers; raise the runtime's memlock limit instead)".into(),
         ]
     }
+}
+
+/// This process's soft RLIMIT_MEMLOCK in bytes; `None` when unlimited.
+pub fn soft_limit() -> Option<u64> {
+    getrlimit(Resource::Memlock).current
+}
+
+/// Set this process's RLIMIT_MEMLOCK, soft and hard, to `bytes` (raising it needs privilege).
+pub fn set_limit(bytes: u64) -> std::io::Result<()> {
+    setrlimit(
+        Resource::Memlock,
+        Rlimit {
+            current: Some(bytes),
+            maximum: Some(bytes),
+        },
+    )
+    .map_err(std::io::Error::from)
 }
 
 fn cap_ipc_lock_from_status(status: &str) -> Option<bool> {
@@ -186,6 +194,7 @@ Max locked memory         8388608              8388608              bytes     \n
         );
         // check() agrees with can_lock() for a tiny request.
         assert_eq!(check(4096).is_ok(), cur.can_lock(4096));
+        assert_eq!(soft_limit(), cur.soft_bytes);
     }
 
     #[test]

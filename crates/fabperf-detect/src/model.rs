@@ -44,8 +44,23 @@ pub struct Inventory {
     pub memlock: Option<MemlockStatus>,
     /// The kernel's clocksource (what every timestamp is read from), null when unreadable.
     pub clocksource: Option<ClockSource>,
+    /// Inputs that exist but could not be read (permission denied, not a regular file, too
+    /// large, a symlink loop): the inventory is incomplete there, whatever else it says.
+    pub unreadable: Vec<Unreadable>,
     /// Inputs that could not be read or parsed (the affected values are null).
     pub warnings: Vec<String>,
+}
+
+/// An input the inventory could not see.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Unreadable {
+    /// Host path (`/sys/class/infiniband`); [`Inventory::path`] gives it as read.
+    pub path: String,
+    /// True for a directory that could not be listed (a whole section is missing).
+    pub directory: bool,
+    /// Why: `permission denied`, `not a regular file (a FIFO); refused`, ...
+    pub reason: String,
 }
 
 /// Where the kernel's clocksource is read (`current_clocksource`, `available_clocksource`).
@@ -62,15 +77,20 @@ pub struct ClockSource {
 }
 
 impl ClockSource {
-    /// Clocksources read through a trapped device access or a system call
-    /// on every `clock_gettime` (no vDSO fast path): ~0.5-1 µs a read.
-    /// (fabperf-proto's `clock::warning_for` names the same list in its hint.)
+    /// See [`clocksource_is_slow`].
     pub fn is_slow(&self) -> bool {
-        matches!(
-            self.current.as_str(),
-            "hpet" | "acpi_pm" | "jiffies" | "refined-jiffies" | "pit"
-        )
+        clocksource_is_slow(&self.current)
     }
+}
+
+/// True for the clocksources without a vDSO fast path (`hpet`, `acpi_pm`, `jiffies`, `pit`):
+/// every clock read is a system call with a trapped device access, ~0.5-1 µs instead of
+/// ~20-60 ns. The one list fabperf uses (doctor's `clocksource-slow`, records' clock warning).
+pub fn clocksource_is_slow(name: &str) -> bool {
+    matches!(
+        name,
+        "hpet" | "acpi_pm" | "jiffies" | "refined-jiffies" | "pit"
+    )
 }
 
 /// Where an inventory was read from.
@@ -120,6 +140,9 @@ pub struct RdmaDevice {
 pub struct PciInfo {
     /// Domain:bus:device.function, e.g. `0000:3b:00.0`.
     pub address: String,
+    /// The sysfs directory the attributes were read from: `/sys/bus/pci/devices/ADDR`, or the
+    /// `device` directory itself in a dereferenced snapshot (`cp -rL`); empty in old files.
+    pub sysfs: String,
     /// Lowercase hex without `0x`.
     pub vendor_id: String,
     pub device_id: String,
@@ -233,6 +256,27 @@ pub struct Netdev {
     pub pci: Option<PciInfo>,
     /// True when the netdev lives under /sys/devices/virtual (veth, bridge, vxlan, ...).
     pub virtual_device: bool,
+    /// `DEVTYPE=` of the netdev's `uevent`: `bridge`, `vxlan`, `vlan`, `bond`, `wlan`, ...;
+    /// null for plain Ethernet functions, veths and unknown.
+    pub devtype: Option<String>,
+    /// Egress rate cap set with `tc` (root `tbf`, `htb` default class ceiling, `netem` rate),
+    /// bit/s; null when the interface is not shaped or shaping is unknown (a snapshot without
+    /// `fabperf-tc.json`). `speed_mbps` does not show it: a veth always says 10000.
+    pub tc_rate_bps: Option<u64>,
+    /// The `tc` objects that set [`Netdev::tc_rate_bps`], e.g. `tbf 8001: (root qdisc) rate 1 Gbit/s`.
+    pub tc_shaping: Option<String>,
+}
+
+impl Netdev {
+    /// What the link carries at most, Gbit/s: the smaller of its speed and its `tc` cap.
+    pub fn effective_gbps(&self) -> Option<f64> {
+        let speed = self.speed_mbps.map(|s| s as f64 / 1000.0);
+        let tc = self.tc_rate_bps.map(|r| r as f64 / 1e9);
+        match (speed, tc) {
+            (Some(s), Some(t)) => Some(s.min(t)),
+            (s, t) => s.or(t),
+        }
+    }
 }
 
 /// The node address and the interface carrying it.
@@ -312,10 +356,11 @@ impl Inventory {
         Ok(inv)
     }
 
-    /// Load a file written from `fabperf detect --json`.
+    /// Load a file written from `fabperf detect --json`: a regular file (a FIFO or device is
+    /// refused, not waited on) of at most [`crate::root::MAX_JSON_BYTES`].
     pub fn from_json_file(path: impl AsRef<Path>) -> Result<Inventory, LoadError> {
         let p = path.as_ref();
-        let text = std::fs::read_to_string(p).map_err(|e| LoadError::Io {
+        let text = read_json_file(p).map_err(|e| LoadError::Io {
             path: p.display().to_string(),
             source: e,
         })?;
@@ -337,6 +382,48 @@ impl Inventory {
         self.rdma_devices.iter().find(|d| d.name == name)
     }
 
+    /// The RDMA device and port behind a netdev: from the netdev's own `rdma_device` field,
+    /// else from a port that lists the netdev.
+    pub fn rdma_behind(&self, netdev: &str) -> Option<(&RdmaDevice, Option<&RdmaPort>)> {
+        if let Some(nd) = self.netdev(netdev) {
+            if let Some(dev) = nd.rdma_device.as_deref().and_then(|d| self.rdma_device(d)) {
+                let port = dev.ports.iter().find(|p| {
+                    Some(p.port) == nd.rdma_port || p.netdevs.iter().any(|n| n == netdev)
+                });
+                return Some((dev, port));
+            }
+        }
+        for dev in &self.rdma_devices {
+            if let Some(p) = dev
+                .ports
+                .iter()
+                .find(|p| p.netdevs.iter().any(|n| n == netdev))
+            {
+                return Some((dev, Some(p)));
+            }
+        }
+        None
+    }
+
+    /// IPoIB netdevs with an RDMA device behind them.
+    pub fn ipoib_candidates(&self) -> Vec<&Netdev> {
+        self.netdevs
+            .iter()
+            .filter(|n| n.kind == "ipoib" && self.rdma_behind(&n.name).is_some())
+            .collect()
+    }
+
+    /// Ethernet netdevs whose RDMA port has an Ethernet link layer (RoCE).
+    pub fn roce_candidates(&self) -> Vec<&Netdev> {
+        self.netdevs
+            .iter()
+            .filter(|n| {
+                n.kind == "ethernet"
+                    && matches!(self.rdma_behind(&n.name), Some((_, Some(p))) if p.link_layer == "Ethernet")
+            })
+            .collect()
+    }
+
     /// Path as read for this inventory (prefixes the snapshot root), for evidence.
     pub fn path(&self, host_path: &str) -> String {
         if self.source.root == "/" {
@@ -349,4 +436,38 @@ impl Inventory {
             )
         }
     }
+}
+
+/// Read a JSON input given by the user: a regular file (opened with `O_NONBLOCK`, so a FIFO
+/// is refused rather than waited on) of at most [`crate::root::MAX_JSON_BYTES`].
+pub fn read_json_file(p: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(p)?;
+    let md = f.metadata()?;
+    if !md.file_type().is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or directory); refused",
+        ));
+    }
+    let limit = crate::root::MAX_JSON_BYTES;
+    if md.len() > limit {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than the {limit}-byte limit; refused"),
+        ));
+    }
+    let mut data = Vec::new();
+    f.take(limit + 1).read_to_end(&mut data)?;
+    if data.len() as u64 > limit {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than the {limit}-byte limit; refused"),
+        ));
+    }
+    String::from_utf8(data).map_err(|_| Error::new(ErrorKind::InvalidData, "not UTF-8 text"))
 }

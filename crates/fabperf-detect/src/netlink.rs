@@ -1,291 +1,420 @@
-//! Minimal rtnetlink dumps (addresses, IPv4 main-table routes) over a raw `NETLINK_ROUTE` socket,
-//! so live detection needs no `ip` binary (distroless containers have none).
+//! rtnetlink dumps of the live host (links, addresses, IPv4 main-table routes, qdiscs and
+//! traffic classes) through netlink-sys and netlink-packet-route, so live detection needs no
+//! `ip` or `tc` binary (distroless containers have none).
+//!
+//! The byte parsing is split from the socket: [`parse_messages`] turns one received buffer into
+//! [`Item`]s and is what the fuzz target and the malformed-input tests drive.
 
 use crate::ipstate::{scope_from_num, AddrEntry, RouteEntry};
+use crate::tc::{TcHandle, TcObject};
+use netlink_packet_core::{
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_DUMP_INTR,
+    NLM_F_REQUEST,
+};
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteType,
+};
+use netlink_packet_route::tc::{TcAttribute, TcMessage, TcOption};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use std::collections::BTreeMap;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::net::IpAddr;
 
-const NLMSG_HDRLEN: usize = 16;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_DUMP: u16 = 0x300;
-const RTM_NEWADDR: u16 = 20;
-const RTM_GETADDR: u16 = 22;
-const RTM_NEWROUTE: u16 = 24;
-const RTM_GETROUTE: u16 = 26;
-const IFA_ADDRESS: u16 = 1;
-const IFA_LOCAL: u16 = 2;
-const RTA_DST: u16 = 1;
-const RTA_OIF: u16 = 4;
-const RTA_GATEWAY: u16 = 5;
-const RTA_PRIORITY: u16 = 6;
-const RTA_PREFSRC: u16 = 7;
-const RTA_MULTIPATH: u16 = 9;
-const RTA_TABLE: u16 = 15;
-const RT_TABLE_MAIN: u32 = 254;
-const RTN_UNICAST: u8 = 1;
-const RTM_F_CLONED: u32 = 0x200;
+/// How often a dump is restarted when the kernel flags it inconsistent (`NLM_F_DUMP_INTR`:
+/// the table changed while it was being dumped).
+const DUMP_ATTEMPTS: usize = 5;
+
+/// One object of a dump, with interface indexes not yet turned into names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    Link {
+        index: u32,
+        name: String,
+    },
+    Addr {
+        index: u32,
+        addr: IpAddr,
+        prefixlen: u8,
+        scope: u8,
+    },
+    /// A unicast IPv4 route of the main table.
+    Route {
+        dst: Option<(IpAddr, u8)>,
+        gateway: Option<IpAddr>,
+        oif: Option<u32>,
+        prefsrc: Option<IpAddr>,
+        metric: Option<u32>,
+    },
+    /// A qdisc (`class == false`) or a traffic class.
+    Tc(TcObject),
+}
+
+/// What one received buffer held.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Parsed {
+    pub items: Vec<Item>,
+    /// `NLMSG_DONE` of the dump was seen.
+    pub done: bool,
+    /// A message carried `NLM_F_DUMP_INTR`: the dump is inconsistent and must be redone.
+    pub interrupted: bool,
+    /// Messages that could not be decoded (skipped).
+    pub skipped: Vec<String>,
+}
+
+/// Why a buffer or a dump failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetlinkError {
+    #[error("netlink: {0}")]
+    Io(#[from] io::Error),
+    #[error("netlink: malformed message at byte {offset}: {what}")]
+    Malformed { offset: usize, what: String },
+    #[error("netlink: the kernel answered the dump with error {0}")]
+    Kernel(io::Error),
+    #[error("netlink: the table kept changing during the dump ({DUMP_ATTEMPTS} attempts were interrupted); retry")]
+    Interrupted,
+}
 
 fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
-fn u16_at(b: &[u8], off: usize) -> Option<u16> {
-    b.get(off..off + 2)
-        .map(|s| u16::from_ne_bytes([s[0], s[1]]))
-}
-
-fn u32_at(b: &[u8], off: usize) -> Option<u32> {
-    b.get(off..off + 4)
-        .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-/// Iterate `rtattr`s: (type, payload).
-fn attrs(mut b: &[u8]) -> Vec<(u16, &[u8])> {
-    let mut out = Vec::new();
-    while b.len() >= 4 {
-        let (Some(len), Some(ty)) = (u16_at(b, 0), u16_at(b, 2)) else {
-            break;
-        };
-        let len = len as usize;
-        if len < 4 || len > b.len() {
-            break;
+/// Parse one received buffer: a sequence of netlink messages. Messages of another sequence
+/// number are ignored; messages the route family cannot decode are skipped with a note; a
+/// framing error (a length that does not fit) ends the buffer with an error.
+pub fn parse_messages(buf: &[u8], seq: u32) -> Result<Parsed, NetlinkError> {
+    let mut out = Parsed::default();
+    let mut off = 0usize;
+    while off < buf.len() {
+        let rest = &buf[off..];
+        let nb = NetlinkBuffer::new_checked(rest).map_err(|e| NetlinkError::Malformed {
+            offset: off,
+            what: e.to_string(),
+        })?;
+        let len = nb.length() as usize;
+        let msg_bytes = &rest[..len];
+        let flags = nb.flags();
+        let mseq = nb.sequence_number();
+        off += align4(len).max(len);
+        if mseq != seq {
+            continue;
         }
-        out.push((ty & 0x3fff, &b[4..len]));
-        let next = align4(len).min(b.len());
-        b = &b[next..];
+        if flags & NLM_F_DUMP_INTR != 0 {
+            out.interrupted = true;
+        }
+        match NetlinkMessage::<RouteNetlinkMessage>::deserialize(msg_bytes) {
+            Ok(m) => match m.payload {
+                NetlinkPayload::Done(_) => {
+                    out.done = true;
+                    return Ok(out);
+                }
+                NetlinkPayload::Error(e) if e.code.is_some() => {
+                    return Err(NetlinkError::Kernel(e.to_io()));
+                }
+                NetlinkPayload::InnerMessage(inner) => {
+                    if let Some(item) = to_item(inner) {
+                        out.items.push(item);
+                    }
+                }
+                _ => {}
+            },
+            Err(e) => out
+                .skipped
+                .push(format!("message type {}: {e}", nb.message_type())),
+        }
     }
-    out
+    Ok(out)
 }
 
-fn ip_from(family: u8, data: &[u8]) -> Option<IpAddr> {
-    match (family as i32, data.len()) {
-        (libc::AF_INET, 4) => Some(IpAddr::V4(Ipv4Addr::new(
-            data[0], data[1], data[2], data[3],
-        ))),
-        (libc::AF_INET6, 16) => {
-            let mut a = [0u8; 16];
-            a.copy_from_slice(data);
-            Some(IpAddr::V6(Ipv6Addr::from(a)))
-        }
+fn to_item(m: RouteNetlinkMessage) -> Option<Item> {
+    match m {
+        RouteNetlinkMessage::NewLink(l) => link_item(l),
+        RouteNetlinkMessage::NewAddress(a) => addr_item(a),
+        RouteNetlinkMessage::NewRoute(r) => route_item(r),
+        RouteNetlinkMessage::NewQueueDiscipline(t) => Some(Item::Tc(tc_object(t, false)?)),
+        RouteNetlinkMessage::NewTrafficClass(t) => Some(Item::Tc(tc_object(t, true)?)),
         _ => None,
     }
 }
 
-fn ifname(index: u32) -> Option<String> {
-    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
-    // SAFETY: buf holds IF_NAMESIZE bytes as if_indextoname requires.
-    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
-    if p.is_null() {
+fn link_item(l: LinkMessage) -> Option<Item> {
+    let name = l.attributes.into_iter().find_map(|a| match a {
+        LinkAttribute::IfName(n) => Some(n),
+        _ => None,
+    })?;
+    Some(Item::Link {
+        index: l.header.index,
+        name,
+    })
+}
+
+fn addr_item(a: AddressMessage) -> Option<Item> {
+    let mut local = None;
+    let mut address = None;
+    for attr in a.attributes {
+        match attr {
+            AddressAttribute::Local(ip) => local = Some(ip),
+            AddressAttribute::Address(ip) => address = Some(ip),
+            _ => {}
+        }
+    }
+    let addr = local.or(address)?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    if a.header.prefix_len > max {
         return None;
     }
-    // SAFETY: on success buf holds a NUL-terminated name.
-    let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
-    Some(s.to_string_lossy().to_string())
+    Some(Item::Addr {
+        index: a.header.index,
+        addr,
+        prefixlen: a.header.prefix_len,
+        scope: a.header.scope.into(),
+    })
 }
 
-/// Send one dump request and collect the payloads of messages of type `want`.
-fn dump(msg_type: u16, payload: &[u8], want: u16) -> io::Result<Vec<Vec<u8>>> {
-    // SAFETY: plain socket(2) call; the fd is owned below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+fn route_ip(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
     }
-    // SAFETY: fd is a fresh, valid descriptor we own.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    let seq: u32 = 0x4642_5046; // "FPBF"
-    let total = NLMSG_HDRLEN + payload.len();
-    let mut req = Vec::with_capacity(total);
-    req.extend_from_slice(&(total as u32).to_ne_bytes());
-    req.extend_from_slice(&msg_type.to_ne_bytes());
-    req.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    req.extend_from_slice(&seq.to_ne_bytes());
-    req.extend_from_slice(&0u32.to_ne_bytes());
-    req.extend_from_slice(payload);
-    // SAFETY: sockaddr_nl zeroed = the kernel as destination.
-    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-    // SAFETY: req and sa are valid for the lengths given.
-    let n = unsafe {
-        libc::sendto(
-            sock.as_raw_fd(),
-            req.as_ptr().cast(),
-            req.len(),
-            0,
-            (&sa as *const libc::sockaddr_nl).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
+}
+
+fn route_item(r: RouteMessage) -> Option<Item> {
+    let h = &r.header;
+    if h.address_family != AddressFamily::Inet
+        || h.kind != RouteType::Unicast
+        || h.flags.contains(RouteFlags::Cloned)
+        || h.destination_prefix_length > 32
+    {
+        return None;
     }
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        // SAFETY: buf is valid for buf.len() bytes.
-        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        let mut b = &buf[..n as usize];
-        if b.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "netlink socket closed during dump",
-            ));
-        }
-        while b.len() >= NLMSG_HDRLEN {
-            let len = u32_at(b, 0).unwrap_or(0) as usize;
-            let ty = u16_at(b, 4).unwrap_or(0);
-            let mseq = u32_at(b, 8).unwrap_or(0);
-            if len < NLMSG_HDRLEN || len > b.len() {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "truncated netlink message",
-                ));
-            }
-            let body = &b[NLMSG_HDRLEN..len];
-            if mseq == seq {
-                match ty {
-                    NLMSG_DONE => return Ok(out),
-                    NLMSG_ERROR => {
-                        let errno = u32_at(body, 0).map(|e| e as i32).unwrap_or(0);
-                        if errno != 0 {
-                            return Err(io::Error::from_raw_os_error(-errno));
-                        }
+    let mut table = u32::from(h.table);
+    let mut dst = None;
+    let mut gateway = None;
+    let mut oif = None;
+    let mut prefsrc = None;
+    let mut metric = None;
+    for attr in &r.attributes {
+        match attr {
+            RouteAttribute::Destination(a) => dst = route_ip(a),
+            RouteAttribute::Gateway(a) => gateway = route_ip(a),
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            RouteAttribute::PrefSource(a) => prefsrc = route_ip(a),
+            RouteAttribute::Priority(p) => metric = Some(*p),
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::MultiPath(hops) => {
+                // The first next hop stands for the route, as `ip route` lists it first.
+                if let Some(nh) = hops.first() {
+                    if oif.is_none() {
+                        oif = Some(nh.interface_index);
                     }
-                    t if t == want => out.push(body.to_vec()),
-                    _ => {}
-                }
-            }
-            let next = align4(len).min(b.len());
-            b = &b[next..];
-        }
-    }
-}
-
-/// All interface addresses (IPv4 then IPv6, kernel order), like `ip addr show`.
-pub fn dump_addrs() -> io::Result<Vec<AddrEntry>> {
-    // struct ifaddrmsg { family, prefixlen, flags, scope, index: u32 }
-    let req = [0u8; 8];
-    let msgs = dump(RTM_GETADDR, &req, RTM_NEWADDR)?;
-    let mut out = Vec::new();
-    for m in msgs {
-        if m.len() < 8 {
-            continue;
-        }
-        let family = m[0];
-        let prefixlen = m[1];
-        let scope = m[3];
-        let index = u32_at(&m, 4).unwrap_or(0);
-        let mut local = None;
-        let mut address = None;
-        for (ty, data) in attrs(&m[8..]) {
-            match ty {
-                IFA_LOCAL => local = ip_from(family, data),
-                IFA_ADDRESS => address = ip_from(family, data),
-                _ => {}
-            }
-        }
-        let Some(addr) = local.or(address) else {
-            continue;
-        };
-        let Some(name) = ifname(index) else {
-            continue;
-        };
-        out.push(AddrEntry {
-            ifname: name,
-            addr,
-            prefixlen,
-            scope: scope_from_num(scope),
-        });
-    }
-    Ok(out)
-}
-
-/// Unicast IPv4 routes of the main table, like `ip route show table main`.
-pub fn dump_routes() -> io::Result<Vec<RouteEntry>> {
-    // struct rtmsg { family, dst_len, src_len, tos, table, protocol, scope, type, flags: u32 }
-    let mut req = [0u8; 12];
-    req[0] = libc::AF_INET as u8;
-    let msgs = dump(RTM_GETROUTE, &req, RTM_NEWROUTE)?;
-    let mut out = Vec::new();
-    for m in msgs {
-        if m.len() < 12 {
-            continue;
-        }
-        let family = m[0];
-        let dst_len = m[1];
-        let mut table = u32::from(m[4]);
-        let rtype = m[7];
-        let flags = u32_at(&m, 8).unwrap_or(0);
-        if family as i32 != libc::AF_INET || rtype != RTN_UNICAST || flags & RTM_F_CLONED != 0 {
-            continue;
-        }
-        let mut dst = None;
-        let mut gateway = None;
-        let mut oif = None;
-        let mut prefsrc = None;
-        let mut metric = None;
-        for (ty, data) in attrs(&m[12..]) {
-            match ty {
-                RTA_DST => dst = ip_from(family, data),
-                RTA_GATEWAY => gateway = ip_from(family, data),
-                RTA_OIF => oif = u32_at(data, 0),
-                RTA_PREFSRC => prefsrc = ip_from(family, data),
-                RTA_PRIORITY => metric = u32_at(data, 0),
-                RTA_TABLE => table = u32_at(data, 0).unwrap_or(table),
-                RTA_MULTIPATH => {
-                    // struct rtnexthop { len: u16, flags: u8, hops: u8, ifindex: i32 } + attrs
-                    if let Some(nlen) = u16_at(data, 0) {
-                        let nlen = (nlen as usize).min(data.len());
-                        if oif.is_none() {
-                            oif = u32_at(data, 4);
-                        }
-                        if nlen >= 8 {
-                            for (t, d) in attrs(&data[8..nlen]) {
-                                if t == RTA_GATEWAY && gateway.is_none() {
-                                    gateway = ip_from(family, d);
-                                }
-                            }
-                        }
+                    if gateway.is_none() {
+                        gateway = nh.attributes.iter().find_map(|a| match a {
+                            RouteAttribute::Gateway(g) => route_ip(g),
+                            _ => None,
+                        });
                     }
                 }
-                _ => {}
             }
+            _ => {}
         }
-        if table != RT_TABLE_MAIN {
-            continue;
-        }
-        let dst = if dst_len == 0 {
-            "default".to_string()
-        } else {
-            match dst {
-                Some(d) => format!("{d}/{dst_len}"),
-                None => continue,
-            }
-        };
-        out.push(RouteEntry {
-            dst,
-            gateway: gateway.map(|g| g.to_string()),
-            dev: oif.and_then(ifname),
-            prefsrc: prefsrc.map(|p| p.to_string()),
-            metric,
-        });
     }
-    Ok(out)
+    if table != u32::from(RouteHeader::RT_TABLE_MAIN) {
+        return None;
+    }
+    let plen = h.destination_prefix_length;
+    let dst = if plen == 0 { None } else { Some((dst?, plen)) };
+    Some(Item::Route {
+        dst,
+        gateway,
+        oif,
+        prefsrc,
+        metric,
+    })
+}
+
+fn tc_object(t: TcMessage, class: bool) -> Option<TcObject> {
+    let kind = t.attributes.iter().find_map(|a| match a {
+        TcAttribute::Kind(k) => Some(k.clone()),
+        _ => None,
+    })?;
+    let mut options = Vec::new();
+    for a in &t.attributes {
+        if let TcAttribute::Options(opts) = a {
+            for o in opts {
+                if let TcOption::Other(nla) = o {
+                    use netlink_packet_core::Nla;
+                    let mut v = vec![0u8; nla.value_len()];
+                    nla.emit_value(&mut v);
+                    options = v;
+                }
+            }
+        }
+    }
+    let mut obj = TcObject {
+        ifindex: u32::try_from(t.header.index).ok()?,
+        ifname: String::new(),
+        kind,
+        class,
+        handle: TcHandle {
+            major: t.header.handle.major,
+            minor: t.header.handle.minor,
+        },
+        parent: TcHandle {
+            major: t.header.parent.major,
+            minor: t.header.parent.minor,
+        },
+        rate_bps: None,
+        ceil_bps: None,
+        default_class: None,
+    };
+    crate::tc::decode_options(&mut obj, &options);
+    Some(obj)
+}
+
+fn request(msg: RouteNetlinkMessage, seq: u32) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    header.sequence_number = seq;
+    let mut m = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
+    m.finalize();
+    let mut buf = vec![0u8; m.buffer_len()];
+    m.serialize(&mut buf);
+    buf
+}
+
+/// Run one dump to its end; restart it while the kernel flags it interrupted.
+fn dump(make: impl Fn() -> RouteNetlinkMessage) -> Result<Vec<Item>, NetlinkError> {
+    let mut sock = Socket::new(NETLINK_ROUTE)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    let mut seq: u32 = 0x4642_5046; // "FPBF"
+    for _ in 0..DUMP_ATTEMPTS {
+        seq = seq.wrapping_add(1);
+        sock.send(&request(make(), seq), 0)?;
+        let mut items = Vec::new();
+        let mut interrupted = false;
+        loop {
+            // Peek at the datagram's size first so that no message is ever truncated.
+            let mut probe: Vec<u8> = Vec::with_capacity(0);
+            let size = sock.recv(&mut probe, libc::MSG_PEEK | libc::MSG_TRUNC)?;
+            let mut buf: Vec<u8> = Vec::with_capacity(size.max(16));
+            let n = sock.recv(&mut buf, 0)?;
+            if n == 0 {
+                return Err(NetlinkError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "netlink socket closed during the dump",
+                )));
+            }
+            let p = parse_messages(&buf[..n.min(buf.len())], seq)?;
+            items.extend(p.items);
+            interrupted |= p.interrupted;
+            if p.done {
+                break;
+            }
+        }
+        if !interrupted {
+            return Ok(items);
+        }
+    }
+    Err(NetlinkError::Interrupted)
+}
+
+/// Links, addresses, IPv4 main-table routes and the traffic-control objects of this network
+/// namespace, with interface names resolved from the same link dump.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LiveDump {
+    pub links: BTreeMap<u32, String>,
+    pub addrs: Vec<AddrEntry>,
+    pub routes: Vec<RouteEntry>,
+    pub tc: Vec<TcObject>,
+}
+
+/// Turn parsed items into named entries; objects on unknown interfaces are dropped.
+pub fn resolve(items: Vec<Item>) -> LiveDump {
+    let mut d = LiveDump::default();
+    for it in &items {
+        if let Item::Link { index, name } = it {
+            d.links.insert(*index, name.clone());
+        }
+    }
+    for it in items {
+        match it {
+            Item::Link { .. } => {}
+            Item::Addr {
+                index,
+                addr,
+                prefixlen,
+                scope,
+            } => {
+                if let Some(name) = d.links.get(&index) {
+                    d.addrs.push(AddrEntry {
+                        ifname: name.clone(),
+                        addr,
+                        prefixlen,
+                        scope: scope_from_num(scope),
+                    });
+                }
+            }
+            Item::Route {
+                dst,
+                gateway,
+                oif,
+                prefsrc,
+                metric,
+            } => d.routes.push(RouteEntry {
+                dst: match dst {
+                    None => "default".to_string(),
+                    Some((a, p)) => format!("{a}/{p}"),
+                },
+                gateway: gateway.map(|g| g.to_string()),
+                dev: oif.and_then(|i| d.links.get(&i).cloned()),
+                prefsrc: prefsrc.map(|p| p.to_string()),
+                metric,
+            }),
+            Item::Tc(mut t) => {
+                if let Some(name) = d.links.get(&t.ifindex) {
+                    t.ifname = name.clone();
+                    d.tc.push(t);
+                }
+            }
+        }
+    }
+    d
+}
+
+/// Dump this network namespace. Qdiscs are dumped for every interface at once; classes only for
+/// interfaces whose qdiscs have classes (htb), one dump each, as the kernel requires.
+pub fn dump_all() -> Result<LiveDump, NetlinkError> {
+    let mut items = dump(|| RouteNetlinkMessage::GetLink(LinkMessage::default()))?;
+    items.extend(dump(|| {
+        RouteNetlinkMessage::GetAddress(AddressMessage::default())
+    })?);
+    items.extend(dump(|| {
+        let mut m = RouteMessage::default();
+        m.header.address_family = AddressFamily::Inet;
+        RouteNetlinkMessage::GetRoute(m)
+    })?);
+    let qdiscs = dump(|| RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()))?;
+    let mut classful: Vec<u32> = qdiscs
+        .iter()
+        .filter_map(|i| match i {
+            Item::Tc(t) if crate::tc::has_classes(&t.kind) => Some(t.ifindex),
+            _ => None,
+        })
+        .collect();
+    classful.sort_unstable();
+    classful.dedup();
+    items.extend(qdiscs);
+    for idx in classful {
+        let Ok(i) = i32::try_from(idx) else { continue };
+        items.extend(dump(|| {
+            RouteNetlinkMessage::GetTrafficClass(TcMessage::with_index(i))
+        })?);
+    }
+    Ok(resolve(items))
 }
 
 #[cfg(test)]
@@ -293,25 +422,122 @@ mod tests {
     use super::*;
 
     #[test]
-    fn loopback_address_is_dumped() {
-        // Every Linux netns has lo with 127.0.0.1/8 once it is up; if lo is down the dump is
-        // still well-formed, so only check the parser does not fail and names resolve.
-        let addrs = dump_addrs().expect("netlink address dump");
-        for a in &addrs {
+    fn live_dump_has_loopback_and_names() {
+        let d = dump_all().expect("netlink dump");
+        assert!(d.links.values().any(|n| n == "lo"), "{:?}", d.links);
+        for a in &d.addrs {
             assert!(!a.ifname.is_empty());
         }
-        dump_routes().expect("netlink route dump");
+    }
+
+    fn msg(ty: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let len = 16 + payload.len();
+        let mut v = Vec::new();
+        v.extend_from_slice(&(len as u32).to_ne_bytes());
+        v.extend_from_slice(&ty.to_ne_bytes());
+        v.extend_from_slice(&flags.to_ne_bytes());
+        v.extend_from_slice(&seq.to_ne_bytes());
+        v.extend_from_slice(&0u32.to_ne_bytes());
+        v.extend_from_slice(payload);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v
+    }
+
+    fn new_link(index: u32, name: &str, seq: u32) -> Vec<u8> {
+        let mut l = LinkMessage::default();
+        l.header.index = index;
+        l.attributes.push(LinkAttribute::IfName(name.into()));
+        let mut header = NetlinkHeader::default();
+        header.sequence_number = seq;
+        header.flags = netlink_packet_core::NLM_F_MULTIPART;
+        let mut m = NetlinkMessage::new(
+            header,
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)),
+        );
+        m.finalize();
+        let mut b = vec![0u8; m.buffer_len()];
+        m.serialize(&mut b);
+        b
     }
 
     #[test]
-    fn attr_parser_tolerates_garbage() {
-        assert!(attrs(&[1, 0]).is_empty());
-        assert!(attrs(&[200, 0, 1, 0, 9]).is_empty());
-        let a = attrs(&[8, 0, 1, 0, 10, 0, 0, 1]);
-        assert_eq!(a.len(), 1);
+    fn messages_parse_and_malformed_buffers_are_errors_not_panics() {
+        let seq = 9;
+        let mut buf = new_link(3, "eth0", seq);
+        buf.extend(new_link(4, "other-seq", seq + 1));
+        buf.extend(msg(3, 0, seq, &0i32.to_ne_bytes())); // NLMSG_DONE
+        let p = parse_messages(&buf, seq).unwrap();
+        assert!(p.done && !p.interrupted);
         assert_eq!(
-            ip_from(libc::AF_INET as u8, a[0].1),
-            Some("10.0.0.1".parse().unwrap())
+            p.items,
+            vec![Item::Link {
+                index: 3,
+                name: "eth0".into()
+            }]
         );
+        // NLM_F_DUMP_INTR on any message marks the dump for a restart.
+        let mut b = new_link(3, "eth0", seq);
+        b[6] |= NLM_F_DUMP_INTR as u8;
+        assert!(parse_messages(&b, seq).unwrap().interrupted);
+        // The kernel's error answer becomes an error.
+        let e = parse_messages(&msg(2, 0, seq, &(-1i32).to_ne_bytes().repeat(5)), seq);
+        assert!(matches!(e, Err(NetlinkError::Kernel(_))), "{e:?}");
+        // Framing errors: too short, length beyond the buffer, length below a header.
+        let good = new_link(3, "eth0", seq);
+        for bad in [
+            vec![1u8, 2, 3],
+            good[..good.len() - 1].to_vec(),
+            msg(16, 0, seq, &[])[..15].to_vec(),
+            {
+                let mut x = good.clone();
+                x[..4].copy_from_slice(&u32::MAX.to_ne_bytes());
+                x
+            },
+            {
+                let mut x = good.clone();
+                x[..4].copy_from_slice(&4u32.to_ne_bytes());
+                x
+            },
+        ] {
+            assert!(parse_messages(&bad, seq).is_err(), "{bad:?}");
+        }
+        // Every truncation of a valid buffer, and garbage bodies of each message type we use,
+        // are handled without a panic.
+        for cut in 0..buf.len() {
+            let _ = parse_messages(&buf[..cut], seq);
+        }
+        for ty in [16u16, 20, 24, 36, 40] {
+            for body in [
+                vec![],
+                vec![0xff; 3],
+                vec![0xff; 40],
+                vec![8, 0, 1, 0, 1, 2],
+            ] {
+                let p = parse_messages(&msg(ty, 0, seq, &body), seq).unwrap();
+                assert!(p.items.len() <= 1);
+            }
+        }
+        // Items without names are dropped when resolving.
+        let d = resolve(vec![Item::Addr {
+            index: 42,
+            addr: "10.0.0.1".parse().unwrap(),
+            prefixlen: 8,
+            scope: 0,
+        }]);
+        assert!(d.addrs.is_empty());
+    }
+
+    #[test]
+    fn requests_are_well_formed_dumps() {
+        let b = request(
+            RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+            7,
+        );
+        let nb = NetlinkBuffer::new_checked(&b[..]).unwrap();
+        assert_eq!(nb.length() as usize, b.len());
+        assert_eq!(nb.flags(), NLM_F_REQUEST | NLM_F_DUMP);
+        assert_eq!(nb.sequence_number(), 7);
     }
 }

@@ -190,6 +190,16 @@ pub fn inventory_text(inv: &Inventory) -> String {
         );
     }
     for n in &inv.netdevs {
+        if let Some(t) = &n.tc_shaping {
+            let _ = writeln!(
+                s,
+                "  {} egress shaped with tc: {t} (carries at most {} Gbit/s)",
+                n.name,
+                n.effective_gbps().map(gbps).unwrap_or_else(|| "?".into())
+            );
+        }
+    }
+    for n in &inv.netdevs {
         let Some(p) = &n.pci else { continue };
         if n.rdma_device.is_some() {
             continue;

@@ -61,6 +61,7 @@ fn capture_of_this_host_round_trips() {
         for f in [
             "ip-addr.json",
             "ip-route.json",
+            "fabperf-tc.json",
             "detect.json",
             "doctor.json",
             "fabperf-capture.json",

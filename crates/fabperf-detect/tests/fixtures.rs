@@ -667,3 +667,26 @@ fn contract_only_json_loads() {
     assert_eq!(f.cost_gbps, Some(99.0));
     assert!(f.fix.iter().any(|x| x.contains("--node-ip=10.0.1.5")));
 }
+
+/// The software-device rule other crates use (the RDMA engine's poll priority).
+#[test]
+fn software_rdma_devices_are_told_apart() {
+    use fabperf_detect::rdma_device_is_software as sw;
+    assert_eq!(sw(&fixture("rxe-veth"), "rxe0"), Some(true));
+    assert_eq!(sw(&fixture("rxe-qemu-capture"), "rxe1"), Some(true));
+    assert_eq!(sw(&fixture("cx5-roce"), "mlx5_0"), Some(false));
+    assert_eq!(sw(&fixture("cx6-hdr-ib"), "mlx5_0"), Some(false));
+    assert_eq!(sw(&fixture("cx5-roce"), "absent"), None);
+    assert_eq!(sw(&fixture("cx5-roce"), "../../net"), None);
+    // Same verdict as the inventory's.
+    for name in ["rxe-veth", "cx5-roce", "multihomed-1g"] {
+        for d in inv(name).rdma_devices {
+            assert_eq!(
+                sw(&fixture(name), &d.name),
+                Some(d.software),
+                "{name} {}",
+                d.name
+            );
+        }
+    }
+}

@@ -1,150 +1,53 @@
-//! The subset of `fabperf detect --json` (schema `fabperf.detect/1`) that the
-//! Kubernetes renderer consumes. Defined here on purpose, independent of the
-//! detect crate: both sides honour the documented JSON contract, nothing more.
+//! `fabperf detect --json` files (schema `fabperf.detect/1`) as the Kubernetes renderer reads
+//! them. The model is fabperf-detect's own [`Inventory`]: one definition for the writer and
+//! every reader, so a field the detector writes is a field the renderer can use.
 
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+pub use fabperf_detect::{Inventory, Netdev, PciInfo as Pci, RdmaDevice, RdmaPort};
 use std::path::Path;
 
-pub const DETECT_SCHEMA: &str = "fabperf.detect/1";
+pub const DETECT_SCHEMA: &str = fabperf_detect::SCHEMA;
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct DetectReport {
-    pub schema: String,
-    pub hostname: String,
-    pub rdma_available: bool,
-    #[serde(default)]
-    pub rdma_note: Option<String>,
-    #[serde(default)]
-    pub rdma_devices: Vec<RdmaDevice>,
-    #[serde(default)]
-    pub netdevs: Vec<Netdev>,
-}
+/// A node's detect report: the detect [`Inventory`] with the renderer's loading rules (the
+/// `schema`, `hostname` and `rdma_available` keys must be present). Derefs to the inventory,
+/// whose [`Inventory::rdma_behind`], [`Inventory::ipoib_candidates`] and
+/// [`Inventory::roce_candidates`] pick interfaces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetectReport(pub Inventory);
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct RdmaDevice {
-    pub name: String,
-    #[serde(default)]
-    pub driver: Option<String>,
-    #[serde(default)]
-    pub software: bool,
-    #[serde(default)]
-    pub pci: Option<Pci>,
-    #[serde(default)]
-    pub ports: Vec<RdmaPort>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Pci {
-    pub vendor_id: String,
-    pub device_id: String,
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub is_vf: bool,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct RdmaPort {
-    pub port: u32,
-    pub link_layer: String,
-    pub state: String,
-    #[serde(default)]
-    pub rate_gbps: Option<f64>,
-    #[serde(default)]
-    pub netdevs: Vec<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Netdev {
-    pub name: String,
-    pub kind: String,
-    /// `null` when detect could not read it (partial sysfs).
-    #[serde(default)]
-    pub mtu: Option<u32>,
-    #[serde(default)]
-    pub speed_mbps: Option<u64>,
-    #[serde(default)]
-    pub operstate: Option<String>,
-    #[serde(default)]
-    pub ipv4: Vec<String>,
-    #[serde(default)]
-    pub ipoib_mode: Option<String>,
-    #[serde(default)]
-    pub rdma_device: Option<String>,
-    #[serde(default)]
-    pub rdma_port: Option<u32>,
+impl std::ops::Deref for DetectReport {
+    type Target = Inventory;
+    fn deref(&self) -> &Inventory {
+        &self.0
+    }
 }
 
 impl DetectReport {
     /// Parse a detect report and check its schema tag.
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
-        let r: DetectReport = serde_json::from_str(text).with_context(|| {
-            format!("{origin}: not a `fabperf detect --json` report (schema {DETECT_SCHEMA})")
-        })?;
-        if r.schema != DETECT_SCHEMA {
+        let not_detect =
+            || format!("{origin}: not a `fabperf detect --json` report (schema {DETECT_SCHEMA})");
+        let v: serde_json::Value = serde_json::from_str(text).with_context(not_detect)?;
+        for key in ["schema", "hostname", "rdma_available"] {
+            if v.get(key).is_none() {
+                return Err(anyhow::anyhow!("missing field `{key}`")).with_context(not_detect);
+            }
+        }
+        let inv: Inventory = serde_json::from_value(v).with_context(not_detect)?;
+        if inv.schema != DETECT_SCHEMA {
             bail!(
                 "{origin}: schema is {:?}, expected {DETECT_SCHEMA:?}; regenerate it with `fabperf detect --json > FILE` from a matching fabperf",
-                r.schema
+                inv.schema
             );
         }
-        Ok(r)
+        Ok(DetectReport(inv))
     }
 
+    /// Load a detect file (a regular file of at most a few MiB; a FIFO is refused).
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
+        let text = fabperf_detect::read_json_file(path)
             .with_context(|| format!("cannot read detect file {}", path.display()))?;
         Self::parse(&text, &path.display().to_string())
-    }
-
-    pub fn netdev(&self, name: &str) -> Option<&Netdev> {
-        self.netdevs.iter().find(|n| n.name == name)
-    }
-
-    pub fn rdma_device(&self, name: &str) -> Option<&RdmaDevice> {
-        self.rdma_devices.iter().find(|d| d.name == name)
-    }
-
-    /// The RDMA device and port behind a netdev: from the netdev's own
-    /// `rdma_device` field, else from a port that lists the netdev.
-    pub fn rdma_behind(&self, netdev: &str) -> Option<(&RdmaDevice, Option<&RdmaPort>)> {
-        if let Some(nd) = self.netdev(netdev) {
-            if let Some(dev) = nd.rdma_device.as_deref().and_then(|d| self.rdma_device(d)) {
-                let port = dev.ports.iter().find(|p| {
-                    Some(p.port) == nd.rdma_port || p.netdevs.iter().any(|n| n == netdev)
-                });
-                return Some((dev, port));
-            }
-        }
-        for dev in &self.rdma_devices {
-            if let Some(p) = dev
-                .ports
-                .iter()
-                .find(|p| p.netdevs.iter().any(|n| n == netdev))
-            {
-                return Some((dev, Some(p)));
-            }
-        }
-        None
-    }
-
-    /// IPoIB netdevs with an RDMA device behind them.
-    pub fn ipoib_candidates(&self) -> Vec<&Netdev> {
-        self.netdevs
-            .iter()
-            .filter(|n| n.kind == "ipoib" && self.rdma_behind(&n.name).is_some())
-            .collect()
-    }
-
-    /// Ethernet netdevs whose RDMA port has an Ethernet link layer (RoCE).
-    pub fn roce_candidates(&self) -> Vec<&Netdev> {
-        self.netdevs
-            .iter()
-            .filter(|n| {
-                n.kind == "ethernet"
-                    && matches!(self.rdma_behind(&n.name), Some((_, Some(p))) if p.link_layer == "Ethernet")
-            })
-            .collect()
     }
 }
 
@@ -199,6 +102,44 @@ mod tests {
         let r = DetectReport::parse(&partial, "partial.json").unwrap();
         assert_eq!(r.netdev("ib0").unwrap().mtu, None);
         assert_eq!(r.netdev("ens1f0np0").unwrap().mtu, Some(9000));
+    }
+
+    /// Every fixture node, as `fabperf detect --json` writes it, loads whole: each of the
+    /// detector's keys reaches the renderer (the two sides share one model).
+    #[test]
+    fn detect_output_of_every_fixture_loads_whole() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fabperf-detect/tests/fixtures");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if !p.join("sys").is_dir() {
+                continue;
+            }
+            let inv = fabperf_detect::detect_root(&p, &Default::default()).unwrap();
+            let json = inv.to_json_pretty();
+            let r = DetectReport::parse(&json, &p.display().to_string()).unwrap();
+            assert_eq!(r.0, inv, "{}", p.display());
+            n += 1;
+        }
+        assert!(n >= 5, "fixtures found: {n}");
+    }
+
+    #[test]
+    fn missing_contract_keys_and_fifos_are_refused() {
+        let no_host = SAMPLE.replace("\"hostname\": \"n1\",", "");
+        let e = format!("{:#}", DetectReport::parse(&no_host, "h.json").unwrap_err());
+        assert!(e.contains("hostname") && e.contains("h.json"), "{e}");
+        let d = std::env::temp_dir().join(format!("fabperf-k8s-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&d);
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&d)
+            .status()
+            .map(|s| s.success());
+        if ok.unwrap_or(false) {
+            let e = format!("{:#}", DetectReport::load(&d).unwrap_err());
+            assert!(e.contains("not a regular file"), "{e}");
+            std::fs::remove_file(&d).unwrap();
+        }
     }
 
     #[test]

@@ -1,17 +1,21 @@
-//! Shared-secret authentication.
+//! Shared-secret authentication, both ways.
 //!
-//! The agent sends a random 32-byte nonce in `Hello`; the client answers
-//! with HMAC-SHA256(key = token, message = "fabperf-auth-v1" || nonce). The
-//! agent verifies with the MAC's constant-time comparison, so the time taken
-//! does not reveal how many bytes matched. The token never crosses the wire.
+//! The agent sends a random 32-byte nonce in `Hello`. The client answers
+//! with its own random nonce and its proof, HMAC-SHA256(key = token,
+//! "fabperf-auth-v2 client" || agent nonce || client nonce). The agent
+//! checks it with the MAC's constant-time comparison (the time taken does
+//! not reveal how many bytes matched) and answers with its own proof over
+//! the same nonces under another label, "fabperf-auth-v2 agent": the
+//! labels keep one side's proof from ever serving as the other's. Each
+//! side's nonce is fresh per connection, so a recorded proof is worth
+//! nothing on another connection. The token never crosses the wire. A
+//! client holding a token refuses an agent that does not prove it.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::path::Path;
 
 type HmacSha256 = Hmac<Sha256>;
-
-const DOMAIN: &[u8] = b"fabperf-auth-v1";
 
 /// Random bytes from the OS.
 pub fn random_bytes<const N: usize>() -> [u8; N] {
@@ -51,25 +55,65 @@ pub fn from_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-fn mac_for(token: &[u8], nonce_hex: &str) -> HmacSha256 {
+/// Which side a proof is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Agent,
+}
+
+impl Side {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Side::Client => b"fabperf-auth-v2 client\0",
+            Side::Agent => b"fabperf-auth-v2 agent\0",
+        }
+    }
+}
+
+/// A nonce as sent on the wire: 64 lowercase or uppercase hex digits.
+pub fn is_nonce(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn mac_for(token: &[u8], side: Side, agent_nonce: &str, client_nonce: &str) -> HmacSha256 {
     // HMAC accepts keys of any length; new_from_slice cannot fail for it.
     let mut m = HmacSha256::new_from_slice(token).expect("HMAC takes any key length");
-    m.update(DOMAIN);
-    m.update(nonce_hex.as_bytes());
+    m.update(side.label());
+    // Both nonces have a fixed length (checked by the callers), so the
+    // concatenation is unambiguous.
+    m.update(agent_nonce.as_bytes());
+    m.update(client_nonce.as_bytes());
     m
 }
 
-/// The client's answer to a nonce.
-pub fn respond(token: &[u8], nonce_hex: &str) -> String {
-    to_hex(&mac_for(token, nonce_hex).finalize().into_bytes())
+/// `side`'s proof that it holds `token`, over both nonces.
+pub fn prove(token: &[u8], side: Side, agent_nonce: &str, client_nonce: &str) -> String {
+    to_hex(
+        &mac_for(token, side, agent_nonce, client_nonce)
+            .finalize()
+            .into_bytes(),
+    )
 }
 
-/// Constant-time check of a client's answer.
-pub fn verify(token: &[u8], nonce_hex: &str, answer_hex: &str) -> bool {
-    let Some(answer) = from_hex(answer_hex) else {
+/// Constant-time check of `side`'s proof. Malformed nonces or proofs are
+/// refused.
+pub fn verify(
+    token: &[u8],
+    side: Side,
+    agent_nonce: &str,
+    client_nonce: &str,
+    proof_hex: &str,
+) -> bool {
+    if !is_nonce(agent_nonce) || !is_nonce(client_nonce) {
+        return false;
+    }
+    let Some(proof) = from_hex(proof_hex) else {
         return false;
     };
-    mac_for(token, nonce_hex).verify_slice(&answer).is_ok()
+    mac_for(token, side, agent_nonce, client_nonce)
+        .verify_slice(&proof)
+        .is_ok()
 }
 
 /// Read a token file: its contents with surrounding whitespace trimmed.
@@ -93,15 +137,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn respond_verify() {
-        let n = new_nonce();
-        assert_eq!(n.len(), 64);
-        let a = respond(b"secret", &n);
-        assert!(verify(b"secret", &n, &a));
-        assert!(!verify(b"other", &n, &a));
-        assert!(!verify(b"secret", &new_nonce(), &a));
-        assert!(!verify(b"secret", &n, "zz"));
-        assert!(!verify(b"secret", &n, &a[..10]));
+    fn prove_verify_both_ways() {
+        let (a, c) = (new_nonce(), new_nonce());
+        assert_eq!(a.len(), 64);
+        assert!(is_nonce(&a));
+        let pc = prove(b"secret", Side::Client, &a, &c);
+        assert!(verify(b"secret", Side::Client, &a, &c, &pc));
+        assert!(!verify(b"other", Side::Client, &a, &c, &pc));
+        // Another connection's nonces: a recorded proof is worthless.
+        assert!(!verify(b"secret", Side::Client, &new_nonce(), &c, &pc));
+        assert!(!verify(b"secret", Side::Client, &a, &new_nonce(), &pc));
+        // Domain separation: a client's proof is not an agent's and back.
+        assert!(!verify(b"secret", Side::Agent, &a, &c, &pc));
+        let pa = prove(b"secret", Side::Agent, &a, &c);
+        assert_ne!(pa, pc);
+        assert!(verify(b"secret", Side::Agent, &a, &c, &pa));
+        assert!(!verify(b"secret", Side::Client, &a, &c, &pa));
+        // Malformed input.
+        assert!(!verify(b"secret", Side::Client, &a, &c, "zz"));
+        assert!(!verify(b"secret", Side::Client, &a, &c, &pc[..10]));
+        assert!(!verify(b"secret", Side::Client, "abc", &c, &pc));
+        assert!(!verify(b"secret", Side::Client, &a, "", &pc));
+        assert!(!is_nonce(&"g".repeat(64)));
     }
 
     #[test]

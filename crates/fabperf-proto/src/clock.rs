@@ -71,10 +71,9 @@ pub fn warning_for(c: &ClockCost) -> Option<String> {
         Some(s) => format!("clocksource {s}"),
         None => "clocksource unknown".to_string(),
     };
-    // The fallbacks without a vDSO fast path; the same list as
-    // fabperf-detect's `ClockSource::is_slow` (neither crate depends on the other).
+    // The fallbacks without a vDSO fast path (fabperf-detect holds the list).
     let (why, hint) = match c.source.as_deref() {
-        Some("hpet" | "acpi_pm" | "jiffies" | "refined-jiffies" | "pit") => (
+        Some(s) if fabperf_detect::clocksource_is_slow(s) => (
             "every timestamp is a system call",
             " The kernel uses it when it has marked the TSC unstable (`dmesg | grep -i tsc`); \
              on a VM prefer kvm-clock, or boot with tsc=reliable where the TSC is known good.",

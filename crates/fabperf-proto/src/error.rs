@@ -36,14 +36,26 @@ impl ErrorCode {
     }
 }
 
+impl ProtoError {
+    /// A peer's `Error` frame, with its text escaped (it is shown to
+    /// people and logged).
+    pub fn remote(code: ErrorCode, message: &str) -> ProtoError {
+        ProtoError::Remote {
+            code,
+            message: crate::text::escape(message),
+        }
+    }
+}
+
 /// Everything that can go wrong on a control or data connection.
 #[derive(Debug, thiserror::Error)]
 pub enum ProtoError {
-    #[error("{context}: {source}")]
+    /// The OS error is part of the message and deliberately not a
+    /// `source()`, so printing the error chain does not repeat it.
+    #[error("{context}: {error}")]
     Io {
         context: String,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("timed out after {:.1} s waiting for {what}; the peer stalled or is unreachable", .waited.as_secs_f64())]
     Timeout { what: String, waited: Duration },
@@ -63,15 +75,21 @@ pub enum ProtoError {
     BadJson(String),
     #[error("unexpected message: expected {expected}, got {got}")]
     Unexpected { expected: String, got: String },
-    #[error("agent refused: {} — {message}", .code.as_str())]
+    #[error("the peer reports: {} — {message}", .code.as_str())]
     Remote { code: ErrorCode, message: String },
+    /// This side refuses the peer's authentication (or its lack of it).
+    #[error("authentication: {0}")]
+    Auth(String),
+    /// The agent stopped the test (its time limit passed).
+    #[error("{0}")]
+    Stopped(String),
 }
 
 impl ProtoError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> ProtoError {
         ProtoError::Io {
             context: context.into(),
-            source,
+            error: source,
         }
     }
 
@@ -87,6 +105,8 @@ impl ProtoError {
             | ProtoError::Unexpected { .. } => ErrorCode::BadFrame,
             ProtoError::VersionMismatch { .. } => ErrorCode::VersionMismatch,
             ProtoError::Remote { code, .. } => *code,
+            ProtoError::Auth(_) => ErrorCode::AuthFailed,
+            ProtoError::Stopped(_) => ErrorCode::LimitExceeded,
         }
     }
 

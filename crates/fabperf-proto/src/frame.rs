@@ -10,9 +10,16 @@ pub const MAGIC: [u8; 4] = *b"FBPF";
 /// First four bytes of a data connection (followed by a 16-byte cookie).
 pub const DATA_MAGIC: [u8; 4] = *b"FBPD";
 /// Control protocol version. Bump on any incompatible change.
-pub const PROTO_VERSION: u16 = 1;
+/// v2: mutual authentication (`Auth` / `AuthOk` before `Start`).
+pub const PROTO_VERSION: u16 = 2;
 /// Largest frame either side accepts.
 pub const MAX_FRAME: usize = 1 << 20;
+/// Largest frame an agent reads from a peer that has not authenticated
+/// (the `Auth` message).
+pub const PRE_AUTH_FRAME: usize = 4 << 10;
+/// Largest `Start` an agent without a token reads (large enough for an
+/// RDMA request with 4096 queue pairs).
+pub const OPEN_START_FRAME: usize = 256 << 10;
 /// The agent's default TCP (and UDP) port.
 pub const DEFAULT_PORT: u16 = 5301;
 
@@ -29,6 +36,19 @@ impl Preamble {
     }
 }
 
+/// Who an agent is, announced in its `Hello`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentIdentity {
+    /// Node name (`--node-name`, else `$NODE_NAME`, else the hostname).
+    pub node: String,
+    /// Label of the network path the agent serves (`--path-label`, e.g.
+    /// `host`, `pod`, `ipoib`).
+    pub path: String,
+    /// What the agent knows about its node (opaque to the protocol).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<serde_json::Value>,
+}
+
 /// One control message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -42,15 +62,22 @@ pub enum Msg {
         nonce: Option<String>,
         /// Test kinds this agent serves.
         tests: Vec<String>,
+        /// Who the agent is (node, network path, inventory).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<AgentIdentity>,
     },
+    /// Client -> agent when the agent requires authentication: the
+    /// client's own nonce and its proof over both nonces (see
+    /// [`crate::auth`]).
+    Auth { nonce: String, proof: String },
+    /// Agent -> client: the client's proof was right; the agent's proof
+    /// over both nonces.
+    AuthOk { proof: String },
     /// Client -> agent: run this test.
     Start {
         test: String,
         params: serde_json::Value,
         fabperf_version: String,
-        /// Hex HMAC-SHA256 of the nonce (see [`crate::auth`]).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        auth: Option<String>,
     },
     /// Agent -> client: the test is accepted; test-specific setup info.
     Accept { info: serde_json::Value },
@@ -66,6 +93,8 @@ impl Msg {
     pub fn kind(&self) -> &'static str {
         match self {
             Msg::Hello { .. } => "hello",
+            Msg::Auth { .. } => "auth",
+            Msg::AuthOk { .. } => "auth_ok",
             Msg::Start { .. } => "start",
             Msg::Accept { .. } => "accept",
             Msg::Test { .. } => "test",
@@ -181,29 +210,37 @@ pub fn decode_body(body: &[u8]) -> Result<Msg, ProtoError> {
     serde_json::from_slice(body).map_err(|e| ProtoError::BadJson(e.to_string()))
 }
 
-/// Read one frame. `timeout` is only used for the error message; the
-/// caller sets the socket's read timeout.
+/// Read one frame of at most `max` bytes. `timeout` is only used for the
+/// error message; the caller bounds the reads (socket timeouts or a
+/// deadline). The body buffer grows as bytes arrive, so a peer that
+/// announces a large frame and then stalls costs only what it sent.
 pub fn read_frame<R: Read>(
     r: &mut R,
+    max: usize,
     timeout: Option<Duration>,
     what: &str,
 ) -> Result<Msg, ProtoError> {
     let mut len = [0u8; 4];
     read_full(r, &mut len, what, timeout)?;
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(ProtoError::FrameTooLarge {
-            len,
-            max: MAX_FRAME,
-        });
+    if len > max {
+        return Err(ProtoError::FrameTooLarge { len, max });
     }
     if len == 0 {
         return Err(ProtoError::EmptyFrame);
     }
-    let mut body = vec![0u8; len];
-    read_full(r, &mut body, what, timeout)?;
+    let mut body = Vec::with_capacity(len.min(CHUNK));
+    let mut chunk = [0u8; CHUNK];
+    while body.len() < len {
+        let n = (len - body.len()).min(CHUNK);
+        read_full(r, &mut chunk[..n], what, timeout)?;
+        body.extend_from_slice(&chunk[..n]);
+    }
     decode_body(&body)
 }
+
+/// Bytes read at a time into a frame body.
+const CHUNK: usize = 8 << 10;
 
 #[cfg(test)]
 mod tests {
@@ -218,18 +255,28 @@ mod tests {
                 auth_required: true,
                 nonce: Some("00ff".into()),
                 tests: vec!["tcp-bw".into()],
+                agent: Some(AgentIdentity {
+                    node: "node-1".into(),
+                    path: "host".into(),
+                    inventory: Some(json!({"rdma": []})),
+                }),
             },
             Msg::Hello {
                 fabperf_version: "0.1.0".into(),
                 auth_required: false,
                 nonce: None,
                 tests: vec![],
+                agent: None,
             },
+            Msg::Auth {
+                nonce: "ab".into(),
+                proof: "cd".into(),
+            },
+            Msg::AuthOk { proof: "ef".into() },
             Msg::Start {
                 test: "tcp-bw".into(),
                 params: json!({"streams": 2, "size": 131072}),
                 fabperf_version: "0.1.0".into(),
-                auth: None,
             },
             Msg::Accept {
                 info: json!({"cookie": "abc"}),
@@ -249,7 +296,7 @@ mod tests {
     fn every_message_round_trips() {
         for m in all_msgs() {
             let f = encode_frame(&m).unwrap();
-            let back = read_frame(&mut Cursor::new(&f), None, "x").unwrap();
+            let back = read_frame(&mut Cursor::new(&f), MAX_FRAME, None, "x").unwrap();
             assert_eq!(m, back);
         }
     }
@@ -262,10 +309,10 @@ mod tests {
         }
         let mut c = Cursor::new(buf);
         for m in all_msgs() {
-            assert_eq!(read_frame(&mut c, None, "x").unwrap(), m);
+            assert_eq!(read_frame(&mut c, MAX_FRAME, None, "x").unwrap(), m);
         }
         assert!(matches!(
-            read_frame(&mut c, None, "x"),
+            read_frame(&mut c, MAX_FRAME, None, "x"),
             Err(ProtoError::Closed { .. })
         ));
     }
@@ -307,21 +354,67 @@ mod tests {
         let mut f = ((MAX_FRAME + 1) as u32).to_be_bytes().to_vec();
         f.extend_from_slice(b"{}");
         assert!(matches!(
-            read_frame(&mut Cursor::new(f), None, "x"),
+            read_frame(&mut Cursor::new(f), MAX_FRAME, None, "x"),
             Err(ProtoError::FrameTooLarge { .. })
         ));
         let f = u32::MAX.to_be_bytes().to_vec();
         assert!(matches!(
-            read_frame(&mut Cursor::new(f), None, "x"),
+            read_frame(&mut Cursor::new(f), MAX_FRAME, None, "x"),
             Err(ProtoError::FrameTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn frame_limit_is_the_callers() {
+        let f = encode_frame(&Msg::Test {
+            body: json!("x".repeat(5000)),
+        })
+        .unwrap();
+        assert!(matches!(
+            read_frame(&mut Cursor::new(&f), PRE_AUTH_FRAME, None, "x"),
+            Err(ProtoError::FrameTooLarge {
+                max: PRE_AUTH_FRAME,
+                ..
+            })
+        ));
+        assert!(read_frame(&mut Cursor::new(&f), MAX_FRAME, None, "x").is_ok());
+    }
+
+    #[test]
+    fn announced_length_is_not_allocated_up_front() {
+        // A peer announcing 1 MiB and sending 10 bytes: the reader sees the
+        // end of the stream, having buffered only what arrived.
+        let mut f = (MAX_FRAME as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(b"{\"type\":\"b");
+        assert!(matches!(
+            read_frame(&mut Cursor::new(f), MAX_FRAME, None, "x"),
+            Err(ProtoError::Closed { .. })
+        ));
+    }
+
+    #[test]
+    fn hello_without_agent_identity_still_decodes() {
+        let m: Msg = serde_json::from_str(
+            r#"{"type":"hello","fabperf_version":"0.1.0","auth_required":false,"tests":[]}"#,
+        )
+        .unwrap();
+        assert!(matches!(m, Msg::Hello { agent: None, .. }));
+        let v = serde_json::to_value(Msg::Hello {
+            fabperf_version: "x".into(),
+            auth_required: false,
+            nonce: None,
+            tests: vec![],
+            agent: None,
+        })
+        .unwrap();
+        assert!(v.get("agent").is_none());
     }
 
     #[test]
     fn empty_frame_rejected() {
         let f = 0u32.to_be_bytes().to_vec();
         assert!(matches!(
-            read_frame(&mut Cursor::new(f), None, "x"),
+            read_frame(&mut Cursor::new(f), MAX_FRAME, None, "x"),
             Err(ProtoError::EmptyFrame)
         ));
     }
@@ -331,12 +424,12 @@ mod tests {
         let mut f = encode_frame(&Msg::Bye).unwrap();
         f.truncate(f.len() - 2);
         assert!(matches!(
-            read_frame(&mut Cursor::new(f), None, "x"),
+            read_frame(&mut Cursor::new(f), MAX_FRAME, None, "x"),
             Err(ProtoError::Closed { .. })
         ));
         // Truncated inside the length prefix.
         assert!(matches!(
-            read_frame(&mut Cursor::new(vec![0u8, 0]), None, "x"),
+            read_frame(&mut Cursor::new(vec![0u8, 0]), MAX_FRAME, None, "x"),
             Err(ProtoError::Closed { .. })
         ));
     }
@@ -358,7 +451,7 @@ mod tests {
             b"\xff\xfe\xfd",
             b"{\"type\":\"error\",\"code\":\"no_such_code\",\"message\":\"x\"}",
         ] {
-            match read_frame(&mut Cursor::new(raw(body)), None, "x") {
+            match read_frame(&mut Cursor::new(raw(body)), MAX_FRAME, None, "x") {
                 Err(ProtoError::BadJson(_)) => {}
                 r => panic!("{:?} -> {r:?}", String::from_utf8_lossy(body)),
             }

@@ -11,13 +11,22 @@
 //! client                                 agent
 //!   preamble  ------------------------>
 //!             <------------------------  preamble
-//!             <------------------------  Hello {auth_required, nonce}
-//!   Start {test, params, auth} ------->
+//!             <------------------------  Hello {auth_required, nonce, tests, agent}
+//!   (when the agent requires a token:)
+//!   Auth {nonce, proof} -------------->
+//!             <------------------------  AuthOk {proof} | Error {auth_failed}
+//!   Start {test, params} ------------->
 //!             <------------------------  Accept {info} | Error {code, message}
 //!   ... test-specific Test {body} frames in both directions ...
 //!             <------------------------  Test {body: results}
 //!   Bye       ------------------------>
 //! ```
+//!
+//! Both proofs are HMACs over both sides' nonces ([`auth`]): a client that
+//! holds a token refuses an agent that cannot prove it holds the same one.
+//! Everything up to `Start` is the handshake: each side bounds it as a
+//! whole by its timeout, and the agent reads at most [`PRE_AUTH_FRAME`]
+//! bytes per frame from a peer that has not authenticated.
 //!
 //! Data connections are separate sockets. TCP data connections go to the
 //! agent's same port and start with `FBPD` + a 16-byte cookie the agent
@@ -33,14 +42,16 @@ pub mod cpu;
 mod error;
 mod frame;
 mod plugin;
+pub mod text;
 
-pub use control::{connect_test, resolve, ClientConfig, Control};
+pub use control::{connect_test, query_agent, resolve, AgentHello, ClientConfig, Control};
 pub use error::{ErrorCode, ProtoError};
 pub use frame::{
-    read_frame, read_preamble, write_frame, write_preamble, Msg, Preamble, DATA_MAGIC,
-    DEFAULT_PORT, MAGIC, MAX_FRAME, PROTO_VERSION,
+    decode_body, encode_frame, read_frame, read_preamble, write_frame, write_preamble,
+    AgentIdentity, Msg, Preamble, DATA_MAGIC, DEFAULT_PORT, MAGIC, MAX_FRAME, OPEN_START_FRAME,
+    PRE_AUTH_FRAME, PROTO_VERSION,
 };
 pub use plugin::{
     connect_data, decode_params, Cookie, DataHub, DataWaiter, Limits, ServeCtx, ServeError,
-    TestKind,
+    TestClock, TestKind,
 };

@@ -6,10 +6,12 @@ use crate::error::{ErrorCode, ProtoError};
 use crate::frame::{read_full, DATA_MAGIC};
 use std::collections::HashMap;
 use std::io::Write;
+use std::net::Shutdown;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bounds a request may not exceed on this agent.
 #[derive(Debug, Clone, Copy)]
@@ -48,7 +50,7 @@ impl Limits {
                 ErrorCode::LimitExceeded,
                 format!(
                     "requested duration {secs} s exceeds the agent's limit of {} s (agent option --max-duration)",
-                    self.max_duration.as_secs()
+                    self.max_duration.as_secs_f64()
                 ),
             ));
         }
@@ -145,12 +147,146 @@ pub fn decode_params<T: serde::de::DeserializeOwned>(
         .map_err(|e| ServeError::bad_request(format!("{test} parameters: {e}")))
 }
 
+/// The agent's own clock on one test. Every test ends by its deadline,
+/// whatever the client does: the agent's timer calls [`TestClock::enforce`],
+/// which sets the stop flag (the control channel's reads then fail at
+/// once), shuts down the read side of the control connection (waking a
+/// blocked read) and both sides of every data socket the test registered
+/// with [`TestClock::watch`]. Loops that read no socket (UDP senders, RDMA
+/// polling) end through the control channel's failure or by checking
+/// [`TestClock::is_stopped`].
+///
+/// The deadline starts at the agent's `--max-duration` plus the grace
+/// (what bounds iteration-mode tests); a test kind narrows it with
+/// [`TestClock::arm`] (through [`ServeCtx::limit_duration`]) to the length
+/// the client asked for.
+pub struct TestClock {
+    grace: Duration,
+    max: Duration,
+    stop: Arc<AtomicBool>,
+    state: Mutex<ClockState>,
+}
+
+struct ClockState {
+    deadline: Instant,
+    /// What the test asked for, once armed.
+    length: Option<Duration>,
+    control: Option<TcpStream>,
+    sockets: Vec<TcpStream>,
+}
+
+/// `t + d`, or a point far in the future when that overflows.
+fn later(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d)
+        .or_else(|| t.checked_add(Duration::from_secs(10 * 365 * 86400)))
+        .unwrap_or(t)
+}
+
+impl TestClock {
+    /// A clock for a test starting now. `control` is a handle on the
+    /// test's control connection (shut down for reading at the deadline).
+    pub fn new(limits: &Limits, control: Option<TcpStream>) -> TestClock {
+        let grace = Self::grace_for(limits);
+        TestClock {
+            grace,
+            max: limits.max_duration,
+            stop: Arc::new(AtomicBool::new(false)),
+            state: Mutex::new(ClockState {
+                deadline: later(Instant::now(), limits.max_duration.saturating_add(grace)),
+                length: None,
+                control,
+                sockets: Vec::new(),
+            }),
+        }
+    }
+
+    /// What a test may run past its length: max(2 s, the I/O timeout).
+    pub fn grace_for(limits: &Limits) -> Duration {
+        limits.io_timeout.max(Duration::from_secs(2))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ClockState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// From now on, the test may run `length` plus the grace (at most
+    /// the agent's limit plus the grace).
+    pub fn arm(&self, length: Duration) {
+        let length = length.min(self.max);
+        let mut st = self.state();
+        st.deadline = later(Instant::now(), length.saturating_add(self.grace));
+        st.length = Some(length);
+    }
+
+    /// Shut `s` down (both ways) when the test is stopped.
+    pub fn watch(&self, s: &TcpStream) {
+        if let Ok(c) = s.try_clone() {
+            if self.is_stopped() {
+                let _ = c.shutdown(Shutdown::Both);
+            }
+            self.state().sockets.push(c);
+        }
+    }
+
+    pub fn deadline(&self) -> Instant {
+        self.state().deadline
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// The flag [`TestClock::enforce`] sets (for the control channel).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Stop the test if its deadline has passed; true the first time.
+    pub fn enforce(&self, now: Instant) -> bool {
+        if self.is_stopped() || now < self.deadline() {
+            return false;
+        }
+        self.stop_now();
+        true
+    }
+
+    /// Stop the test now.
+    pub fn stop_now(&self) {
+        self.stop.store(true, Ordering::Release);
+        let st = self.state();
+        if let Some(c) = &st.control {
+            let _ = c.shutdown(Shutdown::Read);
+        }
+        for s in &st.sockets {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// The limit in words: "asked for 10 s, allowed 10 s + 2 s grace".
+    pub fn describe(&self) -> String {
+        let g = self.grace.as_secs_f64();
+        match self.state().length {
+            Some(l) => format!(
+                "the test asked for {} s and may run {} s + {g} s grace",
+                l.as_secs_f64(),
+                l.as_secs_f64()
+            ),
+            None => format!(
+                "a test without a set length may run the agent's --max-duration of {} s + {g} s grace",
+                self.max.as_secs_f64()
+            ),
+        }
+    }
+}
+
 /// What a test kind gets from the agent for one test.
 pub struct ServeCtx<'a> {
     pub ctl: &'a mut Control,
     pub limits: Limits,
     /// Where the agent accepts data connections for this test.
     pub data: &'a DataHub,
+    /// The agent's clock on this test.
+    pub clock: &'a TestClock,
 }
 
 impl ServeCtx<'_> {
@@ -161,6 +297,21 @@ impl ServeCtx<'_> {
     }
     pub fn peer(&self) -> SocketAddr {
         self.ctl.peer()
+    }
+
+    /// Check a requested length (measured time plus warm-up, seconds)
+    /// against `--max-duration`, and end the test by the agent's clock at
+    /// that length plus the grace.
+    pub fn limit_duration(&mut self, secs: f64) -> Result<(), ServeError> {
+        self.limits.check_duration(secs)?;
+        self.clock
+            .arm(Duration::try_from_secs_f64(secs).unwrap_or(self.limits.max_duration));
+        Ok(())
+    }
+
+    /// Shut this data socket down when the agent stops the test.
+    pub fn watch(&self, s: &TcpStream) {
+        self.clock.watch(s)
     }
 }
 

@@ -160,7 +160,9 @@ impl TestKind for BwKind {
         p.validate().map_err(ServeError::bad_request)?;
         ctx.limits.check_streams(p.qps)?;
         if let Some(d) = p.duration {
-            ctx.limits.check_duration(d + p.warmup_secs())?;
+            // Every size runs for the warm-up plus the duration; the agent
+            // ends the whole test by its own clock after that (plus grace).
+            ctx.limit_duration(p.sizes.len() as f64 * (d + p.warmup_secs()))?;
         }
         if req.client.qps.len() != p.qps as usize {
             return Err(ServeError::bad_request(
@@ -233,7 +235,7 @@ impl TestKind for LatKind {
         let p = &req.params;
         p.validate().map_err(ServeError::bad_request)?;
         if let Some(d) = p.duration {
-            ctx.limits.check_duration(d + p.warmup_secs())?;
+            ctx.limit_duration(p.sizes.len() as f64 * (d + p.warmup_secs()))?;
         }
         if req.client.qps.len() != 1 {
             return Err(ServeError::bad_request("latency tests use exactly one QP"));

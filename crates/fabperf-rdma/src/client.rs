@@ -265,6 +265,11 @@ fn bw_one(
         Step::Report(r) => r,
         _ => unreachable!("expect_step checked the kind"),
     };
+    report.check_plausible(size).map_err(|e| {
+        RdmaError::Proto(fabperf_proto::ProtoError::BadJson(format!(
+            "the agent's report: {e}"
+        )))
+    })?;
     let mine = outcome.stats.unwrap_or_default();
     Ok(bw_records(
         ep,
@@ -445,6 +450,11 @@ fn lat_one(
         Step::Report(r) => r,
         _ => unreachable!("expect_step checked the kind"),
     };
+    report.check_plausible(size).map_err(|e| {
+        RdmaError::Proto(fabperf_proto::ProtoError::BadJson(format!(
+            "the agent's report: {e}"
+        )))
+    })?;
     let mut r = base_record("rdma-lat", size, 1, ep, &acc.agent);
     r.op = Some(p.op.as_str().to_string());
     let summary = o.hist.summary();

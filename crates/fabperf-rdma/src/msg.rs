@@ -123,6 +123,41 @@ pub struct Report {
     pub sent: Option<SideStats>,
 }
 
+impl Report {
+    /// Refuse figures no agent can have measured (for `size`-byte
+    /// messages): counters so large that adding the two sides' or
+    /// multiplying by the size overflows, and non-finite or negative
+    /// times and CPU shares. The error names the field.
+    pub fn check_plausible(&self, size: u64) -> Result<(), String> {
+        const MAX: u64 = 1 << 62;
+        let num = |f: &str, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{f} = {v} is impossible"))
+            }
+        };
+        num("cpu_pct", self.cpu_pct)?;
+        if let Some(s) = &self.sent {
+            num("sent.secs", s.secs)?;
+            if let Some(p) = s.peak_gbps {
+                num("sent.peak_gbps", p)?;
+            }
+            for (f, v) in [("sent.bytes", s.bytes), ("sent.msgs", s.msgs)] {
+                if v > MAX {
+                    return Err(format!("{f} = {v} is impossible"));
+                }
+            }
+            if let Some(m) = s.per_qp_msgs.iter().find(|&&m| m > MAX / size.max(1)) {
+                return Err(format!(
+                    "sent.per_qp_msgs holds {m}, impossible for {size}-byte messages"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Per-size steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "snake_case")]
@@ -186,6 +221,37 @@ mod tests {
         ib.use_grh = false;
         ib.lid = 7;
         assert!(ib.describe().contains("LID 7"));
+    }
+
+    #[test]
+    fn impossible_reports_are_named() {
+        let ok = Report {
+            cpu_pct: 3.0,
+            sent: Some(SideStats {
+                bytes: 10,
+                secs: 1.0,
+                msgs: 1,
+                peak_gbps: Some(1.0),
+                per_qp_msgs: vec![1],
+                note: None,
+            }),
+        };
+        ok.check_plausible(65536).unwrap();
+        let mut r = ok.clone();
+        r.cpu_pct = f64::INFINITY;
+        assert!(r.check_plausible(1).unwrap_err().contains("cpu_pct"));
+        let mut r = ok.clone();
+        r.sent.as_mut().unwrap().bytes = u64::MAX;
+        assert!(r.check_plausible(1).unwrap_err().contains("sent.bytes"));
+        let mut r = ok.clone();
+        r.sent.as_mut().unwrap().secs = -1.0;
+        assert!(r.check_plausible(1).unwrap_err().contains("sent.secs"));
+        let mut r = ok;
+        r.sent.as_mut().unwrap().per_qp_msgs = vec![u64::MAX / 2];
+        assert!(r
+            .check_plausible(65536)
+            .unwrap_err()
+            .contains("per_qp_msgs"));
     }
 
     #[test]

@@ -14,7 +14,6 @@
 
 use crate::sys;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 
 /// `--poll-priority`: how the busy-polling loops are scheduled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -58,15 +57,6 @@ impl std::str::FromStr for PollPriority {
             .find(|p| p.as_str() == s)
             .ok_or_else(|| format!("'{s}' is not a poll priority: use auto, normal or idle"))
     }
-}
-
-/// A software RDMA device has no bus device behind it in sysfs
-/// (`/sys/class/infiniband/rxe0` resolves under `/sys/devices/virtual`, with
-/// a `parent` netdev but no `device` link). Unknown (no sysfs entry) counts
-/// as hardware, which keeps the normal priority.
-pub fn is_software_device(sysfs: &Path, name: &str) -> bool {
-    let dir = sysfs.join("class/infiniband").join(name);
-    dir.is_dir() && !dir.join("device").exists()
 }
 
 /// What a side's pollers run at: SCHED_IDLE or not, and why not when it
@@ -183,19 +173,6 @@ mod tests {
             .parse::<PollPriority>()
             .unwrap_err()
             .contains("auto, normal or idle"));
-    }
-
-    #[test]
-    fn software_devices_are_told_from_sysfs() {
-        let root = std::env::temp_dir().join(format!("fabperf-prio-{}", std::process::id()));
-        let ib = root.join("class/infiniband");
-        std::fs::create_dir_all(ib.join("rxe0")).unwrap();
-        std::fs::write(ib.join("rxe0/parent"), "veth0\n").unwrap();
-        std::fs::create_dir_all(ib.join("mlx5_0/device")).unwrap();
-        assert!(is_software_device(&root, "rxe0"));
-        assert!(!is_software_device(&root, "mlx5_0"));
-        assert!(!is_software_device(&root, "absent"));
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

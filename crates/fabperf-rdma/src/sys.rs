@@ -5,8 +5,7 @@
 //! the compiler's back (`ibv_reg_mr`), handing buffer addresses to work
 //! requests (`SendChain`, `RecvChain`: prebuilt `ibv_post_send`/`ibv_post_recv`
 //! chains), reading bytes the peer's RDMA writes change
-//! (volatile loads), and two plain C calls (`ibv_wc_status_str`,
-//! `getrlimit`).
+//! (volatile loads), and plain C calls (`ibv_wc_status_str`, scheduling).
 
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
@@ -583,34 +582,9 @@ pub const SCHED_IDLE: SchedPolicy = SchedPolicy {
     priority: 0,
 };
 
-/// The soft RLIMIT_MEMLOCK in bytes, `None` when unlimited or unknown.
-pub fn memlock_limit() -> Option<u64> {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct we pass.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
-    if rc != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
-        None
-    } else {
-        Some(rl.rlim_cur)
-    }
-}
-
-/// Lower (or raise, with privilege) this process's RLIMIT_MEMLOCK.
-pub fn set_memlock_limit(bytes: u64) -> std::io::Result<()> {
-    let rl = libc::rlimit {
-        rlim_cur: bytes,
-        rlim_max: bytes,
-    };
-    // SAFETY: setrlimit only reads the struct we pass.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
+/// The soft RLIMIT_MEMLOCK in bytes (`None` when unlimited), and setting it: fabperf-detect's
+/// memlock module is the one place that reads and writes the limit.
+pub use fabperf_detect::memlock::{set_limit as set_memlock_limit, soft_limit as memlock_limit};
 
 /// True when running as root (effective uid 0).
 pub fn is_root() -> bool {

@@ -200,7 +200,8 @@ pub fn open_device(
     let (snap, ctx, rd) = all.swap_remove(choice.dev);
     let port = snap.ports[choice.port].clone();
     let addressing = pick_gid(&snap.name, &port, gid_index, prefer_ip, peer_kind)?;
-    let software = crate::prio::is_software_device(std::path::Path::new("/sys"), &snap.name);
+    let software = fabperf_detect::rdma_device_is_software(std::path::Path::new("/"), &snap.name)
+        .unwrap_or(false);
     Ok(Device {
         ctx,
         name: snap.name,

@@ -57,6 +57,7 @@ fn agent_with(kinds: Vec<Box<dyn TestKind>>, limits: Limits) -> AgentHandle {
         limits,
         kinds,
         quiet: true,
+        identity: None,
     })
     .expect("agent binds")
     .spawn()
@@ -99,15 +100,16 @@ fn lat(dev: &str, op: Op) -> LatParams {
 
 #[test]
 fn pollers_run_idle_on_software_devices_and_leave_the_caller_alone() {
-    use fabperf_rdma::prio::is_software_device;
+    let is_software_device = |d: &str| {
+        fabperf_detect::rdma_device_is_software(std::path::Path::new("/"), d) == Some(true)
+    };
     use fabperf_rdma::sys::thread_sched_policy;
     use fabperf_rdma::PollPriority;
     let Some(dev) = device() else { return };
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let sys = std::path::Path::new("/sys");
     let (mine, theirs) = (
-        is_software_device(sys, &dev),
-        is_software_device(sys, &peer_device(&dev)),
+        is_software_device(&dev),
+        is_software_device(&peer_device(&dev)),
     );
     if dev.starts_with("rxe") || dev.starts_with("siw") {
         assert!(

@@ -8,8 +8,11 @@
 //! never a fake zero. Latency percentiles come from an HdrHistogram holding
 //! every sample ([`LatencyHistogram`]).
 
+mod check;
 mod latency;
 mod output;
+
+pub use check::BadValue;
 
 pub use latency::{LatencyHistogram, LatencyKind, LatencySummary};
 pub use output::{csv_header, write_csv, write_json_lines, Table};

@@ -159,6 +159,8 @@ impl TestKind for DriveKind {
             )));
         }
         let secs = inner_secs(kind, &p.params);
+        // Refuse a test longer than the agent allows before accepting;
+        // the clock starts once the flow starts.
         ctx.limits.check_duration(secs)?;
         ctx.ctl.send(&Msg::Accept {
             info: serde_json::json!({}),
@@ -169,6 +171,9 @@ impl TestKind for DriveKind {
                 return Ok(());
             }
         }
+        // The agent ends the drive by its own clock: the inner test's length
+        // plus the client's set-up allowance (its handshake timeout).
+        ctx.limit_duration(secs + self.timeout.as_secs_f64())?;
         let cfg = ClientConfig {
             token: self.token.clone(),
             timeout: self.timeout,

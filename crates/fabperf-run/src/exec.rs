@@ -235,19 +235,14 @@ fn fmt_secs(s: f64) -> String {
 // ----------------------------------------------------------- discovery
 
 /// What an agent's hello says, as JSON for the store.
-fn probe(addr: SocketAddr, timeout: Duration) -> Result<Value, String> {
-    let stream = TcpStream::connect_timeout(&addr, timeout)
-        .map_err(|e| format!("connecting to {addr}: {}", plan::os_text(&e)))?;
-    let mut ctl = Control::new(stream, timeout).map_err(|e| e.to_string())?;
-    ctl.send_preamble().map_err(|e| e.to_string())?;
-    ctl.read_preamble().map_err(|e| e.to_string())?;
-    let hello = ctl.recv("the agent's hello").map_err(|e| e.to_string())?;
-    let _ = ctl.send(&Msg::Bye);
-    let v = serde_json::to_value(&hello).map_err(|e| e.to_string())?;
-    match hello {
-        Msg::Hello { .. } => Ok(v),
-        other => Err(format!("expected hello, got {}", other.kind())),
-    }
+fn probe(addr: SocketAddr, cfg: &ClientConfig) -> Result<Value, String> {
+    let h = fabperf_proto::query_agent(addr, cfg).map_err(|e| e.to_string())?;
+    Ok(json!({
+        "fabperf_version": h.fabperf_version,
+        "auth_required": h.auth_required,
+        "tests": h.tests,
+        "agent": h.agent,
+    }))
 }
 
 fn resolve_all(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
@@ -276,7 +271,7 @@ fn hello_node(hello: &Value) -> Option<String> {
 /// Find every agent of the plan and ask each for its hello.
 pub fn discover(
     plan: &Plan,
-    timeout: Duration,
+    client: &ClientConfig,
     warn: &mut dyn FnMut(String),
 ) -> Result<Roster, String> {
     struct Want {
@@ -318,7 +313,7 @@ pub fn discover(
             .iter()
             .map(|w| {
                 let addr = w.addr.clone();
-                s.spawn(move || addr.and_then(|a| probe(a, timeout)))
+                s.spawn(move || addr.and_then(|a| probe(a, client)))
             })
             .collect();
         hs.into_iter()
@@ -928,8 +923,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
 
     // Agents.
     let mut warnings = Vec::new();
-    let roster =
-        discover(&plan, plan.timeout, &mut |w| warnings.push(w)).map_err(RunError::Other)?;
+    let roster = discover(&plan, &cfg, &mut |w| warnings.push(w)).map_err(RunError::Other)?;
     for w in &warnings {
         eprintln!("fabperf run: warning: {}", printable(w));
     }

@@ -337,28 +337,14 @@ pub fn parse_duration(v: &toml::Value) -> Result<f64, String> {
 }
 
 fn parse_duration_str(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    let bad = || {
-        format!("bad duration {s:?}: use seconds or a suffix ms, s, m, h (e.g. \"3s\", \"500ms\")")
-    };
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.trim().parse().map_err(|_| bad())?;
-    let mul = match unit {
-        "" | "s" => 1.0,
-        "ms" => 1e-3,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(bad()),
-    };
-    Ok(n * mul)
+    fabperf_units::parse_duration(s, fabperf_units::TimeUnit::Seconds).map(|d| d.as_secs_f64())
 }
 
 fn size_value(v: &toml::Value) -> Result<u64, String> {
     match v {
         toml::Value::Integer(i) if *i > 0 => Ok(*i as u64),
         toml::Value::Integer(i) => Err(format!("a size must be positive, got {i}")),
-        toml::Value::String(s) => fabperf_sock::parse_size(s),
+        toml::Value::String(s) => fabperf_units::parse_size(s),
         other => Err(format!(
             "a size is a number of bytes or a string such as \"64K\"; got {}",
             other.type_str()
@@ -370,7 +356,7 @@ fn rate_value(v: &toml::Value) -> Result<Option<u64>, String> {
     match v {
         toml::Value::Integer(i) if *i > 0 => Ok(Some(*i as u64)),
         toml::Value::Integer(i) => Err(format!("a rate must be positive bits/s, got {i}")),
-        toml::Value::String(s) => fabperf_sock::parse_rate(s),
+        toml::Value::String(s) => fabperf_units::parse_rate(s),
         other => Err(format!(
             "a rate is bits/s as a number or a string such as \"10G\" or \"max\"; got {}",
             other.type_str()

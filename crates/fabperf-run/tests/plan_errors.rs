@@ -82,8 +82,8 @@ fn every_problem_is_reported_at_once() {
     has(&e, "14:8", "unknown test kind \"tcp-bww\"");
     has(&e, "17:11", "udp-bw cannot");
     has(&e, "21:11", "`streams` applies to tcp-bw");
-    has(&e, "22:12", "bad duration \"fast\"");
-    has(&e, "25:10", "bad size \"64Q\"");
+    has(&e, "22:12", "\"fast\" is not a duration");
+    has(&e, "25:10", "unknown unit \"Q\" in size \"64Q\"");
     has(&e, "25:17", "a size must be positive");
     has(&e, "27:11", "repeats 0 is out of range");
     has(&e, "30:9", "RDMA MTU 1500");

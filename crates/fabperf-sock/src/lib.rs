@@ -30,7 +30,7 @@ mod udp_lat;
 
 pub use error::SockError;
 pub use params::{
-    parse_rate, parse_size, Direction, TcpBwParams, TcpLatParams, UdpBwParams, UdpLatParams,
+    Direction, TcpBwParams, TcpLatParams, UdpBwParams, UdpLatParams, MAX_STREAMS, TCP_MAX_SIZE,
     UDP_HEADER, UDP_MAX_SIZE,
 };
 pub use tcp_bw::{run_tcp_bw, TcpBw};

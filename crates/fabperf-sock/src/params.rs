@@ -285,79 +285,9 @@ impl UdpLatParams {
     }
 }
 
-fn split_num(s: &str) -> Option<(f64, char)> {
-    let s = s.trim();
-    let (num, suf) = match s.char_indices().last()? {
-        (i, c) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_uppercase()),
-        _ => (s, ' '),
-    };
-    let v: f64 = num.trim().parse().ok()?;
-    if !v.is_finite() || v < 0.0 {
-        return None;
-    }
-    Some((v, suf))
-}
-
-/// Parse a byte size: `1472`, `64K`, `1M`, `1G` (binary multiples).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let bad = || format!("bad size {s:?}: use bytes, optionally with K, M or G (x1024)");
-    let (v, suf) = split_num(s).ok_or_else(bad)?;
-    let mul = match suf {
-        ' ' | 'B' => 1u64,
-        'K' => 1 << 10,
-        'M' => 1 << 20,
-        'G' => 1 << 30,
-        _ => return Err(bad()),
-    };
-    let b = v * mul as f64;
-    if b.fract() != 0.0 || b > u64::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(b as u64)
-}
-
-/// Parse a rate in bits per second: `100M`, `2.5G`, `800K`, `max`
-/// (decimal multiples). `max` gives `None`.
-pub fn parse_rate(s: &str) -> Result<Option<u64>, String> {
-    let t = s.trim();
-    if t.eq_ignore_ascii_case("max") || t == "0" {
-        return Ok(None);
-    }
-    let bad = || format!("bad rate {s:?}: use bits/s with K, M or G (x1000), or `max`");
-    let (v, suf) = split_num(t).ok_or_else(bad)?;
-    let mul = match suf {
-        ' ' => 1.0,
-        'K' => 1e3,
-        'M' => 1e6,
-        'G' => 1e9,
-        'T' => 1e12,
-        _ => return Err(bad()),
-    };
-    let r = (v * mul).round();
-    if r < 1.0 || r > u64::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(Some(r as u64))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_and_rates() {
-        assert_eq!(parse_size("1472").unwrap(), 1472);
-        assert_eq!(parse_size("64K").unwrap(), 65536);
-        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("-1").is_err());
-        assert!(parse_size("1.5").is_err());
-        assert_eq!(parse_rate("max").unwrap(), None);
-        assert_eq!(parse_rate("0").unwrap(), None);
-        assert_eq!(parse_rate("2.5G").unwrap(), Some(2_500_000_000));
-        assert_eq!(parse_rate("800k").unwrap(), Some(800_000));
-        assert!(parse_rate("fast").is_err());
-    }
 
     #[test]
     fn defaults_are_valid_and_bad_values_rejected() {

@@ -461,16 +461,29 @@ fn build_records(
                 warnings: Vec::new(),
             }
         }
-        fn add(&mut self, o: &Agg) {
-            self.bytes += o.bytes;
+        /// Sums streams; a sum that overflows can only come from a
+        /// report no real stream produces.
+        fn add(&mut self, o: &Agg) -> Result<(), SockError> {
+            let over = |field: &str| {
+                SockError::Protocol(format!(
+                    "the streams' {field} overflow when added up: a report is impossible"
+                ))
+            };
+            self.bytes = self
+                .bytes
+                .checked_add(o.bytes)
+                .ok_or_else(|| over("bytes"))?;
             self.rate += o.rate;
-            self.msgs += o.msgs;
+            self.msgs = self
+                .msgs
+                .checked_add(o.msgs)
+                .ok_or_else(|| over("messages"))?;
             self.cpu_l += o.cpu_l;
             self.cpu_r += o.cpu_r;
             self.secs_l = self.secs_l.max(o.secs_l);
             self.secs_r = self.secs_r.max(o.secs_r);
             self.retrans = match (self.retrans, o.retrans) {
-                (Some(a), Some(b)) => Some(a + b),
+                (Some(a), Some(b)) => Some(a.checked_add(b).ok_or_else(|| over("retransmits"))?),
                 _ => None,
             };
             for w in &o.warnings {
@@ -478,6 +491,7 @@ fn build_records(
                     self.warnings.push(w.clone());
                 }
             }
+            Ok(())
         }
         fn fill(&self, r: &mut Record) {
             let secs = if self.rate > 0.0 {
@@ -554,14 +568,14 @@ fn build_records(
                 a.fill(&mut rec);
                 rows.push(rec);
             }
-            dsum.add(&a);
+            dsum.add(&a)?;
         }
         per_dir.push((dname, dsum));
     }
     let mut out = Vec::new();
     if p.direction == Direction::Bidir {
         for (_, d) in &per_dir {
-            total.add(d);
+            total.add(d)?;
         }
         let mut rec = base(None, "bidir");
         total.fill(&mut rec);
@@ -593,7 +607,7 @@ impl TestKind for TcpBw {
         let p: TcpBwParams = fabperf_proto::decode_params("tcp-bw", params)?;
         p.validate().map_err(ServeError::bad_request)?;
         ctx.limits.check_streams(p.streams)?;
-        ctx.limits.check_duration(p.duration_s + p.omit_s)?;
+        ctx.limit_duration(p.duration_s + p.omit_s)?;
         let nconn = p.connections();
         ctx.limits
             .check_memory(p.size * nconn as u64, "tcp-bw buffers (size x connections)")?;
@@ -608,6 +622,7 @@ impl TestKind for TcpBw {
         let mut conns: Vec<Conn> = Vec::with_capacity(nconn as usize);
         for _ in 0..nconn {
             let mut s = waiter.accept(io)?;
+            ctx.watch(&s);
             prepare(&s, p.window, io)
                 .map_err(|e| ServeError::failed(format!("data socket options: {e}")))?;
             let mut hdr = [0u8; 8];

@@ -261,9 +261,17 @@ impl TestKind for TcpLat {
     fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
         let p: TcpLatParams = fabperf_proto::decode_params("tcp-lat", params)?;
         p.validate().map_err(ServeError::bad_request)?;
-        if p.iterations.is_none() {
-            ctx.limits.check_duration(p.duration_s)?;
-        }
+        // Duration mode: the warm-up is a count of round trips, bounded by
+        // the agent's limit; once it is done, the agent's clock allows the
+        // measured duration plus the grace. Iteration mode keeps the
+        // agent's limit as the bound.
+        let measured = match p.iterations {
+            None => {
+                ctx.limits.check_duration(p.duration_s)?;
+                Some(Duration::from_secs_f64(p.duration_s))
+            }
+            Some(_) => None,
+        };
         ctx.limits.check_memory(p.size, "tcp-lat buffer")?;
         let io = ctx.limits.io_timeout;
         let waiter = ctx.data.register(1);
@@ -278,6 +286,7 @@ impl TestKind for TcpLat {
             .expect("accept info serializes"),
         })?;
         let s = waiter.accept(io)?;
+        ctx.watch(&s);
         drop(waiter);
         prepare(&s, p.busy_poll, io)
             .map_err(|e| ServeError::failed(format!("data socket options: {e}")))?;
@@ -288,8 +297,12 @@ impl TestKind for TcpLat {
             spin: p.busy_poll,
             timeout: io,
         };
-        // The longest the echo may run, whatever the client asks.
-        let hard_end = Instant::now() + ctx.limits.max_duration + io;
+        let arm = |echoed: u64| {
+            if let Some(m) = measured.filter(|_| echoed == p.warmup) {
+                ctx.clock.arm(m);
+            }
+        };
+        arm(0);
         let cpu0 = fabperf_proto::cpu::thread_cpu_time();
         let t0 = Instant::now();
         let mut echoed: u64 = 0;
@@ -305,12 +318,7 @@ impl TestKind for TcpLat {
             }
             send_all(fd, &buf).map_err(|e| ServeError::failed(format!("tcp-lat reply: {e}")))?;
             echoed += 1;
-            if echoed & 0xfff == 0 && Instant::now() > hard_end {
-                return Err(ServeError::new(
-                    ErrorCode::LimitExceeded,
-                    "tcp-lat ran past its duration; stopping",
-                ));
-            }
+            arm(echoed);
         }
         let secs = t0.elapsed().as_secs_f64();
         let cpu = fabperf_proto::cpu::thread_cpu_time().saturating_sub(cpu0);

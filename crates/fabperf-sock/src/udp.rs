@@ -112,6 +112,11 @@ impl SeenWindow {
 
     #[inline]
     pub fn mark(&mut self, s: u64) -> Seen {
+        // The last sequence number cannot be tracked (top is one past the
+        // highest); no real sender gets there, a hostile one is told apart.
+        if s == u64::MAX {
+            return Seen::TooOld;
+        }
         if s >= self.top {
             // Clear the slots the window slides over.
             let from = self.top;
@@ -198,12 +203,23 @@ impl RxAccount {
         self.last_arrival = Some(now);
         // RFC 3550 section 6.4.1: J += (|D| - J) / 16, D from successive
         // arrivals' transit times.
-        let transit = arrival_ns as i64 - send_ns as i64;
+        // Wrapping: the two clocks are unrelated and the sender's stamp is
+        // the peer's choice; only differences of transits matter.
+        let transit = (arrival_ns as i64).wrapping_sub(send_ns as i64);
         if let Some(p) = self.prev_transit {
-            let d = (transit - p).unsigned_abs() as f64;
+            let d = transit.wrapping_sub(p).unsigned_abs() as f64;
             self.jitter_ns += (d - self.jitter_ns) / 16.0;
         }
         self.prev_transit = Some(transit);
+    }
+
+    /// A receiver with a small window (for fuzzing, where a fresh one is
+    /// made per input).
+    pub fn new_small() -> RxAccount {
+        RxAccount {
+            seen: SeenWindow::with_window(1 << 12),
+            ..RxAccount::new()
+        }
     }
 
     pub fn jitter_us(&self) -> f64 {
@@ -235,17 +251,23 @@ pub(crate) fn agent_socket(local: SocketAddr) -> Result<UdpSocket, fabperf_proto
 }
 
 /// Agent: wait for the client's hello on `sock`, then connect to its
-/// address (as seen through any NAT).
+/// address (its port as seen through any NAT). Only a hello from the
+/// control connection's peer address (`peer`) counts: the agent never
+/// sends a stream to an address that did not open the test.
 pub(crate) fn agent_wait_hello(
     sock: &UdpSocket,
     session: u32,
     timeout: Duration,
+    peer: IpAddr,
 ) -> Result<SocketAddr, fabperf_proto::ServeError> {
     let deadline = Instant::now() + timeout;
     let mut buf = [0u8; 64];
     let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
     while Instant::now() < deadline {
         match sock.recv_from(&mut buf) {
+            Ok((n, from)) if from.ip().to_canonical() != peer.to_canonical() => {
+                let _ = n;
+            }
             Ok((n, from)) => {
                 if let Some(h) = Header::read(&buf[..n]) {
                     if h.kind == T_HELLO && h.session == session {
@@ -331,6 +353,30 @@ pub(crate) fn new_session() -> u32 {
 /// accounting end to end. Not for measurements.
 pub mod test_support {
     pub use crate::udp_bw::run_udp_bw_scripted;
+
+    /// Feed a peer's datagrams to the receiver's parsing and accounting,
+    /// as the agent's and the client's UDP receivers do (for fuzzing:
+    /// sequence numbers, timestamps and lengths are the peer's choice).
+    /// `input` is a list of datagrams, each prefixed by a 2-byte
+    /// big-endian length. Returns (received, reordered + duplicates).
+    pub fn receive_datagrams(input: &[u8], session: u32) -> (u64, u64) {
+        let mut acc = super::RxAccount::new_small();
+        let now = std::time::Instant::now();
+        let mut rest = input;
+        let mut arrival = 0u64;
+        while rest.len() >= 2 {
+            let n = (u16::from_be_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
+            let d = &rest[2..2 + n];
+            rest = &rest[2 + n..];
+            arrival = arrival.wrapping_add(977);
+            if let Some(h) = super::Header::read(d) {
+                if h.session == session && h.kind == super::T_DATA {
+                    acc.on_datagram(h.seq, d.len(), h.ts_ns, arrival, now);
+                }
+            }
+        }
+        (acc.received, acc.reordered + acc.duplicates)
+    }
 }
 
 #[cfg(test)]
@@ -362,6 +408,8 @@ mod tests {
         assert_eq!(w.mark(1), Seen::Reordered);
         assert_eq!(w.mark(1), Seen::Duplicate);
         assert_eq!(w.mark(2), Seen::Duplicate);
+        // The largest sequence number cannot be tracked: a hostile peer's.
+        assert_eq!(w.mark(u64::MAX), Seen::TooOld);
         // A jump past the whole window forgets everything below it.
         let far = 10 + SeenWindow::WINDOW * 3;
         assert_eq!(w.mark(far), Seen::New);

@@ -551,27 +551,37 @@ fn client(
     if p.direction == Direction::Bidir && recs.len() == 2 {
         let mut t = base("bidir");
         let (a, b) = (&recs[0], &recs[1]);
-        let bytes = a.bytes + b.bytes;
+        let over = |f: &str| {
+            SockError::Protocol(format!(
+                "the two directions' {f} overflow when added up: a report is impossible"
+            ))
+        };
+        let bytes = a.bytes.checked_add(b.bytes).ok_or_else(|| over("bytes"))?;
         let gbps = a.bw_gbps.unwrap_or(0.0) + b.bw_gbps.unwrap_or(0.0);
         let secs = if gbps > 0.0 {
             bytes as f64 * 8.0 / (gbps * 1e9)
         } else {
             0.0
         };
-        let msgs = a.iterations.unwrap_or(0) + b.iterations.unwrap_or(0);
+        let msgs = a
+            .iterations
+            .unwrap_or(0)
+            .checked_add(b.iterations.unwrap_or(0))
+            .ok_or_else(|| over("datagrams"))?;
         t.set_throughput(bytes, secs, Some(msgs));
         let (ua, ub) = (
             a.udp.clone().unwrap_or_default(),
             b.udp.clone().unwrap_or_default(),
         );
-        let sent = ua.sent + ub.sent;
-        let lost = ua.lost + ub.lost;
+        let add = |x: u64, y: u64, f: &str| x.checked_add(y).ok_or_else(|| over(f));
+        let sent = add(ua.sent, ub.sent, "sent datagrams")?;
+        let lost = add(ua.lost, ub.lost, "lost datagrams")?;
         t.udp = Some(UdpStats {
             sent,
-            received: ua.received + ub.received,
+            received: add(ua.received, ub.received, "received datagrams")?,
             lost,
-            reordered: ua.reordered + ub.reordered,
-            duplicates: ua.duplicates + ub.duplicates,
+            reordered: add(ua.reordered, ub.reordered, "reordered datagrams")?,
+            duplicates: add(ua.duplicates, ub.duplicates, "duplicate datagrams")?,
             loss_pct: if sent > 0 {
                 lost as f64 * 100.0 / sent as f64
             } else {
@@ -657,7 +667,7 @@ fn fill(
             rx.cpu_s / rx.secs * 100.0
         ));
     }
-    if rx.rcvbuf + 4096 < want {
+    if rx.rcvbuf.saturating_add(4096) < want {
         r.warnings.push(format!(
             "the {rxs}'s receive buffer is {} bytes, not the {want} asked for: raise net.core.rmem_max (or run as root) to avoid drops",
             rx.rcvbuf
@@ -696,7 +706,7 @@ impl TestKind for UdpBw {
     fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
         let p: UdpBwParams = fabperf_proto::decode_params("udp-bw", params)?;
         p.validate().map_err(ServeError::bad_request)?;
-        ctx.limits.check_duration(p.duration_s + p.omit_s)?;
+        ctx.limit_duration(p.duration_s + p.omit_s)?;
         let want = p.window.unwrap_or(DEFAULT_WINDOW);
         ctx.limits
             .check_memory(want * 2 + (1 << 20), "udp-bw socket buffers and window")?;
@@ -707,7 +717,7 @@ impl TestKind for UdpBw {
         ctx.ctl.send(&Msg::Accept {
             info: serde_json::to_value(AcceptInfo { session }).expect("accept info serializes"),
         })?;
-        udp::agent_wait_hello(&sock, session, io)?;
+        udp::agent_wait_hello(&sock, session, io, ctx.peer().ip())?;
         ctx.ctl.send_test(&UdpMsg::Seen)?;
         let plan = SendPlan {
             session,

@@ -328,31 +328,34 @@ impl TestKind for UdpLat {
     fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
         let p: UdpLatParams = fabperf_proto::decode_params("udp-lat", params)?;
         p.validate().map_err(ServeError::bad_request)?;
+        let io = ctx.limits.io_timeout;
         if p.iterations.is_none() {
             ctx.limits.check_duration(p.duration_s)?;
+            // The warm-up probes may each wait a probe timeout; the agent's
+            // limit bounds the whole (iteration mode keeps that bound).
+            let warm = Duration::from_millis(p.probe_timeout_ms)
+                .checked_mul(u32::try_from(p.warmup).unwrap_or(u32::MAX))
+                .unwrap_or(Duration::MAX);
+            let length = Duration::from_secs_f64(p.duration_s).saturating_add(warm);
+            ctx.clock.arm(length.min(ctx.limits.max_duration));
         }
-        let io = ctx.limits.io_timeout;
         let sock = udp::agent_socket(ctx.local())?;
         udp::size_buffers(&sock, 1 << 20);
         let session = udp::new_session();
         ctx.ctl.send(&Msg::Accept {
             info: serde_json::to_value(AcceptInfo { session }).expect("accept info serializes"),
         })?;
-        udp::agent_wait_hello(&sock, session, io)?;
+        udp::agent_wait_hello(&sock, session, io, ctx.peer().ip())?;
         ctx.ctl.send_test(&LatMsg::Seen)?;
         // The client reports within the test's length (warm-up probes may
         // each wait a probe timeout) plus the I/O timeout; it can never
         // keep the agent longer than the agent's own duration limit.
-        let max = ctx.limits.max_duration;
-        let expected = if p.iterations.is_some() {
-            max
-        } else {
-            let warm = Duration::from_millis(p.probe_timeout_ms).saturating_mul(p.warmup as u32);
-            (Duration::from_secs_f64(p.duration_s) + warm).min(max)
-        } + io * 2;
+        // The agent's clock ends the test at its length plus a grace, by
+        // shutting the control connection down (which ends the loop below).
         // A client that stops probing (stalled, or gone without closing the
         // control connection) is dropped after this long.
-        let idle_limit = io.max(Duration::from_millis(p.probe_timeout_ms) * 2);
+        let idle_limit = io.max(Duration::from_millis(p.probe_timeout_ms).saturating_mul(2));
+        let clock = ctx.clock;
         let stop = AtomicBool::new(false);
         let last_probe = AtomicU64::new(0);
         let t0 = Instant::now();
@@ -385,9 +388,9 @@ impl TestKind for UdpLat {
                         ),
                     ));
                 }
-                if t0.elapsed() > expected {
+                if clock.is_stopped() {
                     break Err(ServeError::new(
-                        ErrorCode::Timeout,
+                        ErrorCode::LimitExceeded,
                         "the client did not finish within the test's length",
                     ));
                 }

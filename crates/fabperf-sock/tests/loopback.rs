@@ -20,6 +20,7 @@ fn agent_with(kinds: Vec<Box<dyn TestKind>>, limits: Limits) -> AgentHandle {
         limits,
         kinds,
         quiet: true,
+        identity: None,
     })
     .unwrap()
     .spawn()

@@ -77,8 +77,15 @@ fn main() -> ExitCode {
     match res {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("fabperf: error: {e:#}");
-            ExitCode::FAILURE
+            // Errors may quote what a peer sent: escaped, on one line.
+            let text = fabperf_proto::text::escape(&format!("{e:#}"));
+            if e.downcast_ref::<cmd::common::UsageError>().is_some() {
+                eprintln!("error: {text}\n\nFor more information, try '--help'.");
+                ExitCode::from(2)
+            } else {
+                eprintln!("fabperf: error: {text}");
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -50,3 +50,32 @@ pub fn remove(root: &Path, host_path: &str) {
         fs::remove_file(&p).unwrap();
     }
 }
+
+/// Copy a snapshot tree the way `cp -rL` / `tar -h` / `rsync -L` do: every symlink replaced by
+/// a copy of its target; links whose target is missing, or a directory being copied (a cycle,
+/// such as `device/infiniband/mlx5_0/device`), are left out, as `cp -rL` leaves them.
+pub fn copy_dereferenced(src: &Path, dst: &Path) {
+    fn walk(src: &Path, dst: &Path, stack: &mut Vec<PathBuf>) {
+        let real = fs::canonicalize(src).unwrap();
+        stack.push(real);
+        fs::create_dir_all(dst).unwrap();
+        for e in fs::read_dir(src).unwrap() {
+            let from = e.unwrap().path();
+            let to = dst.join(from.file_name().unwrap());
+            let Ok(md) = fs::metadata(&from) else {
+                continue; // dangling link
+            };
+            if md.is_dir() {
+                let target = fs::canonicalize(&from).unwrap();
+                if stack.contains(&target) {
+                    continue; // cyclic link
+                }
+                walk(&from, &to, stack);
+            } else {
+                fs::copy(&from, &to).unwrap();
+            }
+        }
+        stack.pop();
+    }
+    walk(src, dst, &mut Vec::new());
+}

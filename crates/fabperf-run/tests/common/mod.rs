@@ -41,6 +41,11 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
                 },
                 kinds: kinds(token.map(<[u8]>::to_vec)),
                 quiet: true,
+                identity: Some(fabperf_proto::AgentIdentity {
+                    node: format!("n{i}"),
+                    path: "host".into(),
+                    inventory: None,
+                }),
             }) {
                 Ok(a) => a,
                 Err(_) => continue 'retry,

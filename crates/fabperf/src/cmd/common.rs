@@ -3,10 +3,43 @@
 use anyhow::Context;
 use fabperf_proto::{ClientConfig, DEFAULT_PORT};
 use fabperf_results::{write_csv, write_json_lines, Record, Table};
+use fabperf_units::{self as units, Zero};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Longest measured interval a test may ask for (the agents refuse more too).
+pub const MAX_TEST_SECS: f64 = 7.0 * 86400.0;
+/// Longest `--timeout`.
+pub const MAX_TIMEOUT_SECS: f64 = 86400.0;
+
+/// A test duration: positive, at most a week (units: docs/units.md).
+pub fn test_secs() -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    units::secs_in(Zero::Refused, MAX_TEST_SECS)
+}
+
+/// A warm-up: zero or more seconds, at most a week.
+pub fn warmup_secs() -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    units::secs_in(Zero::Allowed, MAX_TEST_SECS)
+}
+
+/// `--timeout`: positive, at most a day.
+pub fn timeout_secs() -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    units::secs_in(Zero::Refused, MAX_TIMEOUT_SECS)
+}
+
+/// A directory to create or fill (e.g. `detect --capture`): refused at
+/// parse time when something that is not a directory is already there.
+pub fn new_dir_arg(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    match std::fs::symlink_metadata(&p) {
+        Ok(m) if !m.is_dir() => Err(format!(
+            "{s} exists and is not a directory; give a new or empty directory"
+        )),
+        _ => Ok(p),
+    }
+}
 
 /// How to reach the agent.
 #[derive(clap::Args, Debug, Clone)]
@@ -16,11 +49,13 @@ pub struct ClientOpts {
     /// Agent control port.
     #[arg(short, long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
-    /// File holding the agent's shared secret.
+    /// File holding the agent's shared secret; the agent must prove it holds it too.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// Seconds without progress after which the peer is declared dead.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    /// Seconds without progress after which the peer is declared dead; also the
+    /// deadline for the whole connection handshake.
+    #[arg(long, default_value = "10", value_name = "SECS", value_parser = timeout_secs(),
+          allow_negative_numbers = true)]
     pub timeout: f64,
 }
 
@@ -37,12 +72,17 @@ impl ClientOpts {
 /// The client settings from `--token-file` and `--timeout` (shared by the
 /// test commands and `fabperf suite`).
 pub fn client_config(token_file: Option<&Path>, timeout: f64) -> anyhow::Result<ClientConfig> {
-    if !(timeout.is_finite() && timeout > 0.0) {
-        anyhow::bail!("--timeout must be a positive number of seconds");
-    }
+    let timeout = Duration::try_from_secs_f64(timeout)
+        .ok()
+        .filter(|t| !t.is_zero() && timeout <= MAX_TIMEOUT_SECS)
+        .ok_or_else(|| {
+            usage(format!(
+                "--timeout {timeout} is not a positive number of seconds up to a day"
+            ))
+        })?;
     Ok(ClientConfig {
         token: read_token(token_file)?,
-        timeout: Duration::from_secs_f64(timeout),
+        timeout,
     })
 }
 
@@ -51,6 +91,35 @@ pub fn read_token(token_file: Option<&Path>) -> anyhow::Result<Option<Vec<u8>>> 
     token_file
         .map(|p| fabperf_proto::auth::read_token_file(p).map_err(anyhow::Error::msg))
         .transpose()
+}
+
+/// A bad command line found after clap's own checks (a combination of
+/// values): reported like clap's errors, exit status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
+/// Check what the agent reported (impossible values are a protocol error
+/// naming the field) and escape text that came from it before it reaches
+/// the terminal.
+pub fn checked(mut records: Vec<Record>) -> anyhow::Result<Vec<Record>> {
+    for r in &mut records {
+        r.check_values()
+            .map_err(|e| anyhow::anyhow!("protocol error: the results are impossible: {e}"))?;
+        r.map_text(fabperf_proto::text::escape);
+    }
+    Ok(records)
 }
 
 /// Output selection.
@@ -107,44 +176,18 @@ pub fn emit(records: &[Record], out: &OutputOpts, style: TableStyle) -> anyhow::
     Ok(())
 }
 
-/// Parse a byte count with an optional binary suffix: `65536`, `64K`, `8M`, `2G`.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let suf = t[i..].to_ascii_lowercase();
-            let m: u64 = match suf.as_str() {
-                "k" | "kb" | "kib" => 1 << 10,
-                "m" | "mb" | "mib" => 1 << 20,
-                "g" | "gb" | "gib" => 1 << 30,
-                "t" | "tb" | "tib" => 1 << 40,
-                "b" => 1,
-                _ => return Err(format!("unknown size suffix in {s:?}; use K, M, G or T")),
-            };
-            (&t[..i], m)
-        }
-        None => (t, 1),
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (examples: 65536, 64K, 8M)"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size {s:?} is too large"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn sizes() {
-        assert_eq!(parse_bytes("65536").unwrap(), 65536);
-        assert_eq!(parse_bytes("64K").unwrap(), 65536);
-        assert_eq!(parse_bytes("8m").unwrap(), 8 << 20);
-        assert_eq!(parse_bytes("2GiB").unwrap(), 2 << 30);
-        assert!(parse_bytes("12Q").is_err());
-        assert!(parse_bytes("x").is_err());
-        assert!(parse_bytes("99999999999T").is_err());
+    fn timeout_range() {
+        let t = timeout_secs();
+        assert!(t("1e30").is_err());
+        assert!(t("0").is_err());
+        assert!(t("-1").unwrap_err().contains("negative"));
+        assert_eq!(t("500ms").unwrap(), 0.5);
+        assert!(client_config(None, 1e30).is_err());
+        assert!(client_config(None, f64::NAN).is_err());
     }
 }

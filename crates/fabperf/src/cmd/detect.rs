@@ -25,7 +25,7 @@ pub struct DetectArgs {
     /// Write a snapshot of this host into DIR (new or empty): the sysfs/procfs files read, the
     /// output of `ip -j addr show` / `ip -j route show table main`, detect.json and doctor.json.
     /// Read it back with --root DIR; `tar czf node.tgz -C DIR .` makes a support bundle.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = super::common::new_dir_arg)]
     pub capture: Option<PathBuf>,
 }
 

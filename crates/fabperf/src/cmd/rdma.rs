@@ -1,26 +1,34 @@
 //! `fabperf rdma-bw` and `fabperf rdma-lat`: RDMA verbs tests (perftest
 //! methods and columns) against a `fabperf server` agent.
 
-use crate::cmd::common::{emit, ClientOpts, OutputOpts, TableStyle};
+use crate::cmd::common::{
+    checked, emit, test_secs, usage, warmup_secs, ClientOpts, OutputOpts, TableStyle,
+};
 use anyhow::Context;
-use fabperf_rdma::{all_sizes, BwParams, LatParams, Op, PollPriority};
+use fabperf_rdma::{all_sizes, BwParams, LatParams, Op, PollPriority, MAX_SIZE};
 use fabperf_results::{Record, Table};
+use fabperf_units as units;
 use std::process::ExitCode;
 
-/// Parse a size: `65536`, `64K`, `1M` (binary units).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mul) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
-        Some((i, 'm' | 'M')) => (&t[..i], 1u64 << 20),
-        Some((i, 'g' | 'G')) => (&t[..i], 1u64 << 30),
-        _ => (t, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (examples: 2, 65536, 64K, 1M)"))?;
-    n.checked_mul(mul)
-        .ok_or_else(|| format!("size '{s}' is too large"))
+/// A message size (the units grammar), 1 B .. 1 GiB.
+fn msg_size() -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    units::size_in(1, MAX_SIZE)
+}
+
+/// `--mtu`: one of the IB MTUs, as a size (`4096` or `4K`).
+fn mtu_arg(s: &str) -> Result<u32, String> {
+    let v = units::parse_size(s)?;
+    match v {
+        256 | 512 | 1024 | 2048 | 4096 => Ok(v as u32),
+        _ => Err(format!(
+            "{s} is not an IB MTU; use 256, 512, 1024, 2048 or 4096"
+        )),
+    }
+}
+
+/// `--inline`: bytes, at most 4 KiB (no device allows more).
+fn inline_arg(s: &str) -> Result<u32, String> {
+    units::size_in(0, 4096)(s).map(|v| v as u32)
 }
 
 fn parse_op(s: &str) -> Result<Op, String> {
@@ -41,7 +49,7 @@ pub struct DevOpts {
     #[arg(long, value_name = "N")]
     pub gid_index: Option<u32>,
     /// Path MTU in bytes (default: the smaller active MTU of both ends).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = mtu_arg)]
     pub mtu: Option<u32>,
     /// Connect the queue pairs through librdmacm (the agent listens on its
     /// control port number in the RDMA CM's port space) instead of
@@ -79,38 +87,42 @@ pub struct BwArgs {
     #[arg(long, default_value = "write", value_parser = parse_op)]
     pub op: Op,
     /// Message size in bytes (64K, 1M accepted).
-    #[arg(long, value_parser = parse_size, conflicts_with_all = ["sizes", "all_sizes"])]
+    #[arg(short = 'l', long, value_parser = msg_size(), value_name = "SIZE",
+          conflicts_with_all = ["sizes", "all_sizes"], allow_negative_numbers = true)]
     pub size: Option<u64>,
-    /// Comma-separated message sizes, e.g. 2,64,65536.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size, conflicts_with = "all_sizes")]
+    /// Comma-separated message sizes, e.g. 2,64,64K.
+    #[arg(long, value_delimiter = ',', value_parser = msg_size(), value_name = "SIZES",
+          conflicts_with = "all_sizes")]
     pub sizes: Option<Vec<u64>>,
     /// Every power of two from 2 B to 8 MiB (perftest -a).
     #[arg(long)]
     pub all_sizes: bool,
     /// Queue pairs (streams).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub qps: u32,
     /// Outstanding requests per QP.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=16384))]
     pub tx_depth: u32,
     /// Signal one completion every N requests [default: 100, but every
     /// request above 8 KiB, as perftest]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub cq_mod: Option<u32>,
     /// Send messages up to N bytes inline (if the device allows).
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, default_value = "0", value_name = "SIZE", value_parser = inline_arg)]
     pub inline: u32,
     /// Both directions at once (the agent sends too).
     #[arg(long)]
     pub bidir: bool,
     /// Measure for SECS seconds (after --warmup) instead of a fixed count.
-    #[arg(long, value_name = "SECS", conflicts_with = "iterations")]
+    #[arg(short = 't', long, value_name = "SECS", conflicts_with = "iterations",
+          value_parser = test_secs(), allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Messages per QP (default 5000, like ib_write_bw).
-    #[arg(long, value_name = "N")]
+    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..),
+          allow_negative_numbers = true)]
     pub iterations: Option<u64>,
     /// Seconds of traffic excluded before measuring (default 1 with --duration, else 0).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = warmup_secs(), allow_negative_numbers = true)]
     pub warmup: Option<f64>,
     #[command(flatten)]
     pub dev: DevOpts,
@@ -130,25 +142,29 @@ pub struct LatArgs {
     #[arg(long, default_value = "send", value_parser = parse_op)]
     pub op: Op,
     /// Message size in bytes.
-    #[arg(long, value_parser = parse_size, conflicts_with_all = ["sizes", "all_sizes"])]
+    #[arg(short = 'l', long, value_parser = msg_size(), value_name = "SIZE",
+          conflicts_with_all = ["sizes", "all_sizes"], allow_negative_numbers = true)]
     pub size: Option<u64>,
     /// Comma-separated message sizes.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size, conflicts_with = "all_sizes")]
+    #[arg(long, value_delimiter = ',', value_parser = msg_size(), value_name = "SIZES",
+          conflicts_with = "all_sizes")]
     pub sizes: Option<Vec<u64>>,
     /// Every power of two from 2 B to 8 MiB.
     #[arg(long)]
     pub all_sizes: bool,
     /// Ping-pongs per size (default 1000, like perftest).
-    #[arg(long, value_name = "N", conflicts_with = "duration")]
+    #[arg(short = 'n', long, value_name = "N", conflicts_with = "duration",
+          value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     pub iterations: Option<u64>,
     /// Ping-pong for SECS seconds instead (percentiles still reported).
-    #[arg(long, value_name = "SECS")]
+    #[arg(short = 't', long, value_name = "SECS", value_parser = test_secs(),
+          allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Seconds excluded before recording (default 1 with --duration, else 0).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = warmup_secs(), allow_negative_numbers = true)]
     pub warmup: Option<f64>,
     /// Inline limit in bytes (default: up to 236 as the device allows).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "SIZE", value_parser = inline_arg)]
     pub inline: Option<u32>,
     #[command(flatten)]
     pub dev: DevOpts,
@@ -220,11 +236,13 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
         rdma_cm: a.dev.rdma_cm,
         poll_priority: a.dev.poll_priority,
     };
-    p.validate().map_err(anyhow::Error::msg)?;
+    p.validate().map_err(usage)?;
     let addr = a.client.addr()?;
     let cfg = a.client.config()?;
-    let records = fabperf_rdma::run_bw(addr, &cfg, &p)
-        .with_context(|| format!("rdma-bw --op {} against {addr}", p.op.as_str()))?;
+    let records = checked(
+        fabperf_rdma::run_bw(addr, &cfg, &p)
+            .with_context(|| format!("rdma-bw --op {} against {addr}", p.op.as_str()))?,
+    )?;
     if !a.out.json {
         let mode = match p.duration {
             Some(d) => format!("{d} s after {} s warm-up", p.warmup_secs()),
@@ -308,11 +326,13 @@ pub fn run_lat(a: LatArgs) -> anyhow::Result<ExitCode> {
         rdma_cm: a.dev.rdma_cm,
         poll_priority: a.dev.poll_priority,
     };
-    p.validate().map_err(anyhow::Error::msg)?;
+    p.validate().map_err(usage)?;
     let addr = a.client.addr()?;
     let cfg = a.client.config()?;
-    let records = fabperf_rdma::run_lat(addr, &cfg, &p)
-        .with_context(|| format!("rdma-lat --op {} against {addr}", p.op.as_str()))?;
+    let records = checked(
+        fabperf_rdma::run_lat(addr, &cfg, &p)
+            .with_context(|| format!("rdma-lat --op {} against {addr}", p.op.as_str()))?,
+    )?;
     if !a.out.json {
         let kind = if p.op == Op::Read {
             "full round trip (RTT), like ib_read_lat"
@@ -366,10 +386,13 @@ mod tests {
 
     #[test]
     fn sizes_parse() {
-        assert_eq!(parse_size("64K").unwrap(), 65536);
-        assert_eq!(parse_size("2").unwrap(), 2);
-        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
-        assert!(parse_size("x").unwrap_err().contains("not a size"));
+        assert_eq!(msg_size()("64KiB").unwrap(), 65536);
+        assert_eq!(msg_size()("2").unwrap(), 2);
+        assert_eq!(msg_size()("1m").unwrap(), 1 << 20);
+        assert!(msg_size()("x").unwrap_err().contains("not a size"));
+        assert!(msg_size()("0").is_err());
+        assert_eq!(mtu_arg("4K").unwrap(), 4096);
+        assert!(mtu_arg("1500").is_err());
         use clap::Parser;
         #[derive(clap::Parser)]
         struct T {
@@ -378,6 +401,17 @@ mod tests {
         }
         let t = T::try_parse_from(["t", "h", "--sizes", "2,64,64K", "--op", "send"]).unwrap();
         assert_eq!(t.bw.sizes, Some(vec![2, 64, 65536]));
+        // Short and long forms mean the same as for the socket tests.
+        let t2 =
+            T::try_parse_from(["t", "h", "-l", "64KiB", "-t", "2", "--warmup", "500ms"]).unwrap();
+        assert_eq!(t2.bw.size, Some(65536));
+        assert_eq!(t2.bw.duration, Some(2.0));
+        assert_eq!(t2.bw.warmup, Some(0.5));
+        let t2 = T::try_parse_from(["t", "h", "-n", "100"]).unwrap();
+        assert_eq!(t2.bw.iterations, Some(100));
+        assert!(T::try_parse_from(["t", "h", "-n", "100", "-t", "1"]).is_err());
+        assert!(T::try_parse_from(["t", "h", "-n", "0"]).is_err());
+        assert!(T::try_parse_from(["t", "h", "-t", "-1"]).is_err());
         assert_eq!(t.bw.op, Op::Send);
         assert!(T::try_parse_from(["t", "h", "--sizes", "2", "--all-sizes"]).is_err());
         assert!(T::try_parse_from(["t", "h", "--op", "atomic"]).is_err());

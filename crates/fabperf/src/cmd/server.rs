@@ -1,9 +1,11 @@
 //! `fabperf server`: the agent.
 
-use super::common::parse_bytes;
+use super::common::{timeout_secs, MAX_TEST_SECS};
 use anyhow::Context;
 use fabperf_agent::{Agent, AgentConfig};
+use fabperf_proto::AgentIdentity;
 use fabperf_proto::{Limits, TestKind, DEFAULT_PORT};
+use fabperf_units::{self as units, Zero};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,18 +25,31 @@ pub struct Args {
     /// Serve anyone who can reach the port (no shared secret) on a non-loopback address.
     #[arg(long)]
     pub insecure: bool,
-    /// Longest test a client may request, seconds.
-    #[arg(long, default_value_t = 3600, value_name = "SECS")]
-    pub max_duration: u64,
+    /// Longest test a client may request (seconds, or 30m, 2h ...; at most 7 days). The
+    /// agent ends every test by its own clock at its length plus a grace of
+    /// max(2 s, --timeout), whatever the client does.
+    #[arg(long, default_value = "3600", value_name = "SECS",
+          value_parser = units::secs_in(Zero::Refused, MAX_TEST_SECS), allow_negative_numbers = true)]
+    pub max_duration: f64,
     /// Most memory one request may make the agent allocate (e.g. 512M, 2G).
-    #[arg(long, default_value = "2G", value_parser = parse_bytes, value_name = "BYTES")]
+    #[arg(long, default_value = "2G", value_parser = units::size_in(1, u64::MAX),
+          value_name = "SIZE", allow_negative_numbers = true)]
     pub max_memory: u64,
     /// Most streams or queue pairs per test.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_streams: u32,
-    /// Seconds without progress from a client before the agent drops it.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    /// Seconds without progress from a client before the agent drops it; also the
+    /// deadline for a connection's whole handshake (preamble to authenticated start).
+    #[arg(long, default_value = "10", value_name = "SECS", value_parser = timeout_secs(),
+          allow_negative_numbers = true)]
     pub timeout: f64,
+    /// Node name the agent announces to clients (default: $NODE_NAME, else the hostname).
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Label of the network path this agent serves, announced to clients
+    /// (e.g. host, pod, ipoib).
+    #[arg(long, value_name = "LABEL", default_value = "host")]
+    pub path_label: String,
     /// RDMA device the agent uses (default: chosen per test by rule).
     #[arg(long, value_name = "NAME")]
     pub rdma_device: Option<String>,
@@ -60,9 +75,6 @@ pub fn all_kinds(rdma: RdmaOpts) -> Vec<Box<dyn TestKind>> {
 pub use fabperf_rdma::AgentRdmaOpts as RdmaOpts;
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    if !(a.timeout.is_finite() && a.timeout > 0.0) {
-        anyhow::bail!("--timeout must be a positive number of seconds");
-    }
     let token = super::common::read_token(a.token_file.as_deref())?;
     let mut kinds = all_kinds(RdmaOpts {
         device: a.rdma_device,
@@ -80,13 +92,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         token,
         insecure: a.insecure,
         limits: Limits {
-            max_duration: Duration::from_secs(a.max_duration),
+            max_duration: Duration::from_secs_f64(a.max_duration),
             max_memory: a.max_memory,
             io_timeout: Duration::from_secs_f64(a.timeout),
             max_streams: a.max_streams,
         },
         kinds,
         quiet: a.quiet,
+        identity: Some(AgentIdentity {
+            node: a.node_name.unwrap_or_else(fabperf_agent::hostname),
+            path: a.path_label,
+            inventory: None,
+        }),
     };
     let agent = Agent::bind(cfg)
         .map_err(anyhow::Error::msg)

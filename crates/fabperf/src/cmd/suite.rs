@@ -6,7 +6,9 @@
 //! nothing. A failing test does not stop the others; the exit status is
 //! non-zero when any failed.
 
-use super::common::{client_config, emit, OutputOpts, TableStyle};
+use super::common::{
+    checked, client_config, emit, test_secs, timeout_secs, OutputOpts, TableStyle,
+};
 use anyhow::Context;
 use fabperf_agent::{Agent, AgentConfig};
 use fabperf_proto::{ClientConfig, Limits, DEFAULT_PORT};
@@ -29,10 +31,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Seconds without progress after which the peer is declared dead.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    #[arg(long, default_value = "10", value_name = "SECS", value_parser = timeout_secs(),
+          allow_negative_numbers = true)]
     pub timeout: f64,
     /// Measured seconds of each bandwidth test (latency tests take 2/3 of it).
-    #[arg(long, default_value_t = 3.0, value_name = "SECS")]
+    #[arg(short = 't', long, default_value = "3", value_name = "SECS", value_parser = test_secs(),
+          allow_negative_numbers = true)]
     pub duration: f64,
     /// Directory the JSON Lines results are written to.
     #[arg(long, default_value = "fabperf-results", value_name = "DIR")]
@@ -50,9 +54,6 @@ pub struct Args {
 type Step<'a> = (String, Box<dyn Fn() -> anyhow::Result<Vec<Record>> + 'a>);
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    if !(a.duration.is_finite() && a.duration > 0.0) {
-        anyhow::bail!("--duration must be a positive number of seconds");
-    }
     let cfg = client_config(a.token_file.as_deref(), a.timeout)?;
 
     // The agent: remote, or in this process on loopback.
@@ -73,6 +74,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                     gid_index: None,
                 }),
                 quiet: true,
+                identity: None,
             })
             .map_err(anyhow::Error::msg)
             .context("starting the in-process agent")?;
@@ -156,7 +158,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     for (i, (name, f)) in steps.iter().enumerate() {
         eprint!("[{}/{total}] {name} ... ", i + 1);
         let _ = std::io::stderr().flush();
-        match f() {
+        // The agent may still be closing the previous test (it is busy
+        // until its side has ended): retry that for a while.
+        let t0 = std::time::Instant::now();
+        let res = loop {
+            match f() {
+                Err(e) if agent_busy(&e) && t0.elapsed() < cfg.timeout => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                r => break r,
+            }
+        };
+        match res.and_then(checked) {
             Ok(recs) => {
                 write_json_lines(&mut file, &recs)
                     .with_context(|| format!("writing {}", path.display()))?;
@@ -191,6 +204,27 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// The agent answered `busy`.
+fn agent_busy(e: &anyhow::Error) -> bool {
+    use fabperf_proto::{ErrorCode, ProtoError};
+    let busy = |p: &ProtoError| {
+        matches!(
+            p,
+            ProtoError::Remote {
+                code: ErrorCode::Busy,
+                ..
+            }
+        )
+    };
+    e.chain().any(|c| {
+        c.downcast_ref::<ProtoError>().is_some_and(busy)
+            || matches!(c.downcast_ref::<fabperf_sock::SockError>(),
+                        Some(fabperf_sock::SockError::Proto(p)) if busy(p))
+            || matches!(c.downcast_ref::<fabperf_rdma::RdmaError>(),
+                        Some(fabperf_rdma::RdmaError::Proto(p)) if busy(p))
+    })
 }
 
 /// One line per finished test on stderr.
@@ -246,4 +280,29 @@ fn rdma_steps<'a>(
         Box::new(move || Ok(fabperf_rdma::run_lat(addr, &c, &lat)?)),
     ));
     Some(format!("using {picked}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::agent_busy;
+    use fabperf_proto::{ErrorCode, ProtoError};
+
+    #[test]
+    fn busy_is_recognised_through_the_engines_errors() {
+        let remote = |code| ProtoError::Remote {
+            code,
+            message: "x".into(),
+        };
+        assert!(agent_busy(&anyhow::Error::new(remote(ErrorCode::Busy))));
+        assert!(agent_busy(&anyhow::Error::new(
+            fabperf_sock::SockError::Proto(remote(ErrorCode::Busy))
+        )));
+        assert!(agent_busy(&anyhow::Error::new(
+            fabperf_rdma::RdmaError::Proto(remote(ErrorCode::Busy))
+        )));
+        assert!(!agent_busy(&anyhow::Error::new(remote(
+            ErrorCode::AuthFailed
+        ))));
+        assert!(!agent_busy(&anyhow::anyhow!("agent busy")));
+    }
 }
