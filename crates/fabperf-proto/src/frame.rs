@@ -78,6 +78,11 @@ pub enum Msg {
         test: String,
         params: serde_json::Value,
         fabperf_version: String,
+        /// Tests that carry the same group id may run on the agent at the
+        /// same time (the senders of an incast, set up by `fabperf run`);
+        /// without one the agent runs one test at a time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<String>,
     },
     /// Agent -> client: the test is accepted; test-specific setup info.
     Accept { info: serde_json::Value },
@@ -274,6 +279,7 @@ mod tests {
             },
             Msg::AuthOk { proof: "ef".into() },
             Msg::Start {
+                group: None,
                 test: "tcp-bw".into(),
                 params: json!({"streams": 2, "size": 131072}),
                 fabperf_version: "0.1.0".into(),

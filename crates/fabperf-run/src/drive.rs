@@ -45,6 +45,10 @@ pub struct DriveParams {
     /// Wait for the runner's `go` before starting (flows that start together).
     #[serde(default)]
     pub sync: bool,
+    /// The group the inner test runs in: the receiver of an incast serves
+    /// the tests of one group at the same time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// The driving agent's answer.
@@ -177,6 +181,7 @@ impl TestKind for DriveKind {
         let cfg = ClientConfig {
             token: self.token.clone(),
             timeout: self.timeout,
+            group: p.group.clone(),
         };
         let t0 = std::time::Instant::now();
         let records = run_client(kind, p.target, &cfg, &p.params).map_err(|(code, msg)| {

@@ -622,11 +622,15 @@ impl Exec<'_> {
                             transient: true,
                         });
                     }
+                    // A cell's concurrent flows share one group, so their
+                    // common receiver serves them at once.
+                    let group = (c.flows.len() > 1).then(|| c.cell_id.clone());
                     let params = serde_json::to_value(DriveParams {
                         target: d.addr,
                         test: c.kind.clone(),
                         params: c.params.clone(),
                         sync,
+                        group,
                     })
                     .map_err(|e| CellError {
                         msg: e.to_string(),
@@ -913,6 +917,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let cfg = ClientConfig {
         token,
         timeout: plan.timeout,
+        group: None,
     };
     let quiet = opts.progress == ProgressMode::Quiet;
     let say = |s: &str| {

@@ -170,3 +170,63 @@ fn token_protected_agents() {
     assert!(c.error.as_deref().unwrap().contains("secret"), "{c:?}");
     assert_eq!(c.attempts, 1, "authentication failures are not retried");
 }
+
+#[test]
+fn incast_and_bisection_run_their_flows_at_once() {
+    let agents = common::start(4, None);
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let plan = common::plan(
+        d.path(),
+        "incast",
+        agents.port,
+        4,
+        "[[tests]]\nname = \"in\"\nkind = \"tcp-bw\"\npattern = \"incast\"\nreceivers = [\"n1\"]\nduration = \"0.5s\"\nparams = { omit_s = 0.1 }\n\
+         [[tests]]\nname = \"bi\"\nkind = \"tcp-bw\"\npattern = \"bisection\"\nsplits = 1\nduration = \"0.5s\"\nparams = { omit_s = 0.1 }\n",
+    );
+    let out = fabperf_run::run(&common::opts(&plan, &db)).unwrap();
+    assert_eq!((out.cells, out.done, out.failed), (2, 2, 0), "{out:?}");
+    let s = Store::open_read_only(&db).unwrap();
+    let run = s.latest_run().unwrap().unwrap();
+    let cells = s.cells(run.id).unwrap();
+    let ms = s.measurements(run.id, None).unwrap();
+    let incast = cells.iter().find(|c| c.spec.pattern == "incast").unwrap();
+    let mine: Vec<_> = ms
+        .iter()
+        .filter(|(id, _)| *id == incast.spec.cell_id)
+        .map(|(_, m)| m)
+        .collect();
+    let flows: Vec<_> = mine.iter().filter(|m| m.role == Role::Flow).collect();
+    assert_eq!(flows.len(), 3);
+    assert!(flows.iter().all(|m| m.dst.as_deref() == Some("n1")));
+    let agg = mine.iter().find(|m| m.role == Role::Aggregate).unwrap();
+    let sum: u64 = flows.iter().map(|m| m.record.bytes).sum();
+    assert_eq!(agg.record.bytes, sum);
+    assert_eq!(agg.record.streams, 3);
+    // The flows overlapped: each started before any other ended.
+    // started_at is RFC 3339 UTC with milliseconds: compare the time of day.
+    let secs = |t: &str| {
+        let hms = &t[11..23];
+        let h: f64 = hms[0..2].parse().unwrap();
+        let m: f64 = hms[3..5].parse().unwrap();
+        let s: f64 = hms[6..].parse().unwrap();
+        h * 3600.0 + m * 60.0 + s
+    };
+    let starts: Vec<f64> = flows.iter().map(|m| secs(&m.record.started_at)).collect();
+    let spread = starts.iter().cloned().fold(f64::MIN, f64::max)
+        - starts.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(
+        spread < 0.4,
+        "the flows started {spread:.3} s apart: {starts:?}"
+    );
+    let bis = cells
+        .iter()
+        .find(|c| c.spec.pattern == "bisection")
+        .unwrap();
+    assert_eq!(bis.spec.flows.len(), 2);
+    let n = ms
+        .iter()
+        .filter(|(id, m)| *id == bis.spec.cell_id && m.role == Role::Flow)
+        .count();
+    assert_eq!(n, 2);
+}
