@@ -49,6 +49,7 @@ fn agent(token: Option<&[u8]>, limits: Limits) -> AgentHandle {
         kinds: vec![Box::new(Echo)],
         quiet: true,
         identity: Some(AgentIdentity {
+            addr: None,
             node: "node-a".into(),
             path: "pod".into(),
             inventory: None,

@@ -44,6 +44,11 @@ pub struct AgentIdentity {
     /// Label of the network path the agent serves (`--path-label`, e.g.
     /// `host`, `pod`, `ipoib`).
     pub path: String,
+    /// The address other agents use to test this agent's path
+    /// (`--advertise`), when it is not the one the client reached (a pod's
+    /// IPoIB or RoCE address behind a Service on its primary network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<std::net::IpAddr>,
     /// What the agent knows about its node (opaque to the protocol).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<serde_json::Value>,
@@ -261,6 +266,7 @@ mod tests {
                 nonce: Some("00ff".into()),
                 tests: vec!["tcp-bw".into()],
                 agent: Some(AgentIdentity {
+                    addr: None,
                     node: "node-1".into(),
                     path: "host".into(),
                     inventory: Some(json!({"rdma": []})),

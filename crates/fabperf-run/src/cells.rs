@@ -14,6 +14,9 @@ pub struct RosterAgent {
     pub name: String,
     pub path: String,
     pub addr: SocketAddr,
+    /// Where other agents reach it for tests: the address it advertises
+    /// (`fabperf server --advertise`), else `addr`.
+    pub test_addr: SocketAddr,
     /// What it said in its hello (node, path label, inventory), or why it
     /// could not be reached.
     pub hello: Value,
@@ -262,6 +265,7 @@ mod tests {
                     name: n.to_string(),
                     path: p.to_string(),
                     addr: format!("127.0.0.1:{port}").parse().unwrap(),
+                    test_addr: format!("127.0.0.1:{port}").parse().unwrap(),
                     hello: json!({}),
                     reachable: true,
                 })
@@ -365,6 +369,7 @@ addr = "127.0.0.1"
                 name: "n1".into(),
                 path: "host".into(),
                 addr: "127.0.0.2:1".parse().unwrap(),
+                test_addr: "127.0.0.2:1".parse().unwrap(),
                 hello: json!({}),
                 reachable: true,
             })

@@ -359,6 +359,7 @@ pub fn discover(
                 name,
                 path: w.path,
                 addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+                test_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
                 hello,
                 reachable: false,
             })?;
@@ -368,10 +369,19 @@ pub fn discover(
             .name
             .or_else(|| hello_node(&hello))
             .unwrap_or_else(|| addr.ip().to_string());
+        // An agent may advertise another address for tests (its IPoIB or
+        // RoCE address behind a Service on the primary network).
+        let test_addr = hello
+            .get("agent")
+            .and_then(|a| a.get("addr"))
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse::<std::net::IpAddr>().ok())
+            .map_or(addr, |ip| SocketAddr::new(ip, addr.port()));
         roster.insert(RosterAgent {
             name,
             path: w.path,
             addr,
+            test_addr,
             hello,
             reachable,
         })?;
@@ -626,7 +636,7 @@ impl Exec<'_> {
                     // common receiver serves them at once.
                     let group = (c.flows.len() > 1).then(|| c.cell_id.clone());
                     let params = serde_json::to_value(DriveParams {
-                        target: d.addr,
+                        target: d.test_addr,
                         test: c.kind.clone(),
                         params: c.params.clone(),
                         sync,

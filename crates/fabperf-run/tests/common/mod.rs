@@ -42,6 +42,7 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
                 kinds: kinds(token.map(<[u8]>::to_vec)),
                 quiet: true,
                 identity: Some(fabperf_proto::AgentIdentity {
+                    addr: None,
                     node: format!("n{i}"),
                     path: "host".into(),
                     inventory: None,

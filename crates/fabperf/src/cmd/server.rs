@@ -50,6 +50,12 @@ pub struct Args {
     /// (e.g. host, pod, ipoib).
     #[arg(long, value_name = "LABEL", default_value = "host")]
     pub path_label: String,
+    /// The address other agents use to test this agent's path, as an IP
+    /// address or an interface name (its first IPv4 address): e.g. the
+    /// IPoIB or RoCE address of a pod reached through a Service on its
+    /// primary network. Default: the address the runner reached.
+    #[arg(long, value_name = "IP|IFACE")]
+    pub advertise: Option<String>,
     /// RDMA device the agent uses (default: chosen per test by rule).
     #[arg(long, value_name = "NAME")]
     pub rdma_device: Option<String>,
@@ -87,6 +93,26 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         token.clone(),
         Duration::from_secs_f64(a.timeout),
     )));
+    // What the agent announces about the link it serves.
+    let (inv, _) = super::inventory::for_agent(None);
+    let advertise = match (&a.advertise, &inv) {
+        (None, _) => None,
+        (Some(s), _) if s.parse::<IpAddr>().is_ok() => s.parse::<IpAddr>().ok(),
+        (Some(s), Some(inv)) => {
+            Some(super::inventory::interface_ipv4(inv, s).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--advertise {s}: no such interface with an IPv4 address on this node"
+                )
+            })?)
+        }
+        (Some(s), None) => anyhow::bail!(
+            "--advertise {s}: cannot look the interface up (detect failed); give an IP address"
+        ),
+    };
+    let inventory = match &inv {
+        Some(i) => super::inventory::describe(i, advertise.or(Some(a.bind))),
+        None => serde_json::json!({"error": "detect failed"}),
+    };
     let cfg = AgentConfig {
         bind: SocketAddr::new(a.bind, a.port),
         token,
@@ -102,7 +128,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         identity: Some(AgentIdentity {
             node: a.node_name.unwrap_or_else(fabperf_agent::hostname),
             path: a.path_label,
-            inventory: None,
+            addr: advertise,
+            inventory: Some(inventory),
         }),
     };
     let agent = Agent::bind(cfg)
