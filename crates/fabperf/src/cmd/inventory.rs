@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use std::net::IpAddr;
 
 /// The netdev holding `ip` (IPv4 or IPv6, by address).
-fn netdev_with<'a>(inv: &'a Inventory, ip: IpAddr) -> Option<&'a Netdev> {
+fn netdev_with(inv: &Inventory, ip: IpAddr) -> Option<&Netdev> {
     inv.netdevs.iter().find(|n| {
         n.ipv4
             .iter()
