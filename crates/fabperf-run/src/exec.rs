@@ -410,6 +410,27 @@ fn classify(e: &ProtoError) -> bool {
     }
 }
 
+/// Open a drive session. An agent still finishing its previous test (its
+/// last frames, a peer's bye) answers busy for a moment: ask again, with a
+/// growing pause, within the control timeout.
+fn open_session(addr: SocketAddr, cfg: &ClientConfig, params: Value) -> Result<Control, ProtoError> {
+    let t0 = Instant::now();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match connect_test(addr, cfg, DRIVE, params.clone()) {
+            Ok((ctl, _)) => return Ok(ctl),
+            Err(ProtoError::Remote {
+                code: ErrorCode::Busy,
+                ..
+            }) if t0.elapsed() + pause < cfg.timeout && !interrupted() => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// One open drive session.
 struct Session {
     cell: usize,
@@ -660,8 +681,8 @@ impl Exec<'_> {
                     let cfg = cfg.clone();
                     s.spawn(move || {
                         let r = p.and_then(|(addr, params)| {
-                            connect_test(addr, &cfg, DRIVE, params)
-                                .map(|(ctl, _)| Session {
+                            open_session(addr, &cfg, params)
+                                .map(|ctl| Session {
                                     cell: ci,
                                     flow: fi,
                                     ctl,
