@@ -20,7 +20,7 @@ step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test --workspace"
 cargo test --workspace --locked --no-fail-fast
-step "fuzzing (cargo fuzz; FUZZ_SECONDS=${FUZZ_SECONDS:-60} per target)"
+step "fuzzing (libFuzzer targets in fuzz/; FUZZ_SECONDS=${FUZZ_SECONDS:-30} per target)"
 ./ci/fuzz.sh
 step "Kubernetes manifests against upstream schemas"
 ./ci/k8s-validate.sh

@@ -413,7 +413,11 @@ fn classify(e: &ProtoError) -> bool {
 /// Open a drive session. An agent still finishing its previous test (its
 /// last frames, a peer's bye) answers busy for a moment: ask again, with a
 /// growing pause, within the control timeout.
-fn open_session(addr: SocketAddr, cfg: &ClientConfig, params: Value) -> Result<Control, ProtoError> {
+fn open_session(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    params: Value,
+) -> Result<Control, ProtoError> {
     let t0 = Instant::now();
     let mut pause = Duration::from_millis(20);
     loop {
