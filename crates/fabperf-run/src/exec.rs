@@ -60,6 +60,9 @@ pub struct RunOutcome {
     /// Seconds inside tests (from the start signal to the last result of
     /// each batch), summed over batches.
     pub test_s: f64,
+    /// Seconds inside the tests' own intervals (warm-up + measured
+    /// interval, the longest of each batch), summed over batches.
+    pub measured_s: f64,
     pub interrupted: bool,
 }
 
@@ -601,6 +604,7 @@ struct Exec<'a> {
     progress: Progress,
     ran: usize,
     test_s: f64,
+    measured_s: f64,
     /// Observed wall / expected seconds, for the ETA.
     seen_wall: f64,
     seen_expected: f64,
@@ -865,6 +869,27 @@ impl Exec<'_> {
             }
             let wall = t0.elapsed().as_secs_f64();
             self.test_s += test_s;
+            self.measured_s += batch
+                .iter()
+                .zip(&results)
+                .filter_map(|(c, r)| {
+                    let flows = r.as_ref().ok()?;
+                    // Warm-up seconds: omit_s (socket bandwidth tests), warmup
+                    // (RDMA; the latency tests' warmup is a count).
+                    let rdma = Kind::parse(&c.kind).is_some_and(Kind::is_rdma);
+                    let warm = c
+                        .params
+                        .get(if rdma { "warmup" } else { "omit_s" })
+                        .and_then(Value::as_f64)
+                        .unwrap_or(0.0);
+                    flows
+                        .iter()
+                        .flat_map(|(_, d)| d.records.iter())
+                        .filter(|r| r.stream.is_none())
+                        .map(|r| r.duration_s + warm)
+                        .reduce(f64::max)
+                })
+                .fold(0.0, f64::max);
             self.seen_wall += wall;
             self.seen_expected += exp;
             let ended_at = fabperf_results::now_rfc3339();
@@ -1012,6 +1037,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             ran: 0,
             wall_s: t_start.elapsed().as_secs_f64(),
             test_s: 0.0,
+            measured_s: 0.0,
             interrupted: false,
         });
     }
@@ -1118,6 +1144,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         progress,
         ran: 0,
         test_s: 0.0,
+        measured_s: 0.0,
         seen_wall: 0.0,
         seen_expected: 0.0,
     };
@@ -1142,7 +1169,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         }
     }
     ex.progress.finish();
-    let (ran, test_s) = (ex.ran, ex.test_s);
+    let (ran, test_s, measured_s) = (ex.ran, ex.test_s, ex.measured_s);
     let rows = store.cells(run.id)?;
     let mine: Vec<&CellRow> = rows
         .iter()
@@ -1166,6 +1193,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         ran,
         wall_s: t_start.elapsed().as_secs_f64(),
         test_s,
+        measured_s,
         interrupted: !complete,
     })
 }

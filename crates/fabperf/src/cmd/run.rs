@@ -79,13 +79,15 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     if a.dry_run {
         return Ok(ExitCode::SUCCESS);
     }
-    let share = if out.wall_s > 0.0 {
-        out.test_s / out.wall_s * 100.0
-    } else {
-        0.0
+    let pct = |x: f64| {
+        if out.wall_s > 0.0 {
+            x / out.wall_s * 100.0
+        } else {
+            0.0
+        }
     };
     eprintln!(
-        "fabperf run: run {} in {}: {} cells done, {} failed, {} pending; {} run now in {:.1} s ({:.1}% of it inside tests)",
+        "fabperf run: run {} in {}: {} cells done, {} failed, {} pending; {} run now in {:.1} s ({:.1}% of it inside tests, {:.1}% inside their warm-up and measured intervals)",
         out.run_id,
         db.display(),
         out.done,
@@ -93,7 +95,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         out.pending,
         out.ran,
         out.wall_s,
-        share
+        pct(out.test_s),
+        pct(out.measured_s)
     );
     if out.interrupted {
         eprintln!(
