@@ -30,7 +30,7 @@ db=/tmp/run-plan.db
 rc=0
 fabperf run "$plan" --db "$db" --plain || rc=$?
 fabperf runs --db "$db" --cells
-fabperf export --db "$db" --format csv | cut -d, -f1-9,12-14,17,22,24,28,29,31 | column -s, -t
+fabperf export --db "$db" --format csv | cut -d, -f2-9,12-14,17,22,24,28
 if [[ -n ${FABPERF_SIM_TARGET:-} ]]; then
     mkdir -p "$FABPERF_SIM_TARGET/softroce" && cp "$db" "$FABPERF_SIM_TARGET/softroce/run-plan.db" &&
         echo "store copied to $FABPERF_SIM_TARGET/softroce/run-plan.db"
