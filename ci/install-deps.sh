@@ -37,8 +37,3 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 cargo --version
-# cargo fuzz (ci/fuzz.sh): libFuzzer targets in fuzz/
-if ! cargo fuzz --version >/dev/null 2>&1; then
-  cargo install cargo-fuzz --locked
-fi
-cargo fuzz --version

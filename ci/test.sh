@@ -20,7 +20,7 @@ step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test --workspace"
 cargo test --workspace --locked --no-fail-fast
-step "fuzzing (cargo fuzz; FUZZ_SECONDS=${FUZZ_SECONDS:-60} per target)"
+step "fuzzing (libFuzzer targets in fuzz/; FUZZ_SECONDS=${FUZZ_SECONDS:-30} per target)"
 ./ci/fuzz.sh
 step "Kubernetes manifests against upstream schemas"
 ./ci/k8s-validate.sh
@@ -28,6 +28,8 @@ step "real ConnectX pair (hw-tests; skipped with the reason unless FABPERF_HW_PE
 ./hw-tests/connectx.sh
 step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/testbed-test.sh)"
 ./sim/testbed-test.sh
+step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay (sim/testbed-run-test.sh)"
+./sim/testbed-run-test.sh
 if [ "$VM" = 1 ]; then
   step "soft-RoCE guest: RDMA tests and fabperf vs perftest"
   ./sim/softroce.sh

@@ -86,10 +86,52 @@ pub fn hostname() -> String {
 }
 
 struct BusyInfo {
+    /// Which connection runs it (to clear its own entry).
+    id: u64,
     test: String,
     peer: SocketAddr,
     since: Instant,
     clock: Arc<TestClock>,
+    group: Option<String>,
+}
+
+/// Most tests of one group running at once (an incast's senders).
+pub const MAX_GROUP_TESTS: usize = 64;
+
+/// A group id: 8 to 64 lower-case hex digits.
+fn valid_group(g: &str) -> bool {
+    (8..=64).contains(&g.len())
+        && g.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Whether a test of `group` may start while `running` are running: when
+/// nothing runs, or when it and every running test share a group (and the
+/// group is not full). Otherwise the reason it may not.
+fn admit(running: &[BusyInfo], group: Option<&str>) -> Result<(), String> {
+    let Some(first) = running.first() else {
+        return Ok(());
+    };
+    let same = group.is_some() && running.iter().all(|b| b.group.as_deref() == group);
+    if same && running.len() < MAX_GROUP_TESTS {
+        return Ok(());
+    }
+    if same {
+        return Err(format!(
+            "agent is running {MAX_GROUP_TESTS} tests of this group, its most; retry when one finishes"
+        ));
+    }
+    let others = if running.len() > 1 {
+        format!(" and {} more of its group", running.len() - 1)
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "agent is running {} for {}{others} (started {:.0} s ago); measurements would disturb each other — retry when it finishes",
+        first.test,
+        first.peer,
+        first.since.elapsed().as_secs_f64()
+    ))
 }
 
 /// Where handshakes come from, for the per-source cap: an IPv4 address,
@@ -178,7 +220,7 @@ struct Shared {
     limits: Limits,
     quiet: bool,
     identity: Option<AgentIdentity>,
-    busy: Mutex<Option<BusyInfo>>,
+    busy: Mutex<Vec<BusyInfo>>,
     hub: DataHub,
     stop: AtomicBool,
     conns: AtomicUsize,
@@ -203,7 +245,7 @@ impl Shared {
     fn pending(&self) -> MutexGuard<'_, Pending> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
-    fn busy(&self) -> MutexGuard<'_, Option<BusyInfo>> {
+    fn busy(&self) -> MutexGuard<'_, Vec<BusyInfo>> {
         self.busy.lock().unwrap_or_else(|p| p.into_inner())
     }
     /// The handshake `id` is over (authenticated and started, or routed).
@@ -277,7 +319,7 @@ impl Agent {
                 limits: cfg.limits,
                 quiet: cfg.quiet,
                 identity: cfg.identity,
-                busy: Mutex::new(None),
+                busy: Mutex::new(Vec::new()),
                 hub: DataHub::new(),
                 stop: AtomicBool::new(false),
                 conns: AtomicUsize::new(0),
@@ -463,12 +505,13 @@ fn timer_loop(sh: &Shared) {
                 ));
             }
         }
-        let stopped = sh
+        let stopped: Vec<(String, SocketAddr, String)> = sh
             .busy()
-            .as_ref()
+            .iter()
             .filter(|b| b.clock.enforce(now))
-            .map(|b| (b.test.clone(), b.peer, b.clock.describe()));
-        if let Some((test, peer, why)) = stopped {
+            .map(|b| (b.test.clone(), b.peer, b.clock.describe()))
+            .collect();
+        for (test, peer, why) in stopped {
             sh.log(&format!(
                 "{peer}: stopping {test} at the agent's time limit ({why})"
             ));
@@ -486,12 +529,15 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Clears the busy slot when the test ends, even by panic.
-struct BusyGuard<'a>(&'a Mutex<Option<BusyInfo>>);
+/// Clears the test's busy entry when it ends, even by panic.
+struct BusyGuard<'a>(&'a Mutex<Vec<BusyInfo>>, u64);
 
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|b| b.id != self.1);
     }
 }
 
@@ -653,8 +699,13 @@ fn serve_control(
     } else {
         ctl.set_max_frame(OPEN_START_FRAME);
     }
-    let (test, params) = match ctl.recv("the client's start request") {
-        Ok(Msg::Start { test, params, .. }) => (test, params),
+    let (test, params, group) = match ctl.recv("the client's start request") {
+        Ok(Msg::Start {
+            test,
+            params,
+            group,
+            ..
+        }) => (test, params, group),
         Ok(Msg::Bye) => return Ok(()),
         Ok(other) => {
             return Err(ServeError::new(
@@ -687,28 +738,27 @@ fn serve_control(
             ),
         ));
     };
+    if let Some(g) = &group {
+        if !valid_group(g) {
+            return Err(ServeError::bad_request(
+                "a test group id is 8 to 64 lower-case hex digits",
+            ));
+        }
+    }
     let clock = Arc::new(TestClock::new(&sh.limits, ctl.stream().try_clone().ok()));
     {
         let mut busy = sh.busy();
-        if let Some(b) = busy.as_ref() {
-            return Err(ServeError::new(
-                ErrorCode::Busy,
-                format!(
-                    "agent is running {} for {} (started {:.0} s ago); measurements would disturb each other — retry when it finishes",
-                    b.test,
-                    b.peer,
-                    b.since.elapsed().as_secs_f64()
-                ),
-            ));
-        }
-        *busy = Some(BusyInfo {
+        admit(&busy, group.as_deref()).map_err(|m| ServeError::new(ErrorCode::Busy, m))?;
+        busy.push(BusyInfo {
+            id,
             test: test.clone(),
             peer,
             since: Instant::now(),
             clock: clock.clone(),
+            group,
         });
     }
-    let guard = BusyGuard(&sh.busy);
+    let guard = BusyGuard(&sh.busy, id);
     let t0 = Instant::now();
     ctl.set_stop_flag(clock.stop_flag());
     let mut ctx = ServeCtx {

@@ -84,6 +84,7 @@ fn start(token: Option<&[u8]>, io_timeout: Duration) -> (AgentHandle, mpsc::Send
 
 fn cfg(token: Option<&[u8]>) -> ClientConfig {
     ClientConfig {
+        group: None,
         token: token.map(|t| t.to_vec()),
         timeout: Duration::from_secs(5),
     }
@@ -141,6 +142,7 @@ fn unknown_test_refused_by_agent_too() {
     fabperf_proto::write_frame(
         &mut s,
         &Msg::Start {
+            group: None,
             test: "nope".into(),
             params: json!({}),
             fabperf_version: "x".into(),
@@ -410,6 +412,7 @@ fn client_times_out_on_stalled_agent() {
         drop(s);
     });
     let c = ClientConfig {
+        group: None,
         token: None,
         timeout: Duration::from_millis(300),
     };
@@ -444,4 +447,60 @@ fn data_connections_are_routed_by_cookie() {
     drop(d);
     let v: serde_json::Value = ctl.recv_test("sink result").unwrap();
     assert_eq!(v["bytes"], 12345);
+}
+
+#[test]
+fn tests_of_one_group_run_together_and_others_wait() {
+    let (h, tx) = start(None, Duration::from_secs(10));
+    let addr = h.addr();
+    let grouped = |g: &str| ClientConfig {
+        group: Some(g.to_string()),
+        ..cfg(None)
+    };
+    // The first sender of an incast holds the agent.
+    let (mut first, _) = connect_test(
+        addr,
+        &grouped("0123456789abcdef"),
+        "echo",
+        json!({"n": 1, "hold": true}),
+    )
+    .unwrap();
+    // A second sender of the same group is admitted at once.
+    let (mut second, _) =
+        connect_test(addr, &grouped("0123456789abcdef"), "echo", json!({"n": 2})).unwrap();
+    second.send_test(&json!(2)).unwrap();
+    let v: serde_json::Value = second.recv_test("reply").unwrap();
+    assert_eq!(v["n"], 2);
+    // Another group, and an ungrouped test, find it busy.
+    for c in [grouped("fedcba9876543210"), cfg(None)] {
+        match connect_test(addr, &c, "echo", json!({"n": 3})).unwrap_err() {
+            ProtoError::Remote { code, message } => {
+                assert_eq!(code, ErrorCode::Busy);
+                assert!(message.contains("echo"), "{message}");
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+    // A malformed group id is refused as a bad request.
+    match connect_test(addr, &grouped("NOT-HEX!"), "echo", json!({"n": 3})).unwrap_err() {
+        ProtoError::Remote { code, .. } => assert_eq!(code, ErrorCode::BadRequest),
+        e => panic!("{e:?}"),
+    }
+    tx.send(()).unwrap();
+    first.send_test(&json!(1)).unwrap();
+    let _: serde_json::Value = first.recv_test("reply").unwrap();
+    drop(first);
+    drop(second);
+    // Free again for anyone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match echo_once(addr, &cfg(None)) {
+            Ok(_) => break,
+            Err(ProtoError::Remote {
+                code: ErrorCode::Busy,
+                ..
+            }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{e:?}"),
+        }
+    }
 }

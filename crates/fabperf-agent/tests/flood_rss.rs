@@ -156,6 +156,7 @@ fn stalled_connections_cost_the_agent_bounded_memory() {
     let _ = std::fs::remove_file(&dir);
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let c = ClientConfig {
+        group: None,
         token: Some(b"tok".to_vec()),
         timeout: Duration::from_secs(5),
     };

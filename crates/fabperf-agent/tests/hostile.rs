@@ -49,6 +49,7 @@ fn agent(token: Option<&[u8]>, limits: Limits) -> AgentHandle {
         kinds: vec![Box::new(Echo)],
         quiet: true,
         identity: Some(AgentIdentity {
+            addr: None,
             node: "node-a".into(),
             path: "pod".into(),
             inventory: None,
@@ -67,6 +68,7 @@ fn limits(io: Duration) -> Limits {
 
 fn cfg(token: Option<&[u8]>, timeout: Duration) -> ClientConfig {
     ClientConfig {
+        group: None,
         token: token.map(|t| t.to_vec()),
         timeout,
     }
@@ -163,6 +165,7 @@ fn a_trickled_handshake_is_closed_at_the_timeout() {
     // One byte of a start frame every 200 ms: each read succeeds, the
     // handshake as a whole does not finish.
     let frame = fabperf_proto::encode_frame(&Msg::Start {
+        group: None,
         test: "echo".into(),
         params: json!({"pad": "x".repeat(200)}),
         fabperf_version: "x".into(),

@@ -111,7 +111,12 @@ pub fn parse_messages(buf: &[u8], seq: u32) -> Result<Parsed, NetlinkError> {
                     return Ok(out);
                 }
                 NetlinkPayload::Error(e) if e.code.is_some() => {
-                    return Err(NetlinkError::Kernel(e.to_io()));
+                    // The kernel sends -errno; netlink-packet-core negates it
+                    // (which overflows for i32::MIN), so take the code here.
+                    let errno = e.code.map_or(0, |c| c.get().checked_neg().unwrap_or(0));
+                    return Err(NetlinkError::Kernel(std::io::Error::from_raw_os_error(
+                        errno,
+                    )));
                 }
                 NetlinkPayload::InnerMessage(inner) => {
                     if let Some(item) = to_item(inner) {
@@ -483,6 +488,12 @@ mod tests {
         assert!(parse_messages(&b, seq).unwrap().interrupted);
         // The kernel's error answer becomes an error.
         let e = parse_messages(&msg(2, 0, seq, &(-1i32).to_ne_bytes().repeat(5)), seq);
+        assert!(matches!(e, Err(NetlinkError::Kernel(_))), "{e:?}");
+        // ... even with an error code that has no positive errno (i32::MIN:
+        // negating it overflows; found by fuzzing).
+        let mut body = i32::MIN.to_ne_bytes().to_vec();
+        body.extend((-1i32).to_ne_bytes().repeat(4));
+        let e = parse_messages(&msg(2, 0, seq, &body), seq);
         assert!(matches!(e, Err(NetlinkError::Kernel(_))), "{e:?}");
         // Framing errors: too short, length beyond the buffer, length below a header.
         let good = new_link(3, "eth0", seq);

@@ -424,7 +424,7 @@ fn hostile_detect_files_are_refused() {
         (
             "type",
             Box::new(|v: &mut Value| v["node_ip"] = "eno1".into()),
-            "node_ip",
+            "expected struct NodeIp",
         ),
     ] {
         let dir = edited_examples(tag, edit);

@@ -291,12 +291,16 @@ pub struct ClientConfig {
     /// Connect and reply timeout; a stalled agent is reported after this.
     /// Also the deadline for the whole handshake (connect to accept).
     pub timeout: Duration,
+    /// Run in this group: agents run tests of one group concurrently (see
+    /// `Msg::Start`). `None` for an ordinary test.
+    pub group: Option<String>,
 }
 
 impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             token: None,
+            group: None,
             timeout: Duration::from_secs(10),
         }
     }
@@ -457,6 +461,7 @@ pub fn connect_test(
         test: test.to_string(),
         params,
         fabperf_version: fabperf_results::FABPERF_VERSION.to_string(),
+        group: cfg.group.clone(),
     })?;
     match ctl.recv("the agent's answer to start")? {
         Msg::Accept { info } => {

@@ -44,6 +44,11 @@ pub struct AgentIdentity {
     /// Label of the network path the agent serves (`--path-label`, e.g.
     /// `host`, `pod`, `ipoib`).
     pub path: String,
+    /// The address other agents use to test this agent's path
+    /// (`--advertise`), when it is not the one the client reached (a pod's
+    /// IPoIB or RoCE address behind a Service on its primary network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<std::net::IpAddr>,
     /// What the agent knows about its node (opaque to the protocol).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<serde_json::Value>,
@@ -78,6 +83,11 @@ pub enum Msg {
         test: String,
         params: serde_json::Value,
         fabperf_version: String,
+        /// Tests that carry the same group id may run on the agent at the
+        /// same time (the senders of an incast, set up by `fabperf run`);
+        /// without one the agent runs one test at a time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<String>,
     },
     /// Agent -> client: the test is accepted; test-specific setup info.
     Accept { info: serde_json::Value },
@@ -256,6 +266,7 @@ mod tests {
                 nonce: Some("00ff".into()),
                 tests: vec!["tcp-bw".into()],
                 agent: Some(AgentIdentity {
+                    addr: None,
                     node: "node-1".into(),
                     path: "host".into(),
                     inventory: Some(json!({"rdma": []})),
@@ -274,6 +285,7 @@ mod tests {
             },
             Msg::AuthOk { proof: "ef".into() },
             Msg::Start {
+                group: None,
                 test: "tcp-bw".into(),
                 params: json!({"streams": 2, "size": 131072}),
                 fabperf_version: "0.1.0".into(),

@@ -75,6 +75,7 @@ fn agent(dev: &str, limits: Limits) -> AgentHandle {
 
 fn cfg() -> ClientConfig {
     ClientConfig {
+        group: None,
         token: None,
         timeout: Duration::from_secs(5),
     }

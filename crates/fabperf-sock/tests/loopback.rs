@@ -38,6 +38,7 @@ fn agent() -> AgentHandle {
 
 fn cfg() -> ClientConfig {
     ClientConfig {
+        group: None,
         token: None,
         timeout: Duration::from_secs(10),
     }
@@ -570,6 +571,7 @@ mod stalled {
 fn stalled_agent_fails_the_client_within_its_timeout() {
     let a = agent_with(vec![Box::new(stalled::Stalled)], Limits::default());
     let c = ClientConfig {
+        group: None,
         token: None,
         timeout: Duration::from_secs(2),
     };

@@ -33,6 +33,14 @@ enum Cmd {
     RdmaBw(cmd::rdma::BwArgs),
     /// RDMA verbs latency (write, send, read), perftest-class.
     RdmaLat(cmd::rdma::LatArgs),
+    /// Run a plan: test matrices and all-pairs / incast / bisection patterns, resumable, into a store.
+    Run(cmd::run::RunArgs),
+    /// List the runs in a results store.
+    Runs(cmd::run::RunsArgs),
+    /// Write a store's measurements as JSON Lines or CSV.
+    Export(cmd::run::ExportArgs),
+    /// The N×N matrix of a run's mesh tests and the suspect links and nodes.
+    MeshSummary(cmd::run::MeshSummaryArgs),
     /// Run the quick default set of tests (against an in-process agent unless --peer).
     Suite(cmd::suite::Args),
     /// Inventory of this node's fabric: RDMA devices, ports, GIDs, netdevs, PCIe, node IP.
@@ -56,6 +64,10 @@ fn main() -> ExitCode {
         Cmd::UdpLat(a) => cmd::sock::run_udp_lat(a),
         Cmd::RdmaBw(a) => cmd::rdma::run_bw(a),
         Cmd::RdmaLat(a) => cmd::rdma::run_lat(a),
+        Cmd::Run(a) => cmd::run::run(a),
+        Cmd::Runs(a) => cmd::run::runs(a),
+        Cmd::Export(a) => cmd::run::export(a),
+        Cmd::MeshSummary(a) => cmd::run::mesh_summary(a),
         Cmd::Suite(a) => cmd::suite::run(a),
         Cmd::Detect(a) => cmd::detect::run_detect(a),
         Cmd::Doctor(a) => cmd::detect::run_doctor(a),

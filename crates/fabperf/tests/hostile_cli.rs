@@ -80,6 +80,7 @@ fn fabperf(args: &[&str]) -> Output {
 
 fn cfg() -> ClientConfig {
     ClientConfig {
+        group: None,
         token: None,
         timeout: Duration::from_secs(5),
     }
@@ -389,6 +390,7 @@ fn peer_text_is_escaped_in_the_agent_log() {
     fabperf_proto::write_frame(
         &mut s,
         &Msg::Start {
+            group: None,
             test: evil.into(),
             params: json!({}),
             fabperf_version: evil.into(),

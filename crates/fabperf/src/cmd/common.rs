@@ -83,6 +83,7 @@ pub fn client_config(token_file: Option<&Path>, timeout: f64) -> anyhow::Result<
     Ok(ClientConfig {
         token: read_token(token_file)?,
         timeout,
+        group: None,
     })
 }
 

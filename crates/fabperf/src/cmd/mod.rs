@@ -4,8 +4,10 @@
 pub mod cnibench;
 pub mod common;
 pub mod detect;
+pub mod inventory;
 pub mod k8s;
 pub mod rdma;
+pub mod run;
 pub mod server;
 pub mod sock;
 pub mod suite;

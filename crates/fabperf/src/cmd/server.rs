@@ -50,6 +50,12 @@ pub struct Args {
     /// (e.g. host, pod, ipoib).
     #[arg(long, value_name = "LABEL", default_value = "host")]
     pub path_label: String,
+    /// The address other agents use to test this agent's path, as an IP
+    /// address or an interface name (its first IPv4 address): e.g. the
+    /// IPoIB or RoCE address of a pod reached through a Service on its
+    /// primary network. Default: the address the runner reached.
+    #[arg(long, value_name = "IP|IFACE")]
+    pub advertise: Option<String>,
     /// RDMA device the agent uses (default: chosen per test by rule).
     #[arg(long, value_name = "NAME")]
     pub rdma_device: Option<String>,
@@ -76,6 +82,37 @@ pub use fabperf_rdma::AgentRdmaOpts as RdmaOpts;
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let token = super::common::read_token(a.token_file.as_deref())?;
+    let mut kinds = all_kinds(RdmaOpts {
+        device: a.rdma_device,
+        ib_port: a.rdma_ib_port,
+        gid_index: a.rdma_gid_index,
+    });
+    // Runs (`fabperf run`) ask agents to drive tests toward other agents;
+    // the agent authenticates to them with its own token.
+    kinds.push(Box::new(fabperf_run::DriveKind::new(
+        token.clone(),
+        Duration::from_secs_f64(a.timeout),
+    )));
+    // What the agent announces about the link it serves.
+    let (inv, _) = super::inventory::for_agent(None);
+    let advertise = match (&a.advertise, &inv) {
+        (None, _) => None,
+        (Some(s), _) if s.parse::<IpAddr>().is_ok() => s.parse::<IpAddr>().ok(),
+        (Some(s), Some(inv)) => {
+            Some(super::inventory::interface_ipv4(inv, s).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--advertise {s}: no such interface with an IPv4 address on this node"
+                )
+            })?)
+        }
+        (Some(s), None) => anyhow::bail!(
+            "--advertise {s}: cannot look the interface up (detect failed); give an IP address"
+        ),
+    };
+    let inventory = match &inv {
+        Some(i) => super::inventory::describe(i, advertise.or(Some(a.bind))),
+        None => serde_json::json!({"error": "detect failed"}),
+    };
     let cfg = AgentConfig {
         bind: SocketAddr::new(a.bind, a.port),
         token,
@@ -86,16 +123,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             io_timeout: Duration::from_secs_f64(a.timeout),
             max_streams: a.max_streams,
         },
-        kinds: all_kinds(RdmaOpts {
-            device: a.rdma_device,
-            ib_port: a.rdma_ib_port,
-            gid_index: a.rdma_gid_index,
-        }),
+        kinds,
         quiet: a.quiet,
         identity: Some(AgentIdentity {
             node: a.node_name.unwrap_or_else(fabperf_agent::hostname),
             path: a.path_label,
-            inventory: None,
+            addr: advertise,
+            inventory: Some(inventory),
         }),
     };
     let agent = Agent::bind(cfg)

@@ -1,0 +1,379 @@
+//! From a plan and the agents found for it to the ordered list of cells.
+
+use crate::plan::{Pattern, Plan, TestDecl};
+use crate::schedule;
+use fabperf_store::CellSpec;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// An agent the runner found: by name on a path.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RosterAgent {
+    pub name: String,
+    pub path: String,
+    pub addr: SocketAddr,
+    /// Where other agents reach it for tests: the address it advertises
+    /// (`fabperf server --advertise`), else `addr`.
+    pub test_addr: SocketAddr,
+    /// What it said in its hello (node, path label, inventory), or why it
+    /// could not be reached.
+    pub hello: Value,
+    pub reachable: bool,
+}
+
+/// The agents of a run, by path then name.
+#[derive(Debug, Clone, Default)]
+pub struct Roster {
+    pub by_path: BTreeMap<String, BTreeMap<String, RosterAgent>>,
+}
+
+impl Roster {
+    pub fn insert(&mut self, a: RosterAgent) -> Result<(), String> {
+        let path = self.by_path.entry(a.path.clone()).or_default();
+        if let Some(old) = path.get(&a.name) {
+            if old.addr != a.addr {
+                return Err(format!(
+                    "two agents on path {:?} call themselves {:?} ({} and {}); give each node's agent its own --node-name",
+                    a.path, a.name, old.addr, a.addr
+                ));
+            }
+            return Ok(());
+        }
+        path.insert(a.name.clone(), a);
+        Ok(())
+    }
+
+    /// The agents of a path, sorted by name.
+    pub fn nodes(&self, path: &str) -> Vec<&RosterAgent> {
+        self.by_path
+            .get(path)
+            .map(|m| m.values().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn get(&self, path: &str, name: &str) -> Option<&RosterAgent> {
+        self.by_path.get(path)?.get(name)
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &RosterAgent> {
+        self.by_path.values().flat_map(|m| m.values())
+    }
+}
+
+/// A cell's stable id: a hash of the plan's name and everything that
+/// defines the measurement (so an unchanged cell keeps its id when the plan
+/// around it changes).
+pub fn cell_id(
+    plan: &str,
+    test: &TestDecl,
+    path: &str,
+    instance: &Value,
+    params: &Value,
+    repeat: u32,
+) -> String {
+    let key = json!({
+        "plan": plan,
+        "test": test.name,
+        "kind": test.kind.name(),
+        "path": path,
+        "pattern": test.pattern.name(),
+        "instance": instance,
+        "params": params,
+        "repeat": repeat,
+    });
+    // serde_json's Map is ordered (BTreeMap), so the text is canonical.
+    let h = Sha256::digest(key.to_string().as_bytes());
+    crate::hex(&h[..8])
+}
+
+fn names(nodes: &[&RosterAgent], flows: &[(usize, usize)]) -> Vec<(String, String)> {
+    flows
+        .iter()
+        .map(|&(a, b)| (nodes[a].name.clone(), nodes[b].name.clone()))
+        .collect()
+}
+
+/// One pattern instance: its key (for the cell id) and its flows as node
+/// indices.
+type Instance = (Value, Vec<(usize, usize)>);
+
+/// Every cell of the plan in execution order. Cells of one mesh round share
+/// a batch number (they run at the same time); every other cell has a batch
+/// of its own.
+pub fn expand(plan: &Plan, roster: &Roster) -> Result<Vec<CellSpec>, String> {
+    let mut out = Vec::new();
+    let mut batch: i64 = 0;
+    let mut problems = Vec::new();
+    for t in &plan.tests {
+        for repeat in 0..t.repeats {
+            for path in &t.paths {
+                let nodes = roster.nodes(path);
+                let index = |name: &str| nodes.iter().position(|n| n.name == name);
+                // The pattern's instances: (instance key, flows) per batch.
+                let mut batches: Vec<Vec<Instance>> = Vec::new();
+                match &t.pattern {
+                    Pattern::Pairs(pairs) => {
+                        for (a, b) in pairs {
+                            match (index(a), index(b)) {
+                                (Some(x), Some(y)) => {
+                                    batches.push(vec![(json!({"pair": [a, b]}), vec![(x, y)])])
+                                }
+                                _ => {
+                                    let missing: Vec<&str> = [a, b]
+                                        .into_iter()
+                                        .filter(|n| index(n).is_none())
+                                        .map(String::as_str)
+                                        .collect();
+                                    problems.push(format!(
+                                        "test {:?}: no agent named {} on path {path:?} (found: {})",
+                                        t.name,
+                                        missing.join(", "),
+                                        if nodes.is_empty() {
+                                            "none".to_string()
+                                        } else {
+                                            nodes
+                                                .iter()
+                                                .map(|n| n.name.as_str())
+                                                .collect::<Vec<_>>()
+                                                .join(", ")
+                                        }
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    Pattern::Mesh { ordered, .. } => {
+                        if nodes.len() < 2 {
+                            problems.push(format!("test {:?}: a mesh needs at least 2 agents on path {path:?}, found {}", t.name, nodes.len()));
+                            continue;
+                        }
+                        let rounds = if *ordered {
+                            schedule::round_robin_ordered(nodes.len())
+                        } else {
+                            schedule::round_robin(nodes.len())
+                        };
+                        for r in rounds {
+                            batches.push(
+                                r.into_iter()
+                                    .map(|(a, b)| {
+                                        (
+                                            json!({"pair": [nodes[a].name, nodes[b].name]}),
+                                            vec![(a, b)],
+                                        )
+                                    })
+                                    .collect(),
+                            );
+                        }
+                    }
+                    Pattern::Incast { receivers } => {
+                        if nodes.len() < 2 {
+                            problems.push(format!("test {:?}: incast needs at least 2 agents on path {path:?}, found {}", t.name, nodes.len()));
+                            continue;
+                        }
+                        let rx: Vec<usize> = match receivers {
+                            None => (0..nodes.len()).collect(),
+                            Some(list) => list
+                                .iter()
+                                .filter_map(|r| {
+                                    let i = index(r);
+                                    if i.is_none() {
+                                        problems.push(format!("test {:?}: incast receiver {r:?} has no agent on path {path:?}", t.name));
+                                    }
+                                    i
+                                })
+                                .collect(),
+                        };
+                        for r in rx {
+                            let flows = schedule::incast(nodes.len(), r);
+                            let senders: Vec<&str> =
+                                flows.iter().map(|&(s, _)| nodes[s].name.as_str()).collect();
+                            batches.push(vec![(
+                                json!({"incast": nodes[r].name, "senders": senders}),
+                                flows,
+                            )]);
+                        }
+                    }
+                    Pattern::Bisection { splits, seed } => {
+                        if nodes.len() < 2 {
+                            problems.push(format!("test {:?}: bisection needs at least 2 agents on path {path:?}, found {}", t.name, nodes.len()));
+                            continue;
+                        }
+                        for s in 0..*splits {
+                            let flows = schedule::bisection(nodes.len(), *seed, s);
+                            let named = names(&nodes, &flows);
+                            batches.push(vec![(
+                                json!({"split": s, "seed": seed, "flows": named}),
+                                flows,
+                            )]);
+                        }
+                    }
+                }
+                for point in &t.points {
+                    for b in &batches {
+                        for (instance, flows) in b {
+                            out.push(CellSpec {
+                                cell_id: cell_id(
+                                    &plan.name,
+                                    t,
+                                    path,
+                                    instance,
+                                    &point.params,
+                                    repeat,
+                                ),
+                                seq: out.len() as i64,
+                                batch,
+                                test: t.name.clone(),
+                                kind: t.kind.name().to_string(),
+                                path: path.clone(),
+                                pattern: t.pattern.name().to_string(),
+                                flows: names(&nodes, flows),
+                                params: point.params.clone(),
+                                dims: Value::Object(point.dims.clone()),
+                                repeat,
+                            });
+                        }
+                        batch += 1;
+                        if out.len() > crate::plan::MAX_CELLS {
+                            return Err(format!("the plan expands to more than {} cells with these agents; shorten its sweeps, repeats or patterns", crate::plan::MAX_CELLS));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        problems.dedup();
+        return Err(problems.join("\n"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn roster(paths: &[(&str, &[&str])]) -> Roster {
+        let mut r = Roster::default();
+        let mut port = 6000;
+        for (p, names) in paths {
+            for n in *names {
+                port += 1;
+                r.insert(RosterAgent {
+                    name: n.to_string(),
+                    path: p.to_string(),
+                    addr: format!("127.0.0.1:{port}").parse().unwrap(),
+                    test_addr: format!("127.0.0.1:{port}").parse().unwrap(),
+                    hello: json!({}),
+                    reachable: true,
+                })
+                .unwrap();
+            }
+        }
+        r
+    }
+
+    fn plan(text: &str) -> Plan {
+        crate::plan::parse(text, "p.toml", Path::new(".")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const AGENTS: &str = r#"
+name = "t"
+[[agents]]
+name = "a"
+addr = "127.0.0.1"
+"#;
+
+    #[test]
+    fn mesh_cells_batch_by_round() {
+        let p = plan(&format!("{AGENTS}\n[[tests]]\nkind = \"tcp-bw\"\nduration = 1\nsizes = [\"64K\", \"1M\"]\nrepeats = 2\n"));
+        let r = roster(&[("host", &["n1", "n2", "n3", "n4"])]);
+        let cells = expand(&p, &r).unwrap();
+        // 6 pairs × 2 sizes × 2 repeats.
+        assert_eq!(cells.len(), 24);
+        // 3 rounds × 2 sizes × 2 repeats batches of 2 pairs.
+        let mut batches: BTreeMap<i64, usize> = BTreeMap::new();
+        for c in &cells {
+            *batches.entry(c.batch).or_default() += 1;
+        }
+        assert_eq!(batches.len(), 12);
+        assert!(batches.values().all(|&n| n == 2));
+        // Ids are unique and stable.
+        let ids: std::collections::HashSet<&str> =
+            cells.iter().map(|c| c.cell_id.as_str()).collect();
+        assert_eq!(ids.len(), cells.len());
+        assert_eq!(expand(&p, &r).unwrap(), cells);
+        // Repeat 0 of every size comes before repeat 1.
+        let first_r1 = cells.iter().position(|c| c.repeat == 1).unwrap();
+        assert!(cells[..first_r1].iter().all(|c| c.repeat == 0));
+        assert_eq!(cells[0].dims["size"], 65536);
+        assert_eq!(cells[0].params["size"], 65536);
+    }
+
+    #[test]
+    fn ids_survive_unrelated_plan_changes() {
+        let one = plan(&format!("{AGENTS}\n[[tests]]\nname = \"bw\"\nkind = \"tcp-bw\"\nduration = 1\nsizes = [\"64K\"]\n"));
+        let two = plan(&format!("{AGENTS}\n[[tests]]\nname = \"bw\"\nkind = \"tcp-bw\"\nduration = 1\nsizes = [\"64K\", \"1M\"]\n[[tests]]\nkind = \"tcp-lat\"\nduration = 1\n"));
+        let r = roster(&[("host", &["n1", "n2"])]);
+        let a = expand(&one, &r).unwrap();
+        let b = expand(&two, &r).unwrap();
+        assert_eq!(a.len(), 1);
+        assert!(
+            b.iter().any(|c| c.cell_id == a[0].cell_id),
+            "the 64K cell keeps its id"
+        );
+        // Another duration is another measurement.
+        let three = plan(&format!("{AGENTS}\n[[tests]]\nname = \"bw\"\nkind = \"tcp-bw\"\nduration = 2\nsizes = [\"64K\"]\n"));
+        assert_ne!(expand(&three, &r).unwrap()[0].cell_id, a[0].cell_id);
+    }
+
+    #[test]
+    fn incast_and_bisection_cells() {
+        let p = plan(&format!("{AGENTS}\n[[tests]]\nkind = \"tcp-bw\"\npattern = \"incast\"\nduration = 1\n[[tests]]\nkind = \"tcp-bw\"\npattern = \"bisection\"\nsplits = 2\nduration = 1\n"));
+        let r = roster(&[("host", &["n1", "n2", "n3", "n4", "n5"])]);
+        let cells = expand(&p, &r).unwrap();
+        let incast: Vec<&CellSpec> = cells.iter().filter(|c| c.pattern == "incast").collect();
+        assert_eq!(incast.len(), 5);
+        assert!(incast.iter().all(|c| c.flows.len() == 4));
+        assert_eq!(incast[2].flows[0].1, "n3");
+        let bis: Vec<&CellSpec> = cells.iter().filter(|c| c.pattern == "bisection").collect();
+        assert_eq!(bis.len(), 2);
+        assert!(bis.iter().all(|c| c.flows.len() == 2));
+    }
+
+    #[test]
+    fn unknown_pair_names_are_reported() {
+        let p = plan(&format!(
+            "{AGENTS}\n[[tests]]\nkind = \"tcp-lat\"\npairs = [[\"n1\", \"zz\"]]\nduration = 1\n"
+        ));
+        let r = roster(&[("host", &["n1", "n2"])]);
+        let e = expand(&p, &r).unwrap_err();
+        assert!(
+            e.contains("no agent named zz") && e.contains("n1, n2"),
+            "{e}"
+        );
+        let p = plan(&format!(
+            "{AGENTS}\n[[tests]]\nkind = \"tcp-lat\"\nduration = 1\n"
+        ));
+        let e = expand(&p, &roster(&[("host", &["n1"])])).unwrap_err();
+        assert!(e.contains("at least 2 agents"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_names_with_different_addresses_refused() {
+        let mut r = roster(&[("host", &["n1"])]);
+        let e = r
+            .insert(RosterAgent {
+                name: "n1".into(),
+                path: "host".into(),
+                addr: "127.0.0.2:1".parse().unwrap(),
+                test_addr: "127.0.0.2:1".parse().unwrap(),
+                hello: json!({}),
+                reachable: true,
+            })
+            .unwrap_err();
+        assert!(e.contains("--node-name"), "{e}");
+    }
+}

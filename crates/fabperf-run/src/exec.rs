@@ -1,0 +1,1283 @@
+//! Executing a plan: find the agents, expand the cells, run what the store
+//! lacks, batch by batch, committing each finished cell.
+
+use crate::cells::{expand, Roster, RosterAgent};
+use crate::drive::{DriveParams, DriveResult, Go, DRIVE};
+use crate::plan::{self, Kind, Pattern, Plan};
+use crate::summary;
+use fabperf_proto::{connect_test, ClientConfig, Control, ErrorCode, Msg, ProtoError};
+use fabperf_results::Record;
+use fabperf_store::{Attempt, CellRow, CellSpec, CellState, Measurement, Role, Store};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// A progress bar on a terminal, plain lines otherwise.
+    Auto,
+    /// Plain log lines.
+    Plain,
+    /// Only warnings and the summary.
+    Quiet,
+}
+
+/// `fabperf run` options.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub plan: PathBuf,
+    pub db: PathBuf,
+    /// Rerun cells stored as failed.
+    pub retry_failed: bool,
+    /// Start a new run instead of resuming the plan's last one.
+    pub new_run: bool,
+    /// Resume this run.
+    pub run_id: Option<i64>,
+    /// Find the agents and list the cells, run nothing.
+    pub dry_run: bool,
+    pub progress: ProgressMode,
+    /// Overrides the plan's token_file.
+    pub token: Option<Vec<u8>>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub run_id: i64,
+    pub cells: usize,
+    pub done: usize,
+    pub failed: usize,
+    pub pending: usize,
+    /// Cells run by this invocation.
+    pub ran: usize,
+    pub wall_s: f64,
+    /// Seconds inside tests (from the start signal to the last result of
+    /// each batch), summed over batches.
+    pub test_s: f64,
+    /// Seconds inside the tests' own intervals (warm-up + measured
+    /// interval, the longest of each batch), summed over batches.
+    pub measured_s: f64,
+    pub interrupted: bool,
+}
+
+/// Errors that stop a run before or between cells.
+#[derive(Debug)]
+pub enum RunError {
+    /// The plan is invalid (exit 2).
+    Plan(String),
+    /// Anything else (exit 1): store, agents, ...
+    Other(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Plan(s) | RunError::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<fabperf_store::StoreError> for RunError {
+    fn from(e: fabperf_store::StoreError) -> Self {
+        RunError::Other(e.to_string())
+    }
+}
+
+/// Set by SIGINT/SIGTERM.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Route SIGINT and SIGTERM to the runner's flag (a second one kills the
+/// process at once, as usual).
+pub fn install_signal_handlers() -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        // A second signal while the flag is set terminates with 130.
+        signal_hook::flag::register_conditional_shutdown(sig, 130, flag.clone())
+            .map_err(|e| format!("installing a signal handler: {e}"))?;
+        signal_hook::flag::register(sig, flag.clone())
+            .map_err(|e| format!("installing a signal handler: {e}"))?;
+    }
+    // Mirror the Arc flag into the static one from a watcher thread.
+    std::thread::Builder::new()
+        .name("fabperf-signals".into())
+        .spawn(move || loop {
+            if flag.load(Ordering::SeqCst) {
+                INTERRUPTED.store(true, Ordering::SeqCst);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        })
+        .map_err(|e| format!("starting the signal watcher: {e}"))?;
+    Ok(())
+}
+
+/// Ask the runner to stop as SIGINT would (tests).
+pub fn interrupt() {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+// ------------------------------------------------------------ progress
+
+/// Text that came from agents or a store, made safe for a terminal: control
+/// characters (escape sequences, newlines) are shown escaped.
+pub fn printable(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            o.extend(c.escape_default());
+        } else {
+            o.push(c);
+        }
+    }
+    o
+}
+
+/// As [`printable`], keeping line breaks.
+pub fn printable_block(s: &str) -> String {
+    s.split('\n').map(printable).collect::<Vec<_>>().join("\n")
+}
+
+struct Progress {
+    mode: ProgressMode,
+    bar: Option<indicatif::ProgressBar>,
+    total: usize,
+    done: usize,
+}
+
+impl Progress {
+    fn new(mode: ProgressMode, total: usize, done: usize) -> Progress {
+        use std::io::IsTerminal;
+        let bar = if mode == ProgressMode::Auto && std::io::stderr().is_terminal() {
+            let b = indicatif::ProgressBar::new(total as u64);
+            b.set_position(done as u64);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} cells, ETA {msg}",
+            ) {
+                b.set_style(style.progress_chars("=> "));
+            }
+            Some(b)
+        } else {
+            None
+        };
+        Progress {
+            mode,
+            bar,
+            total,
+            done,
+        }
+    }
+
+    fn line(&self, s: &str) {
+        let s = printable(s);
+        match &self.bar {
+            Some(b) => b.println(s),
+            None if self.mode != ProgressMode::Quiet => eprintln!("{s}"),
+            None => {}
+        }
+    }
+
+    fn warn(&self, s: &str) {
+        let s = printable(s);
+        match &self.bar {
+            Some(b) => b.println(format!("warning: {s}")),
+            None => eprintln!("fabperf run: warning: {s}"),
+        }
+    }
+
+    fn running(&self, what: &str, eta: Option<f64>) {
+        let what = printable(what);
+        let eta = eta.map(fmt_secs).unwrap_or_else(|| "?".into());
+        match &self.bar {
+            Some(b) => b.set_message(format!("{eta} | {what}")),
+            None if self.mode == ProgressMode::Plain || self.mode == ProgressMode::Auto => {
+                eprintln!(
+                    "fabperf run: [{}/{}] running {what} (ETA {eta})",
+                    self.done, self.total
+                )
+            }
+            None => {}
+        }
+    }
+
+    fn finished(&mut self, n: usize) {
+        self.done += n;
+        if let Some(b) = &self.bar {
+            b.set_position(self.done as u64);
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+fn fmt_secs(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+// ----------------------------------------------------------- discovery
+
+/// What an agent's hello says, as JSON for the store.
+fn probe(addr: SocketAddr, cfg: &ClientConfig) -> Result<Value, String> {
+    let h = fabperf_proto::query_agent(addr, cfg).map_err(|e| e.to_string())?;
+    Ok(json!({
+        "fabperf_version": h.fabperf_version,
+        "auth_required": h.auth_required,
+        "tests": h.tests,
+        "agent": h.agent,
+    }))
+}
+
+fn resolve_all(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    let mut v: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("resolving {host}: {}", plan::os_text(&e)))?
+        .collect();
+    v.sort();
+    v.dedup();
+    Ok(v)
+}
+
+fn resolve_one(addr: &str) -> Result<SocketAddr, String> {
+    addr.to_socket_addrs()
+        .map_err(|e| format!("resolving {addr}: {}", plan::os_text(&e)))?
+        .next()
+        .ok_or_else(|| format!("{addr} resolves to no address"))
+}
+
+/// The node name an agent gives in its hello, when it is a safe name.
+fn hello_node(hello: &Value) -> Option<String> {
+    let n = hello.get("agent")?.get("node")?.as_str()?;
+    plan::is_name(n).then(|| n.to_string())
+}
+
+/// Find every agent of the plan and ask each for its hello.
+pub fn discover(
+    plan: &Plan,
+    client: &ClientConfig,
+    warn: &mut dyn FnMut(String),
+) -> Result<Roster, String> {
+    struct Want {
+        name: Option<String>,
+        path: String,
+        addr: Result<SocketAddr, String>,
+        label: String,
+    }
+    let mut wants = Vec::new();
+    for a in &plan.agents {
+        match &a.source {
+            plan::AgentSource::Static { name, addr } => wants.push(Want {
+                name: Some(name.clone()),
+                path: a.path.clone(),
+                addr: resolve_one(addr),
+                label: addr.clone(),
+            }),
+            plan::AgentSource::Dns { name, port } => match resolve_all(name, *port) {
+                Ok(addrs) if addrs.is_empty() => {
+                    warn(format!("{name} (path {}) resolves to no address", a.path))
+                }
+                Ok(addrs) => {
+                    for addr in addrs {
+                        wants.push(Want {
+                            name: None,
+                            path: a.path.clone(),
+                            addr: Ok(addr),
+                            label: name.clone(),
+                        })
+                    }
+                }
+                Err(e) => warn(format!("{e} (path {}); its agents are left out", a.path)),
+            },
+        }
+    }
+    // Probe concurrently: a dead agent costs one timeout, not one each.
+    let hellos: Vec<Result<Value, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = wants
+            .iter()
+            .map(|w| {
+                let addr = w.addr.clone();
+                s.spawn(move || addr.and_then(|a| probe(a, client)))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("probe thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut roster = Roster::default();
+    for (w, hello) in wants.into_iter().zip(hellos) {
+        let (hello, reachable) = match hello {
+            Ok(h) => (h, true),
+            Err(e) => {
+                warn(format!(
+                    "agent {} ({}, path {}) is unreachable: {e}; its cells will fail",
+                    w.name.as_deref().unwrap_or(&w.label),
+                    w.addr
+                        .as_ref()
+                        .map(|a| a.to_string())
+                        .unwrap_or_else(|e| e.clone()),
+                    w.path
+                ));
+                (json!({"unreachable": e}), false)
+            }
+        };
+        if reachable
+            && hello
+                .get("tests")
+                .and_then(Value::as_array)
+                .is_some_and(|t| !t.iter().any(|x| x == DRIVE))
+        {
+            warn(format!(
+                "agent at {} does not serve `{DRIVE}` (an older fabperf?); its cells will fail",
+                w.label
+            ));
+        }
+        let Ok(addr) = w.addr else {
+            // A static agent whose name does not resolve: keep it so its
+            // cells are planned (and fail), with an unspecified address.
+            let name = w.name.expect("only static agents resolve one name");
+            roster.insert(RosterAgent {
+                name,
+                path: w.path,
+                addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+                test_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+                hello,
+                reachable: false,
+            })?;
+            continue;
+        };
+        let name = w
+            .name
+            .or_else(|| hello_node(&hello))
+            .unwrap_or_else(|| addr.ip().to_string());
+        // An agent may advertise another address for tests (its IPoIB or
+        // RoCE address behind a Service on the primary network).
+        let test_addr = hello
+            .get("agent")
+            .and_then(|a| a.get("addr"))
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse::<std::net::IpAddr>().ok())
+            .map_or(addr, |ip| SocketAddr::new(ip, addr.port()));
+        roster.insert(RosterAgent {
+            name,
+            path: w.path,
+            addr,
+            test_addr,
+            hello,
+            reachable,
+        })?;
+    }
+    Ok(roster)
+}
+
+// ------------------------------------------------------------ execution
+
+/// Why one attempt at a cell failed.
+#[derive(Debug, Clone)]
+struct CellError {
+    msg: String,
+    /// Worth another attempt (busy agent, timeout, connection refused).
+    transient: bool,
+}
+
+fn classify(e: &ProtoError) -> bool {
+    match e {
+        ProtoError::Remote { code, .. } => matches!(
+            code,
+            ErrorCode::Busy | ErrorCode::Timeout | ErrorCode::Internal
+        ),
+        ProtoError::Timeout { .. } | ProtoError::Closed { .. } | ProtoError::Io { .. } => true,
+        _ => false,
+    }
+}
+
+/// Open a drive session. An agent still finishing its previous test (its
+/// last frames, a peer's bye) answers busy for a moment: ask again, with a
+/// growing pause, within the control timeout.
+fn open_session(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    params: Value,
+) -> Result<Control, ProtoError> {
+    let t0 = Instant::now();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match connect_test(addr, cfg, DRIVE, params.clone()) {
+            Ok((ctl, _)) => return Ok(ctl),
+            Err(ProtoError::Remote {
+                code: ErrorCode::Busy,
+                ..
+            }) if t0.elapsed() + pause < cfg.timeout && !interrupted() => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One open drive session.
+struct Session {
+    cell: usize,
+    flow: usize,
+    ctl: Control,
+}
+
+/// A cell's flows' results (flow index, result), or why it failed.
+type CellResult = Result<Vec<(usize, DriveResult)>, CellError>;
+
+/// Where a flow's drive request goes and what it says.
+type FlowPlan = (usize, usize, Result<(SocketAddr, Value), CellError>);
+
+struct FlowResult {
+    cell: usize,
+    flow: usize,
+    result: Result<DriveResult, CellError>,
+}
+
+/// A one-line description of a cell.
+pub fn cell_label(c: &CellSpec) -> String {
+    let dims: Vec<String> = c
+        .dims
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| match (k.as_str(), v.as_u64()) {
+                    ("size", Some(b)) => format!("size={}", human_size(b)),
+                    (_, _) => format!(
+                        "{k}={}",
+                        v.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| v.to_string())
+                    ),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let who = match c.pattern.as_str() {
+        "incast" => format!(
+            "incast {} senders -> {}",
+            c.flows.len(),
+            c.flows.first().map(|f| f.1.as_str()).unwrap_or("?")
+        ),
+        "bisection" => format!("bisection {} flows", c.flows.len()),
+        _ => c
+            .flows
+            .first()
+            .map(|(a, b)| format!("{a} -> {b}"))
+            .unwrap_or_default(),
+    };
+    let retest = if c.pattern == "retest" {
+        " (re-test)"
+    } else {
+        ""
+    };
+    format!(
+        "{} {} {who}{}{}{retest} #{}",
+        c.kind,
+        c.path,
+        if dims.is_empty() { "" } else { " " },
+        dims.join(" "),
+        c.repeat + 1
+    )
+}
+
+fn human_size(b: u64) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{}M", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{}K", b >> 10)
+    } else {
+        b.to_string()
+    }
+}
+
+/// The one-line result of a cell for the log.
+fn headline(ms: &[Measurement]) -> String {
+    let main = ms
+        .iter()
+        .find(|m| m.role == Role::Aggregate)
+        .or_else(|| ms.iter().find(|m| m.role == Role::Total));
+    match main {
+        Some(m) => {
+            let r = &m.record;
+            match (&r.lat_us, r.bw_gbps) {
+                (Some(l), _) => format!("p50 {:.2} us, p99 {:.2} us", l.p50, l.p99),
+                (None, Some(b)) => format!("{b:.2} Gbit/s"),
+                _ => "no figure".into(),
+            }
+        }
+        None => "no records".into(),
+    }
+}
+
+/// Turn a cell's flow results into measurements (and an aggregate for
+/// concurrent flows).
+fn measurements_of(cell: &CellSpec, flows: &[(usize, DriveResult)]) -> Vec<Measurement> {
+    let multi = cell.flows.len() > 1;
+    let mut out = Vec::new();
+    for (fi, res) in flows {
+        let (src, dst) = &cell.flows[*fi];
+        for r in &res.records {
+            let role = if r.stream.is_some() {
+                Role::Stream
+            } else if multi {
+                Role::Flow
+            } else {
+                Role::Total
+            };
+            out.push(Measurement {
+                role,
+                src: Some(src.clone()),
+                dst: Some(dst.clone()),
+                record: r.clone(),
+            });
+        }
+    }
+    if multi {
+        let totals: Vec<&Record> = out
+            .iter()
+            .filter(|m| m.role == Role::Flow)
+            .map(|m| &m.record)
+            .collect();
+        if let Some(first) = totals.first() {
+            let mut agg = Record::new(
+                &first.test,
+                first.transport,
+                first.size,
+                totals.len() as u32,
+            );
+            agg.op = first.op.clone();
+            agg.direction = first.direction.clone();
+            let bytes = totals.iter().fold(0u64, |a, r| a.saturating_add(r.bytes));
+            let dur = totals.iter().map(|r| r.duration_s).fold(0.0, f64::max);
+            agg.set_throughput(bytes, dur, None);
+            agg.started_at = first.started_at.clone();
+            agg.warnings.push(format!(
+                "aggregate of {} concurrent flows: bytes summed, over the longest flow's interval ({:.2} s)",
+                totals.len(),
+                dur
+            ));
+            let (src, dst) = match cell.pattern.as_str() {
+                "incast" => (None, cell.flows.first().map(|f| f.1.clone())),
+                _ => (None, None),
+            };
+            out.push(Measurement {
+                role: Role::Aggregate,
+                src,
+                dst,
+                record: agg,
+            });
+        }
+    }
+    out
+}
+
+struct Exec<'a> {
+    plan: &'a Plan,
+    roster: &'a Roster,
+    cfg: ClientConfig,
+    store: &'a mut Store,
+    run_id: i64,
+    progress: Progress,
+    ran: usize,
+    test_s: f64,
+    measured_s: f64,
+    /// Observed wall / expected seconds, for the ETA.
+    seen_wall: f64,
+    seen_expected: f64,
+}
+
+impl Exec<'_> {
+    fn agent(&self, path: &str, name: &str) -> Option<&RosterAgent> {
+        self.roster.get(path, name)
+    }
+
+    fn expected(&self, c: &CellSpec) -> f64 {
+        Kind::parse(&c.kind)
+            .map(|k| crate::drive::inner_secs(k, &c.params))
+            .unwrap_or(0.0)
+    }
+
+    fn eta(&self, remaining_batches: &[f64]) -> Option<f64> {
+        let ratio = if self.seen_expected > 0.0 {
+            self.seen_wall / self.seen_expected
+        } else {
+            1.1
+        };
+        Some(remaining_batches.iter().sum::<f64>() * ratio)
+    }
+
+    /// Open the drive sessions of a batch, start them together, collect.
+    fn run_batch(&mut self, cells: &[CellSpec]) -> (Vec<CellResult>, f64) {
+        let nflows: usize = cells.iter().map(|c| c.flows.len()).sum();
+        let sync = nflows > 1;
+        // What each flow needs.
+        let mut plans: Vec<FlowPlan> = Vec::new();
+        for (ci, c) in cells.iter().enumerate() {
+            for (fi, (src, dst)) in c.flows.iter().enumerate() {
+                let p = (|| {
+                    let s = self.agent(&c.path, src).ok_or_else(|| CellError {
+                        msg: format!("no agent {src:?} on path {:?}", c.path),
+                        transient: false,
+                    })?;
+                    let d = self.agent(&c.path, dst).ok_or_else(|| CellError {
+                        msg: format!("no agent {dst:?} on path {:?}", c.path),
+                        transient: false,
+                    })?;
+                    if s.addr.port() == 0 || d.addr.port() == 0 {
+                        let bad = if s.addr.port() == 0 { s } else { d };
+                        return Err(CellError {
+                            msg: format!(
+                                "agent {} has no address ({})",
+                                bad.name,
+                                bad.hello
+                                    .get("unreachable")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or("not resolved")
+                            ),
+                            transient: true,
+                        });
+                    }
+                    // A cell's concurrent flows share one group, so their
+                    // common receiver serves them at once.
+                    let group = (c.flows.len() > 1).then(|| c.cell_id.clone());
+                    let params = serde_json::to_value(DriveParams {
+                        target: d.test_addr,
+                        test: c.kind.clone(),
+                        params: c.params.clone(),
+                        sync,
+                        group,
+                    })
+                    .map_err(|e| CellError {
+                        msg: e.to_string(),
+                        transient: false,
+                    })?;
+                    Ok((s.addr, params))
+                })();
+                plans.push((ci, fi, p));
+            }
+        }
+        let cfg = self.cfg.clone();
+        // Open every session concurrently.
+        let opened: Vec<(usize, usize, Result<Session, CellError>)> = std::thread::scope(|s| {
+            let hs: Vec<_> = plans
+                .into_iter()
+                .map(|(ci, fi, p)| {
+                    let cfg = cfg.clone();
+                    s.spawn(move || {
+                        let r = p.and_then(|(addr, params)| {
+                            open_session(addr, &cfg, params)
+                                .map(|ctl| Session {
+                                    cell: ci,
+                                    flow: fi,
+                                    ctl,
+                                })
+                                .map_err(|e| CellError {
+                                    transient: classify(&e),
+                                    msg: format!("asking {addr} to drive: {e}"),
+                                })
+                        });
+                        (ci, fi, r)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join().unwrap_or((
+                        usize::MAX,
+                        0,
+                        Err(CellError {
+                            msg: "session thread panicked".into(),
+                            transient: false,
+                        }),
+                    ))
+                })
+                .collect()
+        });
+        let mut failed: BTreeMap<usize, CellError> = BTreeMap::new();
+        let mut sessions = Vec::new();
+        for (ci, _fi, r) in opened {
+            match r {
+                Ok(s) => sessions.push(s),
+                Err(e) => {
+                    failed.entry(ci).or_insert(e);
+                }
+            }
+        }
+        // Start together (or call off the flows of failed cells).
+        let t0 = Instant::now();
+        if sync {
+            for s in &mut sessions {
+                let go = !failed.contains_key(&s.cell);
+                if let Err(e) = s.ctl.send_test(&Go { go }) {
+                    if go {
+                        failed.entry(s.cell).or_insert(CellError {
+                            msg: format!("starting the flow: {e}"),
+                            transient: true,
+                        });
+                    }
+                }
+            }
+        }
+        sessions.retain(|s| !failed.contains_key(&s.cell));
+        // Wait for the results; a watcher closes the sessions on SIGINT.
+        let streams: Vec<TcpStream> = sessions
+            .iter()
+            .filter_map(|s| s.ctl.stream().try_clone().ok())
+            .collect();
+        let finished = Arc::new(AtomicBool::new(false));
+        let wait: Vec<Duration> = sessions
+            .iter()
+            .map(|s| {
+                Duration::from_secs_f64(
+                    self.expected(&cells[s.cell]) + 3.0 * self.plan.timeout.as_secs_f64() + 5.0,
+                )
+            })
+            .collect();
+        let results: Vec<FlowResult> = std::thread::scope(|sc| {
+            let fin = finished.clone();
+            sc.spawn(move || {
+                while !fin.load(Ordering::SeqCst) {
+                    if interrupted() {
+                        for s in &streams {
+                            let _ = s.shutdown(std::net::Shutdown::Both);
+                        }
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            });
+            let hs: Vec<_> = sessions
+                .into_iter()
+                .zip(wait)
+                .map(|(mut s, w)| {
+                    sc.spawn(move || {
+                        let r = s
+                            .ctl
+                            .recv_test_within::<DriveResult>(w, "the drive's results")
+                            .map_err(|e| CellError {
+                                transient: classify(&e),
+                                msg: e.to_string(),
+                            });
+                        let _ = s.ctl.send(&Msg::Bye);
+                        FlowResult {
+                            cell: s.cell,
+                            flow: s.flow,
+                            result: r,
+                        }
+                    })
+                })
+                .collect();
+            let out = hs
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or(FlowResult {
+                        cell: usize::MAX,
+                        flow: 0,
+                        result: Err(CellError {
+                            msg: "flow thread panicked".into(),
+                            transient: false,
+                        }),
+                    })
+                })
+                .collect();
+            finished.store(true, Ordering::SeqCst);
+            out
+        });
+        let test_s = t0.elapsed().as_secs_f64();
+        let mut per_cell: Vec<CellResult> = (0..cells.len()).map(|_| Ok(Vec::new())).collect();
+        for (ci, e) in failed {
+            if ci < per_cell.len() {
+                per_cell[ci] = Err(e);
+            }
+        }
+        for fr in results {
+            if fr.cell >= per_cell.len() {
+                continue;
+            }
+            match (&mut per_cell[fr.cell], fr.result) {
+                (Ok(v), Ok(r)) => v.push((fr.flow, r)),
+                (slot @ Ok(_), Err(e)) => *slot = Err(e),
+                (Err(_), _) => {}
+            }
+        }
+        for v in per_cell.iter_mut().flatten() {
+            v.sort_by_key(|(f, _)| *f);
+        }
+        (per_cell, test_s)
+    }
+
+    /// Run pending cells batch by batch with retries. Returns false when
+    /// interrupted.
+    fn run_cells(&mut self, pending: Vec<CellSpec>) -> Result<bool, RunError> {
+        // Group by batch, keeping order.
+        let mut batches: Vec<Vec<CellSpec>> = Vec::new();
+        for c in pending {
+            match batches.last_mut() {
+                Some(b) if b[0].batch == c.batch => b.push(c),
+                _ => batches.push(vec![c]),
+            }
+        }
+        let expected: Vec<f64> = batches
+            .iter()
+            .map(|b| b.iter().map(|c| self.expected(c)).fold(0.0, f64::max) + 0.2)
+            .collect();
+        let mut attempts: BTreeMap<String, u32> = BTreeMap::new();
+        let mut queue: std::collections::VecDeque<(Vec<CellSpec>, f64)> =
+            batches.into_iter().zip(expected.iter().copied()).collect();
+        while let Some((batch, exp)) = queue.pop_front() {
+            if interrupted() {
+                return Ok(false);
+            }
+            let remaining: Vec<f64> = std::iter::once(exp)
+                .chain(queue.iter().map(|(_, e)| *e))
+                .collect();
+            let what = if batch.len() == 1 {
+                cell_label(&batch[0])
+            } else {
+                format!("{} (+{} at once)", cell_label(&batch[0]), batch.len() - 1)
+            };
+            self.progress.running(&what, self.eta(&remaining));
+            let started_at = fabperf_results::now_rfc3339();
+            let t0 = Instant::now();
+            let (results, test_s) = self.run_batch(&batch);
+            if interrupted() {
+                return Ok(false);
+            }
+            let wall = t0.elapsed().as_secs_f64();
+            self.test_s += test_s;
+            self.measured_s += batch
+                .iter()
+                .zip(&results)
+                .filter_map(|(c, r)| {
+                    let flows = r.as_ref().ok()?;
+                    // Warm-up seconds: omit_s (socket bandwidth tests), warmup
+                    // (RDMA; the latency tests' warmup is a count).
+                    let rdma = Kind::parse(&c.kind).is_some_and(Kind::is_rdma);
+                    let warm = c
+                        .params
+                        .get(if rdma { "warmup" } else { "omit_s" })
+                        .and_then(Value::as_f64)
+                        .unwrap_or(0.0);
+                    flows
+                        .iter()
+                        .flat_map(|(_, d)| d.records.iter())
+                        .filter(|r| r.stream.is_none())
+                        .map(|r| r.duration_s + warm)
+                        .reduce(f64::max)
+                })
+                .fold(0.0, f64::max);
+            self.seen_wall += wall;
+            self.seen_expected += exp;
+            let ended_at = fabperf_results::now_rfc3339();
+            let mut retry = Vec::new();
+            for (cell, res) in batch.into_iter().zip(results) {
+                let n = attempts.entry(cell.cell_id.clone()).or_insert(0);
+                *n += 1;
+                let attempt = Attempt {
+                    attempts: *n,
+                    started_at: started_at.clone(),
+                    ended_at: ended_at.clone(),
+                    wall_s: wall,
+                };
+                match res {
+                    Ok(flows) => {
+                        let ms = measurements_of(&cell, &flows);
+                        self.store
+                            .finish_cell_done(self.run_id, &cell.cell_id, &attempt, &ms)?;
+                        self.progress.finished(1);
+                        self.progress.line(&format!(
+                            "fabperf run: [{}/{}] {}: {} ({wall:.1} s)",
+                            self.progress.done,
+                            self.progress.total,
+                            cell_label(&cell),
+                            headline(&ms)
+                        ));
+                        self.ran += 1;
+                    }
+                    Err(e) if e.transient && *n <= self.plan.retries => {
+                        self.progress.warn(&format!(
+                            "{}: {} — attempt {} of {}, retrying",
+                            cell_label(&cell),
+                            e.msg,
+                            n,
+                            self.plan.retries + 1
+                        ));
+                        retry.push(cell);
+                    }
+                    Err(e) => {
+                        self.store.finish_cell_failed(
+                            self.run_id,
+                            &cell.cell_id,
+                            &attempt,
+                            &e.msg,
+                        )?;
+                        self.progress.finished(1);
+                        self.progress
+                            .warn(&format!("{} failed: {}", cell_label(&cell), e.msg));
+                        self.ran += 1;
+                    }
+                }
+            }
+            if !retry.is_empty() {
+                // Back off, then retry the failed cells (a round's cells
+                // stay together so nodes still take one test at a time).
+                let n = retry
+                    .iter()
+                    .map(|c| attempts[&c.cell_id])
+                    .max()
+                    .unwrap_or(1);
+                let delay = self.plan.retry_delay.mul_f64(n as f64);
+                let until = Instant::now() + delay;
+                while Instant::now() < until {
+                    if interrupted() {
+                        return Ok(false);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                queue.push_front((retry, exp));
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Run (or resume) a plan.
+pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
+    let t_start = Instant::now();
+    let plan = plan::load(&opts.plan).map_err(RunError::Plan)?;
+    let token = match (&opts.token, &plan.token_file) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(f)) => Some(fabperf_proto::auth::read_token_file(f).map_err(RunError::Plan)?),
+        (None, None) => None,
+    };
+    let cfg = ClientConfig {
+        token,
+        timeout: plan.timeout,
+        group: None,
+    };
+    let quiet = opts.progress == ProgressMode::Quiet;
+    let say = |s: &str| {
+        if !quiet {
+            eprintln!("fabperf run: {s}");
+        }
+    };
+
+    // Agents.
+    let mut warnings = Vec::new();
+    let roster = discover(&plan, &cfg, &mut |w| warnings.push(w)).map_err(RunError::Other)?;
+    for w in &warnings {
+        eprintln!("fabperf run: warning: {}", printable(w));
+    }
+    let cells = expand(&plan, &roster).map_err(RunError::Plan)?;
+    let up = roster.all().filter(|a| a.reachable).count();
+    say(&format!(
+        "plan {:?}: {} agents ({} reachable) on {} path(s), {} cells",
+        plan.name,
+        roster.all().count(),
+        up,
+        roster.by_path.len(),
+        cells.len()
+    ));
+    if opts.dry_run {
+        let stdout = std::io::stdout();
+        let mut o = stdout.lock();
+        for a in roster.all() {
+            let _ = writeln!(
+                o,
+                "agent {:<20} path {:<10} {} {}",
+                a.name,
+                a.path,
+                a.addr,
+                if a.reachable {
+                    "reachable"
+                } else {
+                    "UNREACHABLE"
+                }
+            );
+        }
+        for c in &cells {
+            let _ = writeln!(
+                o,
+                "cell {} batch {:>4}  {}",
+                c.cell_id,
+                c.batch,
+                cell_label(c)
+            );
+        }
+        return Ok(RunOutcome {
+            run_id: 0,
+            cells: cells.len(),
+            done: 0,
+            failed: 0,
+            pending: cells.len(),
+            ran: 0,
+            wall_s: t_start.elapsed().as_secs_f64(),
+            test_s: 0.0,
+            measured_s: 0.0,
+            interrupted: false,
+        });
+    }
+
+    // The store and the run.
+    if let Some(dir) = opts.db.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                RunError::Other(format!("creating {}: {}", dir.display(), plan::os_text(&e)))
+            })?;
+        }
+    }
+    let mut store = Store::open(&opts.db)?;
+    let plan_file = opts.plan.display().to_string();
+    let run = match (opts.run_id, opts.new_run) {
+        (Some(id), _) => {
+            let r = store.run(id)?;
+            if r.plan_name != plan.name {
+                return Err(RunError::Other(format!(
+                    "run {id} in {} is of plan {:?}, not {:?}; give that plan or another --run",
+                    opts.db.display(),
+                    r.plan_name,
+                    plan.name
+                )));
+            }
+            r
+        }
+        (None, true) => store.create_run(&fabperf_store::NewRun {
+            plan_name: &plan.name,
+            plan_hash: &plan.hash,
+            plan_file: Some(&plan_file),
+            plan_text: &plan.text,
+        })?,
+        (None, false) => match store.latest_run_for_plan(&plan.name)? {
+            Some(r) => r,
+            None => store.create_run(&fabperf_store::NewRun {
+                plan_name: &plan.name,
+                plan_hash: &plan.hash,
+                plan_file: Some(&plan_file),
+                plan_text: &plan.text,
+            })?,
+        },
+    };
+    let resumed = store
+        .cells(run.id)?
+        .iter()
+        .any(|c| c.state != CellState::Pending);
+    let rep = store.sync_cells(run.id, &cells, opts.retry_failed)?;
+    if resumed {
+        say(&format!(
+            "resuming run {} ({} cells done, {} failed, {} to run{})",
+            run.id,
+            rep.done,
+            rep.failed,
+            rep.pending,
+            if rep.failed > 0 && !opts.retry_failed {
+                "; --retry-failed reruns the failed ones"
+            } else {
+                ""
+            }
+        ));
+        if run.plan_hash != plan.hash {
+            say(&format!(
+                "the plan changed since run {} started: {} finished cells are reused (same parameters), {} cells to run, {} stored cells are no longer in the plan (kept)",
+                run.id, rep.done + rep.failed, rep.pending, rep.not_in_plan
+            ));
+        }
+    } else {
+        say(&format!("run {} into {}", run.id, opts.db.display()));
+    }
+    store.update_run_plan(run.id, &plan.hash, &plan.text, Some(&plan_file))?;
+    let now = fabperf_results::now_rfc3339();
+    let agents: Vec<fabperf_store::AgentRow> = roster
+        .all()
+        .map(|a| fabperf_store::AgentRow {
+            name: a.name.clone(),
+            path: a.path.clone(),
+            addr: a.addr.to_string(),
+            hello: a.hello.clone(),
+            seen_at: now.clone(),
+        })
+        .collect();
+    store.put_agents(run.id, &agents)?;
+
+    let rows = store.cells(run.id)?;
+    let in_plan: BTreeSet<&str> = cells.iter().map(|c| c.cell_id.as_str()).collect();
+    let pending: Vec<CellSpec> = rows
+        .iter()
+        .filter(|c| c.state == CellState::Pending && in_plan.contains(c.spec.cell_id.as_str()))
+        .map(|c| c.spec.clone())
+        .collect();
+    let total = cells.len();
+    let done_before = total - pending.len();
+    if pending.is_empty() && !has_retests(&plan) {
+        say(&format!("nothing to run: every cell of run {} is finished; `fabperf run --new-run` measures again", run.id));
+    }
+    let progress = Progress::new(opts.progress, total, done_before);
+    let mut ex = Exec {
+        plan: &plan,
+        roster: &roster,
+        cfg,
+        store: &mut store,
+        run_id: run.id,
+        progress,
+        ran: 0,
+        test_s: 0.0,
+        measured_s: 0.0,
+        seen_wall: 0.0,
+        seen_expected: 0.0,
+    };
+
+    // Test by test: cells, then the mesh re-tests of that test.
+    let mut complete = true;
+    for t in &plan.tests {
+        let mine: Vec<CellSpec> = pending
+            .iter()
+            .filter(|c| c.test == t.name)
+            .cloned()
+            .collect();
+        if !ex.run_cells(mine)? {
+            complete = false;
+            break;
+        }
+        if let Pattern::Mesh { retest, .. } = t.pattern {
+            if retest > 0 && !retest_mesh(&mut ex, t, retest)? {
+                complete = false;
+                break;
+            }
+        }
+    }
+    ex.progress.finish();
+    let (ran, test_s, measured_s) = (ex.ran, ex.test_s, ex.measured_s);
+    let rows = store.cells(run.id)?;
+    let mine: Vec<&CellRow> = rows
+        .iter()
+        .filter(|c| in_plan.contains(c.spec.cell_id.as_str()) || c.spec.pattern == "retest")
+        .collect();
+    let count = |s: CellState| mine.iter().filter(|c| c.state == s).count();
+    let (done, failed, pend) = (
+        count(CellState::Done),
+        count(CellState::Failed),
+        count(CellState::Pending),
+    );
+    if complete && pend == 0 {
+        store.end_run(run.id)?;
+    }
+    Ok(RunOutcome {
+        run_id: run.id,
+        cells: mine.len(),
+        done,
+        failed,
+        pending: pend,
+        ran,
+        wall_s: t_start.elapsed().as_secs_f64(),
+        test_s,
+        measured_s,
+        interrupted: !complete,
+    })
+}
+
+fn has_retests(plan: &Plan) -> bool {
+    plan.tests
+        .iter()
+        .any(|t| matches!(t.pattern, Pattern::Mesh { retest, .. } if retest > 0))
+}
+
+/// ClusterKit-style re-tests of a mesh's suspect pairs: every suspect is
+/// measured again, alone in its round with other disjoint suspects, up to
+/// `rounds` times; a pair that meets the rule in a re-test is cleared (the
+/// first figure was noise), the rest go to the next round with the set
+/// shrinking.
+fn retest_mesh(ex: &mut Exec<'_>, t: &plan::TestDecl, rounds: u32) -> Result<bool, RunError> {
+    for round in 0..rounds {
+        let analysis = summary::analyze(ex.store, ex.run_id, &t.name, t.suspect_bw, t.suspect_lat)?;
+        // Suspects still unexplained after the re-tests so far.
+        let mut todo: Vec<CellSpec> = Vec::new();
+        for g in &analysis.groups {
+            for s in g
+                .suspects
+                .iter()
+                .filter(|s| s.confirmed && s.retests.len() == round as usize)
+            {
+                let Some(proto) = g.cell_template(&s.src, &s.dst) else {
+                    continue;
+                };
+                let instance = json!({"retest": round, "pair": [s.src, s.dst]});
+                let mut c = proto.clone();
+                c.cell_id =
+                    crate::cells::cell_id(&ex.plan.name, t, &c.path, &instance, &c.params, round);
+                c.pattern = "retest".into();
+                c.flows = vec![(s.src.clone(), s.dst.clone())];
+                c.repeat = round;
+                todo.push(c);
+            }
+        }
+        if todo.is_empty() {
+            return Ok(true);
+        }
+        // Disjoint rounds: greedy, in a stable order.
+        let base = 1_000_000_000 + (round as i64) * 1_000_000;
+        let mut batches: Vec<(BTreeSet<String>, i64)> = Vec::new();
+        for (i, c) in todo.iter_mut().enumerate() {
+            let (a, b) = c.flows[0].clone();
+            let key = format!("{}|{}", c.path, c.dims);
+            let slot = batches.iter().position(|(busy, _)| {
+                !busy.contains(&format!("{key}|{a}")) && !busy.contains(&format!("{key}|{b}"))
+            });
+            let bi = match slot {
+                Some(s) => s,
+                None => {
+                    batches.push((BTreeSet::new(), base + batches.len() as i64));
+                    batches.len() - 1
+                }
+            };
+            batches[bi].0.insert(format!("{key}|{a}"));
+            batches[bi].0.insert(format!("{key}|{b}"));
+            c.batch = batches[bi].1;
+            c.seq = base + i as i64;
+        }
+        todo.sort_by_key(|c| (c.batch, c.seq));
+        ex.store.add_cells(ex.run_id, &todo)?;
+        let rows = ex.store.cells(ex.run_id)?;
+        let pending: Vec<CellSpec> = todo
+            .iter()
+            .filter(|c| {
+                rows.iter()
+                    .any(|r| r.spec.cell_id == c.cell_id && r.state == CellState::Pending)
+            })
+            .cloned()
+            .collect();
+        ex.progress.total += pending.len();
+        ex.progress.line(&format!(
+            "fabperf run: {}: re-testing {} suspect pair(s), round {} of {rounds}",
+            t.name,
+            todo.len(),
+            round + 1
+        ));
+        if !ex.run_cells(pending)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,1263 @@
+//! The run plan (TOML): agents, tests with sweeps, patterns.
+//!
+//! ```toml
+//! name = "fabric-acceptance"          # the plan's identity (cell ids derive from it)
+//! baseline = "host"                   # the path reports compare against
+//! token_file = "token"                # relative to the plan file
+//! timeout = "10s"                     # control-channel timeout
+//! retries = 2                         # extra attempts of a cell that failed transiently
+//!
+//! [[agents]]                          # a static agent
+//! name = "node1"
+//! addr = "198.18.0.11"                # host or host:port (port 5301 by default)
+//! path = "host"
+//!
+//! [[agents]]                          # every address behind a name (headless Service)
+//! dns = "fabric.agents.fabperf.test"
+//! path = "fabric"
+//!
+//! [[tests]]
+//! kind = "tcp-bw"                     # tcp-bw, tcp-lat, udp-bw, udp-lat, rdma-bw, rdma-lat
+//! paths = ["host", "fabric"]
+//! pattern = "mesh"                    # pairs, mesh, incast, bisection
+//! sizes = ["128K"]
+//! streams = [1, 4]
+//! duration = "3s"
+//! repeats = 2
+//! ```
+//!
+//! Every problem is reported as `FILE:LINE:COL: message`, all at once.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Spanned;
+
+type S<T> = Spanned<T>;
+
+/// The agents' default port.
+pub const DEFAULT_PORT: u16 = fabperf_proto::DEFAULT_PORT;
+/// Largest plan file read.
+pub const MAX_PLAN_BYTES: u64 = 4 << 20;
+/// Most cells a plan may expand to (a typo in a sweep must not plan a year).
+pub const MAX_CELLS: usize = 1_000_000;
+
+/// One problem in a plan, located in its source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanError {
+    pub file: String,
+    pub line: usize,
+    pub col: usize,
+    pub msg: String,
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: {}", self.file, self.line, self.col, self.msg)
+    }
+}
+
+/// Every problem found in a plan.
+#[derive(Debug, Clone)]
+pub struct PlanErrors(pub Vec<PlanError>);
+
+impl fmt::Display for PlanErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(
+            f,
+            "the plan has {n} problem{}:",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for e in &self.0 {
+            write!(f, "\n  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PlanErrors {}
+
+/// The test kinds a plan may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    TcpBw,
+    TcpLat,
+    UdpBw,
+    UdpLat,
+    RdmaBw,
+    RdmaLat,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [
+        Kind::TcpBw,
+        Kind::TcpLat,
+        Kind::UdpBw,
+        Kind::UdpLat,
+        Kind::RdmaBw,
+        Kind::RdmaLat,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::TcpBw => "tcp-bw",
+            Kind::TcpLat => "tcp-lat",
+            Kind::UdpBw => "udp-bw",
+            Kind::UdpLat => "udp-lat",
+            Kind::RdmaBw => "rdma-bw",
+            Kind::RdmaLat => "rdma-lat",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == s)
+    }
+    pub fn is_rdma(self) -> bool {
+        matches!(self, Kind::RdmaBw | Kind::RdmaLat)
+    }
+    pub fn is_bandwidth(self) -> bool {
+        matches!(self, Kind::TcpBw | Kind::UdpBw | Kind::RdmaBw)
+    }
+    /// Kinds an agent can serve to several senders at once (incast,
+    /// bisection). UDP tests bind the agent's one UDP port, latency tests
+    /// measure one flow.
+    pub fn concurrent_ok(self) -> bool {
+        matches!(self, Kind::TcpBw | Kind::RdmaBw)
+    }
+}
+
+/// How a test's agents are paired.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pattern {
+    /// The listed (sender, receiver) pairs, one at a time.
+    Pairs(Vec<(String, String)>),
+    /// Every pair of the path's agents in N−1 rounds of disjoint pairs (2(N−1)
+    /// rounds when `ordered`: both directions).
+    Mesh { ordered: bool, retest: u32 },
+    /// All other agents send to one receiver at once; every receiver in turn
+    /// (or the listed ones).
+    Incast { receivers: Option<Vec<String>> },
+    /// Half the agents send to the other half at once, `splits` random splits.
+    Bisection { splits: u32, seed: u64 },
+}
+
+impl Pattern {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Pattern::Pairs(_) => "pairs",
+            Pattern::Mesh { .. } => "mesh",
+            Pattern::Incast { .. } => "incast",
+            Pattern::Bisection { .. } => "bisection",
+        }
+    }
+}
+
+/// Where a plan finds its agents.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentSource {
+    Static { name: String, addr: String },
+    Dns { name: String, port: u16 },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentDecl {
+    pub source: AgentSource,
+    pub path: String,
+}
+
+/// One point of a test's sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepPoint {
+    /// The values that vary (for reports): size, streams, op, mtu, direction, rate.
+    pub dims: Map<String, Value>,
+    /// The engine parameters to send.
+    pub params: Value,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestDecl {
+    pub name: String,
+    pub kind: Kind,
+    pub paths: Vec<String>,
+    pub pattern: Pattern,
+    pub repeats: u32,
+    pub points: Vec<SweepPoint>,
+    /// Expected wall time of one cell (duration + warm-up), for ETAs.
+    pub cell_secs: f64,
+    /// ClusterKit's rule for mesh suspects: bandwidth below this fraction of
+    /// the best pair, latency above this multiple of the lowest.
+    pub suspect_bw: f64,
+    pub suspect_lat: f64,
+}
+
+/// A validated plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub name: String,
+    pub description: Option<String>,
+    pub baseline: Option<String>,
+    pub token_file: Option<PathBuf>,
+    pub timeout: Duration,
+    pub retries: u32,
+    pub retry_delay: Duration,
+    pub agents: Vec<AgentDecl>,
+    pub tests: Vec<TestDecl>,
+    /// The plan file's text and its hash (sha256, hex).
+    pub text: String,
+    pub hash: String,
+}
+
+// ------------------------------------------------------------- raw TOML
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlan {
+    name: Option<S<String>>,
+    description: Option<String>,
+    baseline: Option<S<String>>,
+    token_file: Option<S<String>>,
+    timeout: Option<S<toml::Value>>,
+    retries: Option<S<i64>>,
+    retry_delay: Option<S<toml::Value>>,
+    #[serde(default)]
+    agents: Vec<S<RawAgent>>,
+    #[serde(default)]
+    tests: Vec<S<RawTest>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAgent {
+    name: Option<S<String>>,
+    addr: Option<S<String>>,
+    dns: Option<S<String>>,
+    port: Option<S<i64>>,
+    path: Option<S<String>>,
+}
+
+/// `["sender", "receiver"]` with spans.
+type RawPair = S<Vec<S<String>>>;
+
+/// A sweep point under construction: its dims, its params, where it came from.
+type Point = (Map<String, Value>, Value, Option<Range<usize>>);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTest {
+    name: Option<S<String>>,
+    kind: S<String>,
+    path: Option<S<String>>,
+    paths: Option<S<Vec<S<String>>>>,
+    pattern: Option<S<String>>,
+    pairs: Option<S<Vec<RawPair>>>,
+    ordered: Option<bool>,
+    retest: Option<S<i64>>,
+    receivers: Option<S<Vec<S<String>>>>,
+    splits: Option<S<i64>>,
+    seed: Option<S<i64>>,
+    sizes: Option<S<Vec<S<toml::Value>>>>,
+    streams: Option<S<Vec<S<i64>>>>,
+    ops: Option<S<Vec<S<String>>>>,
+    mtus: Option<S<Vec<S<i64>>>>,
+    directions: Option<S<Vec<S<String>>>>,
+    rates: Option<S<Vec<S<toml::Value>>>>,
+    duration: Option<S<toml::Value>>,
+    repeats: Option<S<i64>>,
+    params: Option<S<toml::Table>>,
+    suspect_bw: Option<S<f64>>,
+    suspect_lat: Option<S<f64>>,
+}
+
+// --------------------------------------------------------------- errors
+
+struct Ctx<'a> {
+    file: &'a str,
+    text: &'a str,
+    errors: Vec<PlanError>,
+}
+
+impl Ctx<'_> {
+    fn at(&mut self, span: Range<usize>, msg: impl Into<String>) {
+        let (line, col) = line_col(self.text, span.start);
+        self.errors.push(PlanError {
+            file: self.file.to_string(),
+            line,
+            col,
+            msg: msg.into(),
+        });
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// Names of agents and paths: what a Kubernetes node name or a label value
+/// may hold, so they are safe in file names, metric labels and terminals.
+pub fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+}
+
+/// A duration: seconds as a number, or a string with `ms`, `s`, `m`, `h`.
+pub fn parse_duration(v: &toml::Value) -> Result<f64, String> {
+    let secs = match v {
+        toml::Value::Integer(i) => *i as f64,
+        toml::Value::Float(f) => *f,
+        toml::Value::String(s) => parse_duration_str(s)?,
+        other => {
+            return Err(format!(
+                "a duration is a number of seconds or a string such as \"3s\", \"500ms\", \"2m\"; got {}",
+                other.type_str()
+            ))
+        }
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!(
+            "a duration must be a non-negative number of seconds, got {secs}"
+        ));
+    }
+    if secs > 7.0 * 86400.0 {
+        return Err(format!("a duration of {secs} s is more than a week"));
+    }
+    Ok(secs)
+}
+
+fn parse_duration_str(s: &str) -> Result<f64, String> {
+    fabperf_units::parse_duration(s, fabperf_units::TimeUnit::Seconds).map(|d| d.as_secs_f64())
+}
+
+fn size_value(v: &toml::Value) -> Result<u64, String> {
+    match v {
+        toml::Value::Integer(i) if *i > 0 => Ok(*i as u64),
+        toml::Value::Integer(i) => Err(format!("a size must be positive, got {i}")),
+        toml::Value::String(s) => fabperf_units::parse_size(s),
+        other => Err(format!(
+            "a size is a number of bytes or a string such as \"64K\"; got {}",
+            other.type_str()
+        )),
+    }
+}
+
+fn rate_value(v: &toml::Value) -> Result<Option<u64>, String> {
+    match v {
+        toml::Value::Integer(i) if *i > 0 => Ok(Some(*i as u64)),
+        toml::Value::Integer(i) => Err(format!("a rate must be positive bits/s, got {i}")),
+        toml::Value::String(s) => fabperf_units::parse_rate(s),
+        other => Err(format!(
+            "a rate is bits/s as a number or a string such as \"10G\" or \"max\"; got {}",
+            other.type_str()
+        )),
+    }
+}
+
+fn toml_to_json(v: &toml::Value) -> Value {
+    match v {
+        toml::Value::String(s) => Value::String(s.clone()),
+        toml::Value::Integer(i) => json!(i),
+        toml::Value::Float(f) => json!(f),
+        toml::Value::Boolean(b) => json!(b),
+        toml::Value::Datetime(d) => Value::String(d.to_string()),
+        toml::Value::Array(a) => Value::Array(a.iter().map(toml_to_json).collect()),
+        toml::Value::Table(t) => Value::Object(
+            t.iter()
+                .map(|(k, v)| (k.clone(), toml_to_json(v)))
+                .collect(),
+        ),
+    }
+}
+
+// ---------------------------------------------------------------- load
+
+/// Read and validate a plan file. Relative files in it resolve against the
+/// plan's directory.
+pub fn load(path: &Path) -> Result<Plan, String> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read plan {}: {}", path.display(), os_text(&e)))?;
+    if !meta.is_file() {
+        return Err(format!("plan {} is not a regular file", path.display()));
+    }
+    if meta.len() > MAX_PLAN_BYTES {
+        return Err(format!(
+            "plan {} is {} bytes, more than the {} a plan may have",
+            path.display(),
+            meta.len(),
+            MAX_PLAN_BYTES
+        ));
+    }
+    let bytes = std::fs::read(path)
+        .map_err(|e| format!("cannot read plan {}: {}", path.display(), os_text(&e)))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("plan {} is not UTF-8 text", path.display()))?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    parse(&text, &path.display().to_string(), &base).map_err(|e| e.to_string())
+}
+
+/// The OS error text without Rust's "(os error N)" suffix.
+pub fn os_text(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// Validate plan text. `file` names it in errors; relative files resolve
+/// against `base_dir`.
+pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Plan, PlanErrors> {
+    let mut cx = Ctx {
+        file,
+        text,
+        errors: Vec::new(),
+    };
+    let raw: RawPlan = match toml::from_str(text) {
+        Ok(r) => r,
+        Err(e) => {
+            let span = e.span().unwrap_or(0..0);
+            cx.at(span, e.message().trim().to_string());
+            return Err(PlanErrors(cx.errors));
+        }
+    };
+    let plan = check(&mut cx, raw, text, base_dir);
+    if cx.errors.is_empty() {
+        Ok(plan)
+    } else {
+        Err(PlanErrors(cx.errors))
+    }
+}
+
+fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
+    let name = match &raw.name {
+        Some(n) if is_name(n.get_ref()) => n.get_ref().clone(),
+        Some(n) => {
+            cx.at(n.span(), format!("name {:?}: use letters, digits, '-', '_' and '.', starting with a letter or digit", n.get_ref()));
+            String::new()
+        }
+        None => {
+            cx.at(
+                0..0,
+                "the plan needs a `name = \"...\"` (its identity: a run is resumed by it)",
+            );
+            String::new()
+        }
+    };
+    let secs = |cx: &mut Ctx, v: &Option<S<toml::Value>>, default: f64, what: &str| -> f64 {
+        match v {
+            None => default,
+            Some(v) => match parse_duration(v.get_ref()) {
+                Ok(0.0) => {
+                    cx.at(v.span(), format!("{what} must be more than zero"));
+                    default
+                }
+                Ok(s) => s,
+                Err(e) => {
+                    cx.at(v.span(), format!("{what}: {e}"));
+                    default
+                }
+            },
+        }
+    };
+    let timeout = secs(cx, &raw.timeout, 10.0, "timeout");
+    let retry_delay = secs(cx, &raw.retry_delay, 2.0, "retry_delay");
+    let retries = match &raw.retries {
+        None => 2,
+        Some(r) if (0..=20).contains(r.get_ref()) => *r.get_ref() as u32,
+        Some(r) => {
+            cx.at(
+                r.span(),
+                format!("retries {} is out of range 0..=20", r.get_ref()),
+            );
+            2
+        }
+    };
+    let token_file = raw.token_file.as_ref().map(|t| {
+        let p = PathBuf::from(t.get_ref());
+        if t.get_ref().is_empty() {
+            cx.at(t.span(), "token_file is empty");
+        }
+        if p.is_absolute() {
+            p
+        } else {
+            base_dir.join(p)
+        }
+    });
+
+    // Agents.
+    let mut agents = Vec::new();
+    let mut static_names: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut paths_declared: BTreeSet<String> = BTreeSet::new();
+    for a in &raw.agents {
+        let span = a.span();
+        let a = a.get_ref();
+        let path = match &a.path {
+            Some(p) if is_name(p.get_ref()) => p.get_ref().clone(),
+            Some(p) => {
+                cx.at(
+                    p.span(),
+                    format!(
+                        "path {:?}: use letters, digits, '-', '_' and '.'",
+                        p.get_ref()
+                    ),
+                );
+                continue;
+            }
+            None => "host".to_string(),
+        };
+        let port = match &a.port {
+            None => DEFAULT_PORT,
+            Some(p) if (1..=65535).contains(p.get_ref()) => *p.get_ref() as u16,
+            Some(p) => {
+                cx.at(
+                    p.span(),
+                    format!("port {} is out of range 1..=65535", p.get_ref()),
+                );
+                DEFAULT_PORT
+            }
+        };
+        let source = match (&a.addr, &a.dns) {
+            (Some(_), Some(d)) => {
+                cx.at(d.span(), "an agent has either `addr` (one agent) or `dns` (every address behind a name), not both");
+                continue;
+            }
+            (None, None) => {
+                cx.at(
+                    span,
+                    "an agent needs `addr = \"host[:port]\"` or `dns = \"name\"`",
+                );
+                continue;
+            }
+            (Some(addr), None) => {
+                let Some(n) = &a.name else {
+                    cx.at(span, "a static agent needs a `name` (the node it runs on)");
+                    continue;
+                };
+                if !is_name(n.get_ref()) {
+                    cx.at(
+                        n.span(),
+                        format!(
+                            "agent name {:?}: use letters, digits, '-', '_' and '.'",
+                            n.get_ref()
+                        ),
+                    );
+                    continue;
+                }
+                let addr_s = addr.get_ref().trim();
+                if addr_s.is_empty() || addr_s.contains(char::is_whitespace) {
+                    cx.at(
+                        addr.span(),
+                        format!(
+                            "agent address {:?} is not a host or host:port",
+                            addr.get_ref()
+                        ),
+                    );
+                    continue;
+                }
+                if a.port.is_some() && has_port(addr_s) {
+                    cx.at(
+                        addr.span(),
+                        "give the port either in `addr` or in `port`, not both",
+                    );
+                }
+                if !static_names.insert((n.get_ref().clone(), path.clone())) {
+                    cx.at(
+                        n.span(),
+                        format!("agent {:?} on path {path:?} is declared twice", n.get_ref()),
+                    );
+                }
+                let addr = if has_port(addr_s) {
+                    addr_s.to_string()
+                } else {
+                    join_host_port(addr_s, port)
+                };
+                AgentSource::Static {
+                    name: n.get_ref().clone(),
+                    addr,
+                }
+            }
+            (None, Some(d)) => {
+                if let Some(n) = &a.name {
+                    cx.at(n.span(), "a `dns` agent entry takes its names from the agents (their node names); drop `name`");
+                }
+                let host = d.get_ref().trim().trim_end_matches('.');
+                if host.is_empty()
+                    || host.len() > 253
+                    || !host.split('.').all(|l| {
+                        !l.is_empty()
+                            && l.len() <= 63
+                            && !l.starts_with('-')
+                            && !l.ends_with('-')
+                            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    })
+                {
+                    cx.at(d.span(), format!("dns {:?} is not a DNS name", d.get_ref()));
+                    continue;
+                }
+                AgentSource::Dns {
+                    name: host.to_string(),
+                    port,
+                }
+            }
+        };
+        paths_declared.insert(path.clone());
+        agents.push(AgentDecl { source, path });
+    }
+    if raw.agents.is_empty() {
+        cx.at(0..0, "the plan has no [[agents]]");
+    }
+    let baseline = raw.baseline.as_ref().map(|b| {
+        if !paths_declared.contains(b.get_ref()) && !raw.agents.is_empty() {
+            cx.at(
+                b.span(),
+                format!(
+                    "baseline path {:?} has no agents; paths with agents: {}",
+                    b.get_ref(),
+                    join(&paths_declared)
+                ),
+            );
+        }
+        b.get_ref().clone()
+    });
+
+    // Tests.
+    let mut tests = Vec::new();
+    let mut test_names = BTreeSet::new();
+    let mut total_cells: usize = 0;
+    for (i, t) in raw.tests.iter().enumerate() {
+        let span = t.span();
+        let t = t.get_ref();
+        let Some(kind) = Kind::parse(t.kind.get_ref()) else {
+            cx.at(
+                t.kind.span(),
+                format!(
+                    "unknown test kind {:?}; one of: {}",
+                    t.kind.get_ref(),
+                    Kind::ALL.map(Kind::name).join(", ")
+                ),
+            );
+            continue;
+        };
+        let name = match &t.name {
+            Some(n) if is_name(n.get_ref()) => n.get_ref().clone(),
+            Some(n) => {
+                cx.at(
+                    n.span(),
+                    format!(
+                        "test name {:?}: use letters, digits, '-', '_' and '.'",
+                        n.get_ref()
+                    ),
+                );
+                continue;
+            }
+            None => format!("{}-{}", kind.name(), i + 1),
+        };
+        if !test_names.insert(name.clone()) {
+            cx.at(
+                t.name.as_ref().map_or(span.clone(), |n| n.span()),
+                format!("two tests are named {name:?}; give each a unique `name`"),
+            );
+        }
+        // Paths.
+        let mut paths = Vec::new();
+        match (&t.path, &t.paths) {
+            (Some(_), Some(ps)) => cx.at(ps.span(), "give `path` or `paths`, not both"),
+            (Some(p), None) => paths.push(p.clone()),
+            (None, Some(ps)) => {
+                if ps.get_ref().is_empty() {
+                    cx.at(ps.span(), "`paths` is empty");
+                }
+                paths.extend(ps.get_ref().iter().cloned());
+            }
+            (None, None) => {}
+        }
+        let mut path_names = Vec::new();
+        if paths.is_empty() {
+            if paths_declared.len() == 1 {
+                path_names.push(paths_declared.iter().next().cloned().unwrap_or_default());
+            } else if !paths_declared.is_empty() {
+                cx.at(span.clone(), format!("test {name:?}: say which path(s) it runs on (`paths = [...]`); paths with agents: {}", join(&paths_declared)));
+            }
+        }
+        for p in &paths {
+            if !paths_declared.contains(p.get_ref()) {
+                cx.at(
+                    p.span(),
+                    format!(
+                        "path {:?} has no agents; paths with agents: {}",
+                        p.get_ref(),
+                        join(&paths_declared)
+                    ),
+                );
+            } else if path_names.contains(p.get_ref()) {
+                cx.at(p.span(), format!("path {:?} is listed twice", p.get_ref()));
+            } else {
+                path_names.push(p.get_ref().clone());
+            }
+        }
+        // Pattern.
+        let pattern_name = t
+            .pattern
+            .as_ref()
+            .map(|p| p.get_ref().as_str())
+            .unwrap_or(if t.pairs.is_some() { "pairs" } else { "mesh" });
+        let pspan = t.pattern.as_ref().map_or(span.clone(), |p| p.span());
+        let only = |cx: &mut Ctx, present: bool, sp: Option<Range<usize>>, key: &str, pat: &str| {
+            if present && pattern_name != pat {
+                cx.at(
+                    sp.unwrap_or(span.clone()),
+                    format!("`{key}` applies to pattern \"{pat}\" only"),
+                );
+            }
+        };
+        only(
+            cx,
+            t.pairs.is_some(),
+            t.pairs.as_ref().map(|p| p.span()),
+            "pairs",
+            "pairs",
+        );
+        only(cx, t.ordered.is_some(), None, "ordered", "mesh");
+        only(
+            cx,
+            t.retest.is_some(),
+            t.retest.as_ref().map(|p| p.span()),
+            "retest",
+            "mesh",
+        );
+        only(
+            cx,
+            t.receivers.is_some(),
+            t.receivers.as_ref().map(|p| p.span()),
+            "receivers",
+            "incast",
+        );
+        only(
+            cx,
+            t.splits.is_some(),
+            t.splits.as_ref().map(|p| p.span()),
+            "splits",
+            "bisection",
+        );
+        only(
+            cx,
+            t.seed.is_some(),
+            t.seed.as_ref().map(|p| p.span()),
+            "seed",
+            "bisection",
+        );
+        let pattern = match pattern_name {
+            "pairs" => {
+                let mut pairs = Vec::new();
+                match &t.pairs {
+                    None => cx.at(
+                        pspan.clone(),
+                        "pattern \"pairs\" needs `pairs = [[\"sender\", \"receiver\"], ...]`",
+                    ),
+                    Some(ps) => {
+                        if ps.get_ref().is_empty() {
+                            cx.at(ps.span(), "`pairs` is empty");
+                        }
+                        for p in ps.get_ref() {
+                            let v = p.get_ref();
+                            if v.len() != 2 {
+                                cx.at(
+                                    p.span(),
+                                    format!(
+                                        "a pair is [\"sender\", \"receiver\"], got {} names",
+                                        v.len()
+                                    ),
+                                );
+                                continue;
+                            }
+                            if v[0].get_ref() == v[1].get_ref() {
+                                cx.at(
+                                    p.span(),
+                                    format!(
+                                        "pair [{:?}, {:?}] tests an agent against itself",
+                                        v[0].get_ref(),
+                                        v[1].get_ref()
+                                    ),
+                                );
+                                continue;
+                            }
+                            for n in v {
+                                if !is_name(n.get_ref()) {
+                                    cx.at(n.span(), format!("agent name {:?}: use letters, digits, '-', '_' and '.'", n.get_ref()));
+                                }
+                            }
+                            pairs.push((v[0].get_ref().clone(), v[1].get_ref().clone()));
+                        }
+                    }
+                }
+                Pattern::Pairs(pairs)
+            }
+            "mesh" => {
+                let retest = match &t.retest {
+                    None => 2,
+                    Some(r) if (0..=10).contains(r.get_ref()) => *r.get_ref() as u32,
+                    Some(r) => {
+                        cx.at(
+                            r.span(),
+                            format!("retest {} is out of range 0..=10", r.get_ref()),
+                        );
+                        0
+                    }
+                };
+                Pattern::Mesh {
+                    ordered: t.ordered.unwrap_or(false),
+                    retest,
+                }
+            }
+            "incast" => {
+                if !kind.concurrent_ok() {
+                    cx.at(pspan.clone(), format!("pattern \"incast\" runs several senders into one agent at once: {} cannot (use tcp-bw or rdma-bw)", kind.name()));
+                }
+                let receivers = t.receivers.as_ref().map(|rs| {
+                    if rs.get_ref().is_empty() {
+                        cx.at(rs.span(), "`receivers` is empty");
+                    }
+                    rs.get_ref()
+                        .iter()
+                        .map(|r| {
+                            if !is_name(r.get_ref()) {
+                                cx.at(
+                                    r.span(),
+                                    format!(
+                                        "agent name {:?}: use letters, digits, '-', '_' and '.'",
+                                        r.get_ref()
+                                    ),
+                                );
+                            }
+                            r.get_ref().clone()
+                        })
+                        .collect()
+                });
+                Pattern::Incast { receivers }
+            }
+            "bisection" => {
+                if !kind.concurrent_ok() {
+                    cx.at(pspan.clone(), format!("pattern \"bisection\" runs flows at once across the fabric: {} is not a bandwidth test that can (use tcp-bw or rdma-bw)", kind.name()));
+                }
+                let splits = match &t.splits {
+                    None => 3,
+                    Some(s) if (1..=1000).contains(s.get_ref()) => *s.get_ref() as u32,
+                    Some(s) => {
+                        cx.at(
+                            s.span(),
+                            format!("splits {} is out of range 1..=1000", s.get_ref()),
+                        );
+                        1
+                    }
+                };
+                let seed = match &t.seed {
+                    None => 1,
+                    Some(s) if *s.get_ref() >= 0 => *s.get_ref() as u64,
+                    Some(s) => {
+                        cx.at(s.span(), "seed must not be negative");
+                        1
+                    }
+                };
+                Pattern::Bisection { splits, seed }
+            }
+            other => {
+                cx.at(
+                    pspan.clone(),
+                    format!("unknown pattern {other:?}; one of: pairs, mesh, incast, bisection"),
+                );
+                Pattern::Mesh {
+                    ordered: false,
+                    retest: 0,
+                }
+            }
+        };
+        let repeats = match &t.repeats {
+            None => 1,
+            Some(r) if (1..=1000).contains(r.get_ref()) => *r.get_ref() as u32,
+            Some(r) => {
+                cx.at(
+                    r.span(),
+                    format!("repeats {} is out of range 1..=1000", r.get_ref()),
+                );
+                1
+            }
+        };
+        let frac = |cx: &mut Ctx,
+                    v: &Option<S<f64>>,
+                    default: f64,
+                    lo: f64,
+                    hi: f64,
+                    what: &str| match v {
+            None => default,
+            Some(x) if x.get_ref().is_finite() && *x.get_ref() > lo && *x.get_ref() <= hi => {
+                *x.get_ref()
+            }
+            Some(x) => {
+                cx.at(
+                    x.span(),
+                    format!("{what} {} is out of range ({lo}, {hi}]", x.get_ref()),
+                );
+                default
+            }
+        };
+        let suspect_bw = frac(cx, &t.suspect_bw, 0.93, 0.0, 1.0, "suspect_bw");
+        let suspect_lat = frac(cx, &t.suspect_lat, 2.1, 1.0, 1000.0, "suspect_lat");
+        let points = sweep(cx, t, kind, &name);
+        let cell_secs = points
+            .iter()
+            .map(|p| expected_secs(kind, &p.params))
+            .fold(0.0, f64::max);
+        let per_point = repeats as usize * path_names.len().max(1);
+        total_cells = total_cells.saturating_add(points.len().saturating_mul(per_point));
+        tests.push(TestDecl {
+            name,
+            kind,
+            paths: path_names,
+            pattern,
+            repeats,
+            points,
+            cell_secs,
+            suspect_bw,
+            suspect_lat,
+        });
+    }
+    if raw.tests.is_empty() {
+        cx.at(0..0, "the plan has no [[tests]]");
+    }
+    if total_cells > MAX_CELLS {
+        cx.at(0..0, format!("the plan expands to more than {MAX_CELLS} cells before pairing agents; shorten its sweeps or repeats"));
+    }
+    use sha2::Digest;
+    let hash = crate::hex(&sha2::Sha256::digest(text.as_bytes()));
+    Plan {
+        name,
+        description: raw.description,
+        baseline,
+        token_file,
+        timeout: Duration::from_secs_f64(timeout),
+        retries,
+        retry_delay: Duration::from_secs_f64(retry_delay),
+        agents,
+        tests,
+        text: text.to_string(),
+        hash,
+    }
+}
+
+fn join(s: &BTreeSet<String>) -> String {
+    if s.is_empty() {
+        "none".into()
+    } else {
+        s.iter().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
+
+fn has_port(addr: &str) -> bool {
+    if let Some(rest) = addr.strip_prefix('[') {
+        return rest.contains("]:");
+    }
+    addr.matches(':').count() == 1
+}
+
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Seconds one cell is expected to take (measured interval + warm-up).
+fn expected_secs(kind: Kind, params: &Value) -> f64 {
+    crate::drive::inner_secs(kind, params)
+}
+
+/// The engine's default parameters for a kind, as JSON.
+fn defaults(kind: Kind) -> Value {
+    let v = match kind {
+        Kind::TcpBw => serde_json::to_value(fabperf_sock::TcpBwParams::default()),
+        Kind::TcpLat => serde_json::to_value(fabperf_sock::TcpLatParams::default()),
+        Kind::UdpBw => serde_json::to_value(fabperf_sock::UdpBwParams::default()),
+        Kind::UdpLat => serde_json::to_value(fabperf_sock::UdpLatParams::default()),
+        Kind::RdmaBw => serde_json::to_value(fabperf_rdma::BwParams::default()),
+        Kind::RdmaLat => serde_json::to_value(fabperf_rdma::LatParams::default()),
+    };
+    v.unwrap_or(Value::Null)
+}
+
+/// Check engine parameters by decoding them as the engine will.
+pub fn validate_params(kind: Kind, params: &Value) -> Result<(), String> {
+    fn go<T: serde::de::DeserializeOwned>(
+        v: &Value,
+        check: impl Fn(&T) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let p: T = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+        check(&p)
+    }
+    match kind {
+        Kind::TcpBw => go::<fabperf_sock::TcpBwParams>(params, |p| p.validate()),
+        Kind::TcpLat => go::<fabperf_sock::TcpLatParams>(params, |p| p.validate()),
+        Kind::UdpBw => go::<fabperf_sock::UdpBwParams>(params, |p| p.validate()),
+        Kind::UdpLat => go::<fabperf_sock::UdpLatParams>(params, |p| p.validate()),
+        Kind::RdmaBw => go::<fabperf_rdma::BwParams>(params, |p| p.validate()),
+        Kind::RdmaLat => go::<fabperf_rdma::LatParams>(params, |p| p.validate()),
+    }
+}
+
+/// The sweep's points: the cross product of the listed dimensions, in the
+/// order sizes × streams × ops × mtus × directions × rates.
+fn sweep(cx: &mut Ctx, t: &RawTest, kind: Kind, name: &str) -> Vec<SweepPoint> {
+    let mut base = defaults(kind);
+    let tspan = t.kind.span();
+    // Plan-wide fixed parameters.
+    if let Some(p) = &t.params {
+        if let (Some(obj), Value::Object(extra)) = (
+            base.as_object_mut(),
+            toml_to_json(&toml::Value::Table(p.get_ref().clone())),
+        ) {
+            for (k, v) in extra {
+                if !obj.contains_key(&k) {
+                    let known: Vec<&String> = obj.keys().collect();
+                    cx.at(
+                        p.span(),
+                        format!(
+                            "test {name:?}: {} has no parameter {k:?}; it has: {}",
+                            kind.name(),
+                            known
+                                .iter()
+                                .map(|s| s.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    );
+                    continue;
+                }
+                obj.insert(k, v);
+            }
+        }
+    }
+    // The duration (every cell must be bounded).
+    let dur_key = if kind.is_rdma() {
+        "duration"
+    } else {
+        "duration_s"
+    };
+    match &t.duration {
+        Some(d) => match parse_duration(d.get_ref()) {
+            Ok(s) if s > 0.0 => base[dur_key] = json!(s),
+            Ok(_) => cx.at(d.span(), "duration must be more than zero"),
+            Err(e) => cx.at(d.span(), format!("duration: {e}")),
+        },
+        None => {
+            if kind.is_rdma() && base.get("duration").is_none_or(Value::is_null) {
+                // Iteration mode is bounded by its count; give cells a
+                // duration anyway so the agent's limit and ETAs apply.
+                base["duration"] = json!(5.0);
+            }
+        }
+    }
+    // Dimensions.
+    type Dim = (&'static str, Vec<(Value, Range<usize>)>);
+    let mut dims: Vec<Dim> = Vec::new();
+    if let Some(sz) = &t.sizes {
+        let mut vals = Vec::new();
+        for s in sz.get_ref() {
+            match size_value(s.get_ref()) {
+                Ok(b) => vals.push((json!(b), s.span())),
+                Err(e) => cx.at(s.span(), e),
+            }
+        }
+        if sz.get_ref().is_empty() {
+            cx.at(sz.span(), "`sizes` is empty");
+        }
+        dims.push(("size", vals));
+    }
+    if let Some(st) = &t.streams {
+        if !matches!(kind, Kind::TcpBw | Kind::RdmaBw) {
+            cx.at(
+                st.span(),
+                format!(
+                    "`streams` applies to tcp-bw (streams) and rdma-bw (QPs), not {}",
+                    kind.name()
+                ),
+            );
+        }
+        let mut vals = Vec::new();
+        for s in st.get_ref() {
+            if (1..=1024).contains(s.get_ref()) {
+                vals.push((json!(s.get_ref()), s.span()));
+            } else {
+                cx.at(
+                    s.span(),
+                    format!("streams {} is out of range 1..=1024", s.get_ref()),
+                );
+            }
+        }
+        if matches!(kind, Kind::TcpBw | Kind::RdmaBw) {
+            dims.push(("streams", vals));
+        }
+    }
+    if let Some(ops) = &t.ops {
+        if !kind.is_rdma() {
+            cx.at(
+                ops.span(),
+                format!("`ops` applies to rdma-bw and rdma-lat, not {}", kind.name()),
+            );
+        }
+        let mut vals = Vec::new();
+        for o in ops.get_ref() {
+            if ["write", "read", "send"].contains(&o.get_ref().as_str()) {
+                vals.push((json!(o.get_ref()), o.span()));
+            } else {
+                cx.at(
+                    o.span(),
+                    format!("unknown op {:?}; one of: write, read, send", o.get_ref()),
+                );
+            }
+        }
+        if kind.is_rdma() {
+            dims.push(("op", vals));
+        }
+    }
+    if let Some(m) = &t.mtus {
+        if !kind.is_rdma() {
+            cx.at(m.span(), format!("`mtus` applies to RDMA tests (the path MTU of the QPs); a socket path's MTU is the interface's (set it with a tuning profile), not {}", kind.name()));
+        }
+        let mut vals = Vec::new();
+        for v in m.get_ref() {
+            if [256, 512, 1024, 2048, 4096].contains(v.get_ref()) {
+                vals.push((json!(v.get_ref()), v.span()));
+            } else {
+                cx.at(
+                    v.span(),
+                    format!(
+                        "RDMA MTU {} is not one of 256, 512, 1024, 2048, 4096",
+                        v.get_ref()
+                    ),
+                );
+            }
+        }
+        if kind.is_rdma() {
+            dims.push(("mtu", vals));
+        }
+    }
+    if let Some(d) = &t.directions {
+        if !matches!(kind, Kind::TcpBw | Kind::UdpBw | Kind::RdmaBw) {
+            cx.at(
+                d.span(),
+                format!(
+                    "`directions` applies to bandwidth tests, not {}",
+                    kind.name()
+                ),
+            );
+        }
+        let mut vals = Vec::new();
+        for v in d.get_ref() {
+            let ok = if kind == Kind::RdmaBw {
+                ["forward", "bidir"].contains(&v.get_ref().as_str())
+            } else {
+                ["forward", "reverse", "bidir"].contains(&v.get_ref().as_str())
+            };
+            if ok {
+                vals.push((json!(v.get_ref()), v.span()));
+            } else {
+                cx.at(
+                    v.span(),
+                    format!(
+                        "direction {:?}: use {}",
+                        v.get_ref(),
+                        if kind == Kind::RdmaBw {
+                            "forward or bidir"
+                        } else {
+                            "forward, reverse or bidir"
+                        }
+                    ),
+                );
+            }
+        }
+        if matches!(kind, Kind::TcpBw | Kind::UdpBw | Kind::RdmaBw) {
+            dims.push(("direction", vals));
+        }
+    }
+    if let Some(r) = &t.rates {
+        if kind != Kind::UdpBw {
+            cx.at(
+                r.span(),
+                format!("`rates` applies to udp-bw, not {}", kind.name()),
+            );
+        }
+        let mut vals = Vec::new();
+        for v in r.get_ref() {
+            match rate_value(v.get_ref()) {
+                Ok(x) => vals.push((json!(x), v.span())),
+                Err(e) => cx.at(v.span(), e),
+            }
+        }
+        if kind == Kind::UdpBw {
+            dims.push(("rate", vals));
+        }
+    }
+    // Cross product.
+    let mut points: Vec<Point> = vec![(Map::new(), base, None)];
+    for (dim, vals) in &dims {
+        let mut next = Vec::new();
+        for (d, p, sp) in &points {
+            for (v, vspan) in vals {
+                let mut d = d.clone();
+                let mut p = p.clone();
+                d.insert((*dim).to_string(), v.clone());
+                apply_dim(kind, &mut p, dim, v);
+                next.push((d, p, sp.clone().or(Some(vspan.clone()))));
+            }
+        }
+        points = next;
+        if points.len() > MAX_CELLS {
+            cx.at(
+                tspan.clone(),
+                format!("test {name:?}: the sweep has more than {MAX_CELLS} points"),
+            );
+            return Vec::new();
+        }
+    }
+    let mut out = Vec::new();
+    for (dims, params, sp) in points {
+        if let Err(e) = validate_params(kind, &params) {
+            cx.at(
+                sp.unwrap_or(tspan.clone()),
+                format!(
+                    "test {name:?}: {} rejects these parameters: {e}",
+                    kind.name()
+                ),
+            );
+            continue;
+        }
+        out.push(SweepPoint { dims, params });
+    }
+    out
+}
+
+fn apply_dim(kind: Kind, p: &mut Value, dim: &str, v: &Value) {
+    match (dim, kind.is_rdma()) {
+        ("size", false) => p["size"] = v.clone(),
+        ("size", true) => p["sizes"] = json!([v]),
+        ("streams", false) => p["streams"] = v.clone(),
+        ("streams", true) => p["qps"] = v.clone(),
+        ("op", _) => p["op"] = v.clone(),
+        ("mtu", _) => p["mtu"] = v.clone(),
+        ("direction", false) => p["direction"] = v.clone(),
+        ("direction", true) => p["bidir"] = json!(v == "bidir"),
+        ("rate", _) => p["rate_bps"] = v.clone(),
+        _ => {}
+    }
+}

@@ -1,0 +1,1061 @@
+//! fabperf's results store: one SQLite file holding runs, their cells and
+//! every measurement.
+//!
+//! - **runs**: one execution of a plan (resumable: the same run is continued
+//!   until every cell is done), with the plan's text and hash, the fabperf
+//!   version and the agents' hello (node, path, inventory).
+//! - **cells**: one point of the plan's cross product (test × sweep point ×
+//!   pattern instance × repeat), identified by a stable id; its state
+//!   (`pending`, `done`, `failed`), last error and attempts.
+//! - **measurements**: the records a finished cell produced, with the main
+//!   figures as columns (for SQL), the whole record as JSON (lossless
+//!   export) and the latency histogram when the record carries one.
+//!
+//! Durability: WAL journal with `synchronous=FULL`; each finished cell is one
+//! transaction, so a runner killed at any instant (SIGKILL included) leaves
+//! a consistent file that lacks at most the cell that was running. The schema
+//! version lives in SQLite's `user_version`: older stores are migrated on
+//! open, newer ones are refused with a message naming both versions.
+
+mod export;
+mod schema;
+
+pub use export::{export_csv, export_jsonl, ExportRow};
+pub use schema::SCHEMA_VERSION;
+
+use fabperf_results::Record;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Errors from the store, each naming the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the results store {}: {msg}", path.display())]
+    Open { path: PathBuf, msg: String },
+    #[error("{} is not a fabperf results store ({why}); give another --db file", path.display())]
+    NotAStore { path: PathBuf, why: String },
+    #[error(
+        "the results store {} has schema version {found}, newer than this fabperf \
+         (knows up to {supported}); read it with the fabperf version that wrote it or a newer one",
+        path.display()
+    )]
+    Newer {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    #[error(
+        "the results store {} is locked by another process (another `fabperf run` on the same \
+         file?); wait for it to finish or give another --db file",
+        path.display()
+    )]
+    Locked { path: PathBuf },
+    #[error("results store {}: {what}: {msg}", path.display())]
+    Sql {
+        path: PathBuf,
+        what: String,
+        msg: String,
+    },
+    #[error("results store {}: {msg}", path.display())]
+    Invalid { path: PathBuf, msg: String },
+    #[error("no run {id} in the results store {}; `fabperf runs --db {}` lists the runs", path.display(), path.display())]
+    NoSuchRun { path: PathBuf, id: i64 },
+}
+
+impl StoreError {
+    fn sql(path: &Path, what: impl Into<String>, e: rusqlite::Error) -> StoreError {
+        if is_locked(&e) {
+            return StoreError::Locked {
+                path: path.to_path_buf(),
+            };
+        }
+        StoreError::Sql {
+            path: path.to_path_buf(),
+            what: what.into(),
+            msg: e.to_string(),
+        }
+    }
+}
+
+fn is_locked(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// The state of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CellState {
+    Pending,
+    Done,
+    Failed,
+}
+
+impl CellState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CellState::Pending => "pending",
+            CellState::Done => "done",
+            CellState::Failed => "failed",
+        }
+    }
+    fn parse(s: &str) -> Option<CellState> {
+        match s {
+            "pending" => Some(CellState::Pending),
+            "done" => Some(CellState::Done),
+            "failed" => Some(CellState::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// What a measurement row is within its cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The result of a single-flow cell (a pair).
+    Total,
+    /// One stream or QP of a multi-stream result.
+    Stream,
+    /// One sender→receiver flow of a cell with concurrent flows (incast,
+    /// bisection).
+    Flow,
+    /// The sum over a cell's concurrent flows.
+    Aggregate,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Total => "total",
+            Role::Stream => "stream",
+            Role::Flow => "flow",
+            Role::Aggregate => "aggregate",
+        }
+    }
+    fn parse(s: &str) -> Option<Role> {
+        match s {
+            "total" => Some(Role::Total),
+            "stream" => Some(Role::Stream),
+            "flow" => Some(Role::Flow),
+            "aggregate" => Some(Role::Aggregate),
+            _ => None,
+        }
+    }
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunInfo {
+    pub id: i64,
+    pub plan_name: String,
+    pub plan_hash: String,
+    pub plan_file: Option<String>,
+    pub plan_text: String,
+    pub started_at: String,
+    pub updated_at: String,
+    /// Set when every cell was done or failed at the end of an execution.
+    pub ended_at: Option<String>,
+    pub fabperf_version: String,
+}
+
+/// A run to create.
+#[derive(Debug, Clone)]
+pub struct NewRun<'a> {
+    pub plan_name: &'a str,
+    pub plan_hash: &'a str,
+    pub plan_file: Option<&'a str>,
+    pub plan_text: &'a str,
+}
+
+/// An agent seen by a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRow {
+    /// The plan's name for it (the node name).
+    pub name: String,
+    pub path: String,
+    pub addr: String,
+    /// What the agent said about itself (node, path label, inventory).
+    pub hello: serde_json::Value,
+    pub seen_at: String,
+}
+
+/// One cell of a run's cross product, as planned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellSpec {
+    /// Stable id: a hash of the plan's identity and the cell's parameters.
+    pub cell_id: String,
+    /// Position in the plan's deterministic order.
+    pub seq: i64,
+    /// Cells sharing a batch number run at the same time (a mesh round).
+    pub batch: i64,
+    /// The plan's name for the test.
+    pub test: String,
+    /// The test kind (`tcp-bw`, `rdma-lat`, ...).
+    pub kind: String,
+    /// The path label the agents serve (`host`, `overlay`, ...).
+    pub path: String,
+    /// `pairs`, `mesh`, `incast`, `bisection`, or `retest`.
+    pub pattern: String,
+    /// The concurrent flows: (sender agent, receiver agent) names.
+    pub flows: Vec<(String, String)>,
+    /// The engine parameters sent to the agents.
+    pub params: serde_json::Value,
+    /// The sweep point (size, streams, op, ...) for reports.
+    pub dims: serde_json::Value,
+    pub repeat: u32,
+}
+
+/// A cell with its state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CellRow {
+    #[serde(flatten)]
+    pub spec: CellSpec,
+    pub state: CellState,
+    pub error: Option<String>,
+    pub attempts: u32,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+    /// Wall time of the last attempt, from the first request to the results.
+    pub wall_s: Option<f64>,
+}
+
+/// One record of a finished cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    pub role: Role,
+    pub src: Option<String>,
+    pub dst: Option<String>,
+    pub record: Record,
+}
+
+/// How the cells of a plan met the cells already stored for its run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Cells of the plan already done in the store (kept, not rerun).
+    pub done: usize,
+    /// Cells of the plan that failed before (rerun with --retry-failed).
+    pub failed: usize,
+    /// Cells of the plan still to run (new or never finished).
+    pub pending: usize,
+    /// Cells in the store that the plan no longer has (kept, not rerun).
+    pub not_in_plan: usize,
+}
+
+/// Timing of one attempt at a cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub attempts: u32,
+    pub started_at: String,
+    pub ended_at: String,
+    pub wall_s: f64,
+}
+
+/// An open results store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Open (creating when missing) a store for writing; migrates an older
+    /// schema, refuses a newer one.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Self::open_with(path, schema::MIGRATIONS, false)
+    }
+
+    /// Open an existing store for reading only (reports, exports).
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        if !path.exists() {
+            return Err(StoreError::Open {
+                path: path.to_path_buf(),
+                msg: "no such file; `fabperf run PLAN --db FILE` creates it".into(),
+            });
+        }
+        Self::open_with(path, schema::MIGRATIONS, true)
+    }
+
+    #[doc(hidden)]
+    /// Open applying only the first `migrations` (tests of migration).
+    pub fn open_with_migrations(path: &Path, steps: usize) -> Result<Store, StoreError> {
+        Self::open_with(path, &schema::MIGRATIONS[..steps], false)
+    }
+
+    fn open_with(
+        path: &Path,
+        migrations: &[schema::Migration],
+        read_only: bool,
+    ) -> Result<Store, StoreError> {
+        if let Ok(m) = std::fs::metadata(path) {
+            if !m.is_file() {
+                return Err(StoreError::NotAStore {
+                    path: path.to_path_buf(),
+                    why: "not a regular file".into(),
+                });
+            }
+        }
+        let flags = if read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| StoreError::Open {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        })?;
+        let _ = conn.busy_timeout(Duration::from_secs(5));
+        let mut s = Store {
+            conn,
+            path: path.to_path_buf(),
+        };
+        s.check_header()?;
+        if !read_only {
+            s.conn
+                .pragma_update(None, "journal_mode", "WAL")
+                .map_err(|e| s.not_a_store_or(e, "setting WAL mode"))?;
+            s.conn
+                .pragma_update(None, "synchronous", "FULL")
+                .map_err(|e| StoreError::sql(&s.path, "setting synchronous=FULL", e))?;
+        }
+        s.conn
+            .pragma_update(None, "foreign_keys", "ON")
+            .map_err(|e| StoreError::sql(&s.path, "enabling foreign keys", e))?;
+        schema::migrate(&mut s.conn, &s.path, migrations, read_only)?;
+        Ok(s)
+    }
+
+    /// Refuse files that are not SQLite databases before SQLite gets a
+    /// chance to treat them as one.
+    fn check_header(&self) -> Result<(), StoreError> {
+        let r: Result<i64, _> =
+            self.conn
+                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0));
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.not_a_store_or(e, "reading the schema")),
+        }
+    }
+
+    fn not_a_store_or(&self, e: rusqlite::Error, what: &str) -> StoreError {
+        if let rusqlite::Error::SqliteFailure(f, _) = &e {
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt
+            ) {
+                return StoreError::NotAStore {
+                    path: self.path.clone(),
+                    why: e.to_string(),
+                };
+            }
+        }
+        StoreError::sql(&self.path, what, e)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, what: &str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        let what = what.to_string();
+        move |e| StoreError::sql(&self.path, what.clone(), e)
+    }
+
+    // ---------------------------------------------------------------- runs
+
+    pub fn create_run(&mut self, r: &NewRun<'_>) -> Result<RunInfo, StoreError> {
+        let now = fabperf_results::now_rfc3339();
+        self.conn
+            .execute(
+                "INSERT INTO runs (plan_name, plan_hash, plan_file, plan_text, started_at, updated_at, fabperf_version)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)",
+                params![
+                    r.plan_name,
+                    r.plan_hash,
+                    r.plan_file,
+                    r.plan_text,
+                    now,
+                    fabperf_results::FABPERF_VERSION
+                ],
+            )
+            .map_err(self.err("creating a run"))?;
+        let id = self.conn.last_insert_rowid();
+        self.run(id)
+    }
+
+    fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunInfo> {
+        Ok(RunInfo {
+            id: row.get(0)?,
+            plan_name: row.get(1)?,
+            plan_hash: row.get(2)?,
+            plan_file: row.get(3)?,
+            plan_text: row.get(4)?,
+            started_at: row.get(5)?,
+            updated_at: row.get(6)?,
+            ended_at: row.get(7)?,
+            fabperf_version: row.get(8)?,
+        })
+    }
+
+    const RUN_COLS: &'static str = "id, plan_name, plan_hash, plan_file, plan_text, started_at, updated_at, ended_at, fabperf_version";
+
+    pub fn run(&self, id: i64) -> Result<RunInfo, StoreError> {
+        self.conn
+            .query_row(
+                &format!("SELECT {} FROM runs WHERE id = ?1", Self::RUN_COLS),
+                [id],
+                Self::run_from_row,
+            )
+            .optional()
+            .map_err(self.err("reading a run"))?
+            .ok_or_else(|| StoreError::NoSuchRun {
+                path: self.path.clone(),
+                id,
+            })
+    }
+
+    /// Every run, oldest first.
+    pub fn runs(&self) -> Result<Vec<RunInfo>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(&format!("SELECT {} FROM runs ORDER BY id", Self::RUN_COLS))
+            .map_err(self.err("listing runs"))?;
+        let rows = st
+            .query_map([], Self::run_from_row)
+            .map_err(self.err("listing runs"))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(self.err("listing runs"))
+    }
+
+    /// The newest run of the plan named `plan_name`.
+    pub fn latest_run_for_plan(&self, plan_name: &str) -> Result<Option<RunInfo>, StoreError> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT {} FROM runs WHERE plan_name = ?1 ORDER BY id DESC LIMIT 1",
+                    Self::RUN_COLS
+                ),
+                [plan_name],
+                Self::run_from_row,
+            )
+            .optional()
+            .map_err(self.err("looking up the plan's last run"))
+    }
+
+    /// The newest run in the store.
+    pub fn latest_run(&self) -> Result<Option<RunInfo>, StoreError> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT {} FROM runs ORDER BY id DESC LIMIT 1",
+                    Self::RUN_COLS
+                ),
+                [],
+                Self::run_from_row,
+            )
+            .optional()
+            .map_err(self.err("looking up the last run"))
+    }
+
+    /// Record that a run was resumed with a (possibly changed) plan.
+    pub fn update_run_plan(
+        &mut self,
+        id: i64,
+        plan_hash: &str,
+        plan_text: &str,
+        plan_file: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let now = fabperf_results::now_rfc3339();
+        self.conn
+            .execute(
+                "UPDATE runs SET plan_hash = ?2, plan_text = ?3, plan_file = ?4, updated_at = ?5, ended_at = NULL WHERE id = ?1",
+                params![id, plan_hash, plan_text, plan_file, now],
+            )
+            .map_err(self.err("updating the run's plan"))?;
+        Ok(())
+    }
+
+    /// Mark a run as ended (every cell done or failed).
+    pub fn end_run(&mut self, id: i64) -> Result<(), StoreError> {
+        let now = fabperf_results::now_rfc3339();
+        self.conn
+            .execute(
+                "UPDATE runs SET ended_at = ?2, updated_at = ?2 WHERE id = ?1",
+                params![id, now],
+            )
+            .map_err(self.err("ending the run"))?;
+        Ok(())
+    }
+
+    // -------------------------------------------------------------- agents
+
+    /// Store (or refresh) what the run's agents said about themselves.
+    pub fn put_agents(&mut self, run_id: i64, agents: &[AgentRow]) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::sql(&path, "storing the agents", e);
+        let tx = self.conn.transaction().map_err(e)?;
+        {
+            let mut st = tx
+                .prepare(
+                    "INSERT INTO agents (run_id, name, path, addr, hello, seen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (run_id, name, path) DO UPDATE SET addr = excluded.addr, hello = excluded.hello, seen_at = excluded.seen_at",
+                )
+                .map_err(e)?;
+            for a in agents {
+                st.execute(params![
+                    run_id,
+                    a.name,
+                    a.path,
+                    a.addr,
+                    a.hello.to_string(),
+                    a.seen_at
+                ])
+                .map_err(e)?;
+            }
+        }
+        tx.commit().map_err(e)
+    }
+
+    pub fn agents(&self, run_id: i64) -> Result<Vec<AgentRow>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT name, path, addr, hello, seen_at FROM agents WHERE run_id = ?1 ORDER BY path, name",
+            )
+            .map_err(self.err("reading agents"))?;
+        let rows = st
+            .query_map([run_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .map_err(self.err("reading agents"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, path, addr, hello, seen_at) = row.map_err(self.err("reading agents"))?;
+            let hello = serde_json::from_str(&hello)
+                .map_err(|e| self.invalid(format!("agent {name}: hello is not JSON: {e}")))?;
+            out.push(AgentRow {
+                name,
+                path,
+                addr,
+                hello,
+                seen_at,
+            });
+        }
+        Ok(out)
+    }
+
+    fn invalid(&self, msg: String) -> StoreError {
+        StoreError::Invalid {
+            path: self.path.clone(),
+            msg,
+        }
+    }
+
+    // --------------------------------------------------------------- cells
+
+    /// Bring the run's cells in line with the plan's: new cells are added as
+    /// pending, existing ones keep their state (their order is refreshed).
+    /// With `retry_failed`, failed cells of the plan become pending again.
+    pub fn sync_cells(
+        &mut self,
+        run_id: i64,
+        cells: &[CellSpec],
+        retry_failed: bool,
+    ) -> Result<SyncReport, StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::sql(&path, "adding the plan's cells", e);
+        let tx = self.conn.transaction().map_err(e)?;
+        let mut rep = SyncReport::default();
+        {
+            let mut get = tx
+                .prepare("SELECT state FROM cells WHERE run_id = ?1 AND cell_id = ?2")
+                .map_err(e)?;
+            let mut ins = tx
+                .prepare(
+                    "INSERT INTO cells (run_id, cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat, state, attempts)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'pending', 0)",
+                )
+                .map_err(e)?;
+            let mut reorder = tx
+                .prepare("UPDATE cells SET seq = ?3, batch = ?4, in_plan = 1 WHERE run_id = ?1 AND cell_id = ?2")
+                .map_err(e)?;
+            let mut retry = tx
+                .prepare("UPDATE cells SET state = 'pending' WHERE run_id = ?1 AND cell_id = ?2")
+                .map_err(e)?;
+            // Re-test cells are added by the runner, not the plan: leave them be.
+            tx.execute(
+                "UPDATE cells SET in_plan = 0 WHERE run_id = ?1 AND pattern <> 'retest'",
+                [run_id],
+            )
+            .map_err(e)?;
+            for c in cells {
+                let state: Option<String> = get
+                    .query_row(params![run_id, c.cell_id], |r| r.get(0))
+                    .optional()
+                    .map_err(e)?;
+                match state.as_deref().and_then(CellState::parse) {
+                    None => {
+                        ins.execute(params![
+                            run_id,
+                            c.cell_id,
+                            c.seq,
+                            c.batch,
+                            c.test,
+                            c.kind,
+                            c.path,
+                            c.pattern,
+                            serde_json::to_string(&c.flows).unwrap_or_default(),
+                            c.params.to_string(),
+                            c.dims.to_string(),
+                            c.repeat
+                        ])
+                        .map_err(e)?;
+                        rep.pending += 1;
+                    }
+                    Some(st) => {
+                        reorder
+                            .execute(params![run_id, c.cell_id, c.seq, c.batch])
+                            .map_err(e)?;
+                        match st {
+                            CellState::Done => rep.done += 1,
+                            CellState::Pending => rep.pending += 1,
+                            CellState::Failed if retry_failed => {
+                                retry.execute(params![run_id, c.cell_id]).map_err(e)?;
+                                rep.pending += 1;
+                            }
+                            CellState::Failed => rep.failed += 1,
+                        }
+                    }
+                }
+            }
+            rep.not_in_plan = tx
+                .query_row(
+                    "SELECT count(*) FROM cells WHERE run_id = ?1 AND in_plan = 0 AND pattern <> 'retest'",
+                    [run_id],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map_err(e)? as usize;
+        }
+        tx.commit().map_err(e)?;
+        Ok(rep)
+    }
+
+    /// Add cells the runner derives while running (re-tests); cells already
+    /// stored keep their state.
+    pub fn add_cells(&mut self, run_id: i64, cells: &[CellSpec]) -> Result<usize, StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::sql(&path, "adding cells", e);
+        let tx = self.conn.transaction().map_err(e)?;
+        let mut added = 0;
+        {
+            let mut ins = tx
+                .prepare(
+                    "INSERT OR IGNORE INTO cells (run_id, cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat, state, attempts)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'pending', 0)",
+                )
+                .map_err(e)?;
+            for c in cells {
+                added += ins
+                    .execute(params![
+                        run_id,
+                        c.cell_id,
+                        c.seq,
+                        c.batch,
+                        c.test,
+                        c.kind,
+                        c.path,
+                        c.pattern,
+                        serde_json::to_string(&c.flows).unwrap_or_default(),
+                        c.params.to_string(),
+                        c.dims.to_string(),
+                        c.repeat
+                    ])
+                    .map_err(e)?;
+            }
+        }
+        tx.commit().map_err(e)?;
+        Ok(added)
+    }
+
+    /// The run's cells in plan order (cells no longer in the plan last).
+    pub fn cells(&self, run_id: i64) -> Result<Vec<CellRow>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat,
+                        state, error, attempts, started_at, ended_at, wall_s
+                 FROM cells WHERE run_id = ?1 ORDER BY in_plan DESC, seq, cell_id",
+            )
+            .map_err(self.err("reading cells"))?;
+        type Raw = (
+            String,
+            i64,
+            i64,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            u32,
+            String,
+            Option<String>,
+            u32,
+            Option<String>,
+            Option<String>,
+            Option<f64>,
+        );
+        let rows = st
+            .query_map([run_id], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                    r.get(8)?,
+                    r.get(9)?,
+                    r.get(10)?,
+                    r.get(11)?,
+                    r.get(12)?,
+                    r.get(13)?,
+                    r.get(14)?,
+                    r.get(15)?,
+                    r.get(16)?,
+                ))
+            })
+            .map_err(self.err("reading cells"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let raw: Raw = row.map_err(self.err("reading cells"))?;
+            let bad = |what: &str, e: String| self.invalid(format!("cell {}: {what}: {e}", raw.0));
+            let flows = serde_json::from_str(&raw.7).map_err(|e| bad("flows", e.to_string()))?;
+            let params = serde_json::from_str(&raw.8).map_err(|e| bad("params", e.to_string()))?;
+            let dims = serde_json::from_str(&raw.9).map_err(|e| bad("dims", e.to_string()))?;
+            let state = CellState::parse(&raw.11)
+                .ok_or_else(|| bad("state", format!("unknown state {:?}", raw.11)))?;
+            out.push(CellRow {
+                spec: CellSpec {
+                    cell_id: raw.0.clone(),
+                    seq: raw.1,
+                    batch: raw.2,
+                    test: raw.3,
+                    kind: raw.4,
+                    path: raw.5,
+                    pattern: raw.6,
+                    flows,
+                    params,
+                    dims,
+                    repeat: raw.10,
+                },
+                state,
+                error: raw.12,
+                attempts: raw.13,
+                started_at: raw.14,
+                ended_at: raw.15,
+                wall_s: raw.16,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Store a finished cell and its measurements in one transaction.
+    pub fn finish_cell_done(
+        &mut self,
+        run_id: i64,
+        cell_id: &str,
+        attempt: &Attempt,
+        measurements: &[Measurement],
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::sql(&path, format!("storing cell {cell_id}"), e);
+        let tx = self.conn.transaction().map_err(e)?;
+        tx.execute(
+            "DELETE FROM measurements WHERE run_id = ?1 AND cell_id = ?2",
+            params![run_id, cell_id],
+        )
+        .map_err(e)?;
+        {
+            let mut ins = tx.prepare(measurement_insert_sql()).map_err(e)?;
+            for m in measurements {
+                insert_measurement(&mut ins, run_id, cell_id, m).map_err(e)?;
+            }
+        }
+        let n = tx
+            .execute(
+                "UPDATE cells SET state = 'done', error = NULL, attempts = ?3, started_at = ?4, ended_at = ?5, wall_s = ?6
+                 WHERE run_id = ?1 AND cell_id = ?2",
+                params![
+                    run_id,
+                    cell_id,
+                    attempt.attempts,
+                    attempt.started_at,
+                    attempt.ended_at,
+                    attempt.wall_s
+                ],
+            )
+            .map_err(e)?;
+        if n != 1 {
+            return Err(StoreError::Invalid {
+                path,
+                msg: format!("cell {cell_id} is not in run {run_id}"),
+            });
+        }
+        tx.execute(
+            "UPDATE runs SET updated_at = ?2 WHERE id = ?1",
+            params![run_id, attempt.ended_at],
+        )
+        .map_err(e)?;
+        tx.commit().map_err(e)
+    }
+
+    /// Store a failed cell with its error.
+    pub fn finish_cell_failed(
+        &mut self,
+        run_id: i64,
+        cell_id: &str,
+        attempt: &Attempt,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::sql(&path, format!("storing failed cell {cell_id}"), e);
+        let n = self
+            .conn
+            .execute(
+                "UPDATE cells SET state = 'failed', error = ?3, attempts = ?4, started_at = ?5, ended_at = ?6, wall_s = ?7
+                 WHERE run_id = ?1 AND cell_id = ?2",
+                params![
+                    run_id,
+                    cell_id,
+                    error,
+                    attempt.attempts,
+                    attempt.started_at,
+                    attempt.ended_at,
+                    attempt.wall_s
+                ],
+            )
+            .map_err(e)?;
+        if n != 1 {
+            return Err(self.invalid(format!("cell {cell_id} is not in run {run_id}")));
+        }
+        Ok(())
+    }
+
+    /// Measurements of a run (optionally one cell), in cell order.
+    pub fn measurements(
+        &self,
+        run_id: i64,
+        cell_id: Option<&str>,
+    ) -> Result<Vec<(String, Measurement)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT m.cell_id, m.role, m.src, m.dst, m.record FROM measurements m
+                 JOIN cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id
+                 WHERE m.run_id = ?1 AND (?2 IS NULL OR m.cell_id = ?2)
+                 ORDER BY c.seq, m.cell_id, m.id",
+            )
+            .map_err(self.err("reading measurements"))?;
+        let rows = st
+            .query_map(params![run_id, cell_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .map_err(self.err("reading measurements"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (cell, role, src, dst, rec) = row.map_err(self.err("reading measurements"))?;
+            let role = Role::parse(&role)
+                .ok_or_else(|| self.invalid(format!("cell {cell}: unknown role {role:?}")))?;
+            let record: Record = serde_json::from_str(&rec)
+                .map_err(|e| self.invalid(format!("cell {cell}: stored record: {e}")))?;
+            out.push((
+                cell,
+                Measurement {
+                    role,
+                    src,
+                    dst,
+                    record,
+                },
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Run `sql` read-only over the store (for ad-hoc analysis in tests and
+    /// tools): returns the first column of the first row as i64.
+    pub fn count(&self, sql: &str, run_id: i64) -> Result<i64, StoreError> {
+        self.conn
+            .query_row(sql, [run_id], |r| r.get(0))
+            .map_err(self.err("counting"))
+    }
+
+    /// SQLite's own consistency check ("ok" when sound).
+    pub fn integrity_check(&self) -> Result<String, StoreError> {
+        self.conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .map_err(self.err("checking integrity"))
+    }
+}
+
+/// A finding attached to a run (a doctor finding of an agent's node, the
+/// suspects of a mesh re-test, ...).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub kind: String,
+    pub subject: String,
+    pub body: serde_json::Value,
+    pub at: String,
+}
+
+impl Store {
+    /// Replace the run's findings of `kind` with `items` (subject, body).
+    pub fn set_findings(
+        &mut self,
+        run_id: i64,
+        kind: &str,
+        items: &[(String, serde_json::Value)],
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::sql(&path, format!("storing {kind} findings"), e);
+        let now = fabperf_results::now_rfc3339();
+        let tx = self.conn.transaction().map_err(e)?;
+        tx.execute(
+            "DELETE FROM findings WHERE run_id = ?1 AND kind = ?2",
+            params![run_id, kind],
+        )
+        .map_err(e)?;
+        {
+            let mut st = tx
+                .prepare("INSERT INTO findings (run_id, kind, subject, body, at) VALUES (?1, ?2, ?3, ?4, ?5)")
+                .map_err(e)?;
+            for (subject, body) in items {
+                st.execute(params![run_id, kind, subject, body.to_string(), now])
+                    .map_err(e)?;
+            }
+        }
+        tx.commit().map_err(e)
+    }
+
+    /// The run's findings (of one kind, or all).
+    pub fn findings(&self, run_id: i64, kind: Option<&str>) -> Result<Vec<Finding>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT kind, subject, body, at FROM findings WHERE run_id = ?1 AND (?2 IS NULL OR kind = ?2) ORDER BY id",
+            )
+            .map_err(self.err("reading findings"))?;
+        let rows = st
+            .query_map(params![run_id, kind], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .map_err(self.err("reading findings"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (kind, subject, body, at) = row.map_err(self.err("reading findings"))?;
+            let body = serde_json::from_str(&body)
+                .map_err(|e| self.invalid(format!("finding {kind}/{subject}: {e}")))?;
+            out.push(Finding {
+                kind,
+                subject,
+                body,
+                at,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn measurement_insert_sql() -> &'static str {
+    "INSERT INTO measurements (run_id, cell_id, role, src, dst, test, op, direction, stream, size, streams,
+        duration_s, bytes, iterations, bw_gbps, msg_rate_mpps, lat_kind, lat_samples, lat_min_us,
+        lat_p50_us, lat_p90_us, lat_p99_us, lat_p999_us, lat_max_us, lat_mean_us, cpu_local_pct,
+        cpu_remote_pct, retransmits, udp_sent, udp_lost, udp_loss_pct, mtu, lat_hist, record)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
+        ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)"
+}
+
+fn insert_measurement(
+    st: &mut rusqlite::Statement<'_>,
+    run_id: i64,
+    cell_id: &str,
+    m: &Measurement,
+) -> rusqlite::Result<()> {
+    let r = &m.record;
+    let l = r.lat_us.as_ref();
+    let u = r.udp.as_ref();
+    let record = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
+    let hist = record
+        .get("lat_hist")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    st.execute(params![
+        run_id,
+        cell_id,
+        m.role.as_str(),
+        m.src,
+        m.dst,
+        r.test,
+        r.op,
+        r.direction,
+        r.stream,
+        r.size as i64,
+        r.streams,
+        r.duration_s,
+        clamp_i64(r.bytes),
+        r.iterations.map(clamp_i64),
+        r.bw_gbps,
+        r.msg_rate_mpps,
+        l.map(|l| l.kind.label()),
+        l.map(|l| clamp_i64(l.samples)),
+        l.map(|l| l.min),
+        l.map(|l| l.p50),
+        l.map(|l| l.p90),
+        l.map(|l| l.p99),
+        l.map(|l| l.p999),
+        l.map(|l| l.max),
+        l.map(|l| l.mean),
+        r.cpu_local_pct,
+        r.cpu_remote_pct,
+        r.retransmits.map(clamp_i64),
+        u.map(|u| clamp_i64(u.sent)),
+        u.map(|u| clamp_i64(u.lost)),
+        u.map(|u| u.loss_pct),
+        r.mtu,
+        hist,
+        record.to_string(),
+    ])?;
+    Ok(())
+}
+
+/// SQLite integers are signed 64-bit; counts above that are stored capped
+/// in the columns (the record JSON keeps the exact value).
+fn clamp_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,377 @@
+//! The results store: lifecycle, resume bookkeeping, bad files, schema
+//! versions, exports, and durability under SIGKILL.
+
+use fabperf_results::{Record, Transport};
+use fabperf_store::*;
+use serde_json::json;
+use std::path::Path;
+
+fn spec(id: &str, seq: i64) -> CellSpec {
+    CellSpec {
+        cell_id: id.to_string(),
+        seq,
+        batch: seq,
+        test: "bw".into(),
+        kind: "tcp-bw".into(),
+        path: "host".into(),
+        pattern: "pairs".into(),
+        flows: vec![("a".into(), "b".into())],
+        params: json!({"size": 131072, "duration_s": 1.0}),
+        dims: json!({"size": 131072}),
+        repeat: 0,
+    }
+}
+
+fn record(gbps: f64) -> Record {
+    let mut r = Record::new("tcp-bw", Transport::Tcp, 131072, 1);
+    r.set_throughput((gbps * 1e9 / 8.0) as u64, 1.0, Some(1000));
+    r
+}
+
+fn attempt() -> Attempt {
+    Attempt {
+        attempts: 1,
+        started_at: fabperf_results::now_rfc3339(),
+        ended_at: fabperf_results::now_rfc3339(),
+        wall_s: 1.01,
+    }
+}
+
+fn new_run(s: &mut Store, hash: &str) -> RunInfo {
+    s.create_run(&NewRun {
+        plan_name: "p",
+        plan_hash: hash,
+        plan_file: Some("p.toml"),
+        plan_text: "[plan]\nname = \"p\"\n",
+    })
+    .unwrap()
+}
+
+#[test]
+fn lifecycle_and_resume_bookkeeping() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let mut s = Store::open(&db).unwrap();
+    let run = new_run(&mut s, "h1");
+    let cells: Vec<CellSpec> = (0..4).map(|i| spec(&format!("c{i}"), i)).collect();
+    let rep = s.sync_cells(run.id, &cells, false).unwrap();
+    assert_eq!(rep.pending, 4);
+    s.finish_cell_done(
+        run.id,
+        "c0",
+        &attempt(),
+        &[Measurement {
+            role: Role::Total,
+            src: Some("a".into()),
+            dst: Some("b".into()),
+            record: record(10.0),
+        }],
+    )
+    .unwrap();
+    s.finish_cell_failed(run.id, "c1", &attempt(), "agent busy")
+        .unwrap();
+    drop(s);
+
+    // Reopen: the same plan again keeps c0 done, c1 failed, c2/c3 pending.
+    let mut s = Store::open(&db).unwrap();
+    assert_eq!(s.latest_run_for_plan("p").unwrap().unwrap().id, run.id);
+    let rep = s.sync_cells(run.id, &cells, false).unwrap();
+    assert_eq!(
+        rep,
+        SyncReport {
+            done: 1,
+            failed: 1,
+            pending: 2,
+            not_in_plan: 0
+        }
+    );
+    // A changed plan: c3 gone, c4 new; --retry-failed makes c1 pending.
+    let mut changed: Vec<CellSpec> = cells[..3].to_vec();
+    changed.push(spec("c4", 4));
+    let rep = s.sync_cells(run.id, &changed, true).unwrap();
+    assert_eq!(
+        rep,
+        SyncReport {
+            done: 1,
+            failed: 0,
+            pending: 3,
+            not_in_plan: 1
+        }
+    );
+    let rows = s.cells(run.id).unwrap();
+    assert_eq!(rows.len(), 5);
+    assert_eq!(rows[0].spec.cell_id, "c0");
+    assert_eq!(rows[0].state, CellState::Done);
+    assert_eq!(rows[1].state, CellState::Pending, "retried");
+    assert_eq!(
+        rows.last().unwrap().spec.cell_id,
+        "c3",
+        "out-of-plan cells last"
+    );
+    let ms = s.measurements(run.id, None).unwrap();
+    assert_eq!(ms.len(), 1);
+    assert_eq!(ms[0].0, "c0");
+    assert!((ms[0].1.record.bw_gbps.unwrap() - 10.0).abs() < 1e-6);
+    assert_eq!(ms[0].1.src.as_deref(), Some("a"));
+    assert_eq!(s.integrity_check().unwrap(), "ok");
+}
+
+#[test]
+fn finishing_again_replaces_measurements() {
+    let d = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&d.path().join("r.db")).unwrap();
+    let run = new_run(&mut s, "h");
+    s.sync_cells(run.id, &[spec("c0", 0)], false).unwrap();
+    let m = |g| Measurement {
+        role: Role::Total,
+        src: None,
+        dst: None,
+        record: record(g),
+    };
+    s.finish_cell_done(run.id, "c0", &attempt(), &[m(1.0), m(2.0)])
+        .unwrap();
+    s.finish_cell_done(run.id, "c0", &attempt(), &[m(3.0)])
+        .unwrap();
+    let ms = s.measurements(run.id, Some("c0")).unwrap();
+    assert_eq!(ms.len(), 1);
+    assert!((ms[0].1.record.bw_gbps.unwrap() - 3.0).abs() < 1e-6);
+    assert!(s
+        .finish_cell_done(run.id, "nope", &attempt(), &[m(1.0)])
+        .is_err());
+}
+
+#[test]
+fn findings_replace_by_kind() {
+    let d = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&d.path().join("r.db")).unwrap();
+    let run = new_run(&mut s, "h");
+    s.set_findings(run.id, "suspect", &[("a-b".into(), json!({"bw": 1}))])
+        .unwrap();
+    s.set_findings(run.id, "doctor", &[("a".into(), json!({"id": "x"}))])
+        .unwrap();
+    s.set_findings(run.id, "suspect", &[("c-d".into(), json!({"bw": 2}))])
+        .unwrap();
+    let f = s.findings(run.id, Some("suspect")).unwrap();
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].subject, "c-d");
+    assert_eq!(s.findings(run.id, None).unwrap().len(), 2);
+}
+
+#[test]
+fn refuses_files_that_are_not_stores() {
+    let d = tempfile::tempdir().unwrap();
+    // Random bytes.
+    let junk = d.path().join("junk.db");
+    std::fs::write(&junk, vec![0x5au8; 8192]).unwrap();
+    let e = Store::open(&junk).err().expect("junk must be refused");
+    assert!(matches!(e, StoreError::NotAStore { .. }), "{e}");
+    assert!(e.to_string().contains("not a fabperf results store"), "{e}");
+    // Another program's SQLite database.
+    let other = d.path().join("other.db");
+    rusqlite::Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let e = Store::open(&other)
+        .err()
+        .expect("foreign db must be refused");
+    assert!(e.to_string().contains("another program"), "{e}");
+    // A directory.
+    let e = Store::open(d.path()).err().expect("a directory is refused");
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    // Read-only on a missing file does not create it.
+    let missing = d.path().join("missing.db");
+    let e = Store::open_read_only(&missing).err().unwrap();
+    assert!(e.to_string().contains("fabperf run"), "{e}");
+    assert!(!missing.exists());
+}
+
+#[test]
+fn newer_schema_refused_and_older_migrated() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    // A store at schema version 1 (before findings existed).
+    {
+        let mut s = Store::open_with_migrations(&db, 1).unwrap();
+        let run = new_run(&mut s, "h");
+        s.sync_cells(run.id, &[spec("c0", 0)], false).unwrap();
+        s.finish_cell_done(
+            run.id,
+            "c0",
+            &attempt(),
+            &[Measurement {
+                role: Role::Total,
+                src: None,
+                dst: None,
+                record: record(5.0),
+            }],
+        )
+        .unwrap();
+    }
+    // Read-only refuses to migrate, with the way out.
+    let e = Store::open_read_only(&db).err().unwrap();
+    assert!(e.to_string().contains("migrate"), "{e}");
+    // Opening for writing migrates and keeps the data.
+    {
+        let mut s = Store::open(&db).unwrap();
+        let run = s.latest_run().unwrap().unwrap();
+        assert_eq!(s.measurements(run.id, None).unwrap().len(), 1);
+        s.set_findings(run.id, "suspect", &[]).unwrap();
+    }
+    assert!(Store::open_read_only(&db).is_ok());
+    // A newer schema than this build knows is refused.
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
+    let e = Store::open(&db).err().unwrap();
+    assert!(matches!(e, StoreError::Newer { .. }), "{e}");
+    assert!(e.to_string().contains("newer than this fabperf"), "{e}");
+}
+
+#[test]
+fn exports_carry_context() {
+    let d = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&d.path().join("r.db")).unwrap();
+    let run = new_run(&mut s, "h");
+    s.sync_cells(run.id, &[spec("c0", 0), spec("c1", 1)], false)
+        .unwrap();
+    let mut r2 = record(2.0);
+    r2.stream = Some(0);
+    s.finish_cell_done(
+        run.id,
+        "c0",
+        &attempt(),
+        &[
+            Measurement {
+                role: Role::Total,
+                src: Some("a".into()),
+                dst: Some("b".into()),
+                record: record(4.0),
+            },
+            Measurement {
+                role: Role::Stream,
+                src: Some("a".into()),
+                dst: Some("b,\"x\"".into()),
+                record: r2,
+            },
+        ],
+    )
+    .unwrap();
+    let mut j = Vec::new();
+    assert_eq!(export_jsonl(&s, None, &mut j).unwrap(), 2);
+    let lines: Vec<serde_json::Value> = String::from_utf8(j)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["cell_id"], "c0");
+    assert_eq!(lines[0]["src_node"], "a");
+    assert_eq!(lines[0]["test"], "tcp-bw");
+    assert_eq!(lines[1]["role"], "stream");
+    // Every exported line is a valid fabperf record plus context.
+    for l in &lines {
+        let r: Record = serde_json::from_value(l.clone()).unwrap();
+        assert_eq!(r.size, 131072);
+    }
+    let mut c = Vec::new();
+    assert_eq!(export_csv(&s, Some(run.id), &mut c).unwrap(), 2);
+    let mut rdr = csv::Reader::from_reader(c.as_slice());
+    let hdr = rdr.headers().unwrap().clone();
+    assert_eq!(&hdr[0], "run_id");
+    let col = |name: &str| hdr.iter().position(|h| h == name).unwrap();
+    let rows: Vec<csv::StringRecord> = rdr.records().map(|r| r.unwrap()).collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(&rows[1][col("dst_node")], "b,\"x\"");
+    assert_eq!(&rows[0][col("test")], "tcp-bw");
+    assert!(rows[0][col("bw_gbps")].parse::<f64>().unwrap() > 3.9);
+    // An unknown run is an error naming it.
+    let e = export_jsonl(&s, Some(99), Vec::new()).err().unwrap();
+    assert!(e.to_string().contains("no run 99"), "{e}");
+}
+
+/// SIGKILL at random instants while a child process writes cells: the file
+/// stays sound and every cell marked done has its measurements.
+#[test]
+fn sigkill_leaves_a_consistent_store() {
+    if let Ok(db) = std::env::var("FABPERF_STORE_CHILD_DB") {
+        child_writer(Path::new(&db));
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("k.db");
+    let exe = std::env::current_exe().unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut last_done = 0;
+    for round in 0..6 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let mut child = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "sigkill_leaves_a_consistent_store",
+                "--nocapture",
+            ])
+            .env("FABPERF_STORE_CHILD_DB", &db)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(400 + seed % 800));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let s = Store::open(&db).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(s.integrity_check().unwrap(), "ok", "round {round}");
+        let mut done = 0;
+        for run in s.runs().unwrap() {
+            let ms = s.measurements(run.id, None).unwrap();
+            done += s
+                .cells(run.id)
+                .unwrap()
+                .iter()
+                .filter(|c| c.state == CellState::Done)
+                .count();
+            for c in s.cells(run.id).unwrap() {
+                let n = ms.iter().filter(|(id, _)| *id == c.spec.cell_id).count();
+                match c.state {
+                    CellState::Done => assert_eq!(n, 3, "round {round}: {c:?}"),
+                    _ => assert_eq!(n, 0, "round {round}: {c:?}"),
+                }
+            }
+        }
+        // Each round resumes where the last one was killed.
+        assert!(done >= last_done, "round {round}: {done} < {last_done}");
+        last_done = done;
+    }
+    assert!(last_done > 0, "the writer never finished a cell");
+    assert!(last_done < 20_000, "the writer was never killed mid-way");
+}
+
+fn child_writer(db: &Path) {
+    let mut s = Store::open(db).unwrap();
+    let run = match s.latest_run().unwrap() {
+        Some(r) => r,
+        None => new_run(&mut s, "h"),
+    };
+    let cells: Vec<CellSpec> = (0..100_000).map(|i| spec(&format!("k{i}"), i)).collect();
+    s.sync_cells(run.id, &cells[..20_000], false).unwrap();
+    let pending: Vec<String> = s
+        .cells(run.id)
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.state == CellState::Pending)
+        .map(|c| c.spec.cell_id)
+        .collect();
+    for id in pending {
+        let ms: Vec<Measurement> = (0..3)
+            .map(|i| Measurement {
+                role: Role::Flow,
+                src: Some(format!("n{i}")),
+                dst: Some("r".into()),
+                record: record(i as f64),
+            })
+            .collect();
+        s.finish_cell_done(run.id, &id, &attempt(), &ms).unwrap();
+    }
+}

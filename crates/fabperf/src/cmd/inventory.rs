@@ -1,0 +1,101 @@
+//! What an agent tells clients about the link it serves on: a short detect
+//! inventory in its hello (interface, MTU, port rate, NUMA node, PCIe, RDMA
+//! device), so runs and reports know what they measured.
+
+use fabperf_detect::{DetectOptions, Inventory, Netdev};
+use serde_json::{json, Value};
+use std::net::IpAddr;
+
+/// The netdev holding `ip` (IPv4 or IPv6, by address).
+fn netdev_with(inv: &Inventory, ip: IpAddr) -> Option<&Netdev> {
+    inv.netdevs.iter().find(|n| {
+        n.ipv4
+            .iter()
+            .chain(n.ipv6.iter())
+            .filter_map(|c| c.split('/').next())
+            .filter_map(|a| a.parse::<IpAddr>().ok())
+            .any(|a| a == ip)
+    })
+}
+
+/// The first IPv4 address of interface `name`.
+pub fn interface_ipv4(inv: &Inventory, name: &str) -> Option<IpAddr> {
+    inv.netdevs
+        .iter()
+        .find(|n| n.name == name)?
+        .ipv4
+        .iter()
+        .filter_map(|c| c.split('/').next()?.parse().ok())
+        .next()
+}
+
+/// The inventory of the link behind `ip` (the bind or advertised address),
+/// or of the node address's link when the agent listens everywhere.
+pub fn describe(inv: &Inventory, ip: Option<IpAddr>) -> Value {
+    let by_ip = ip
+        .filter(|a| !a.is_unspecified())
+        .and_then(|a| netdev_with(inv, a));
+    let nd = by_ip.or_else(|| {
+        let ni = inv.node_ip.as_ref()?;
+        inv.netdevs.iter().find(|n| n.name == ni.interface)
+    });
+    let mut o = json!({
+        "hostname": inv.hostname,
+        "rdma_available": inv.rdma_available,
+    });
+    if let Some(ni) = &inv.node_ip {
+        o["node_ip"] = json!(ni.address);
+        o["node_ip_iface"] = json!(ni.interface);
+    }
+    let Some(nd) = nd else {
+        o["note"] = json!("the interface serving this agent was not found");
+        return o;
+    };
+    o["iface"] = json!(nd.name);
+    o["kind"] = json!(nd.kind);
+    o["mtu"] = json!(nd.mtu);
+    o["speed_mbps"] = json!(nd.speed_mbps);
+    o["tc_rate_bps"] = json!(nd.tc_rate_bps);
+    o["driver"] = json!(nd.driver);
+    if let Some(pci) = &nd.pci {
+        o["numa_node"] = json!(pci.numa_node);
+        o["pci"] = json!(pci.address);
+        o["pcie_gen"] = json!(pci.current_gen);
+        o["pcie_width"] = json!(pci.current_width);
+    }
+    // The port rate: the RDMA port's when the link is an RDMA port, else the
+    // netdev's speed (capped by its tc shaping).
+    let rdma = nd.rdma_device.as_ref().and_then(|d| {
+        let dev = inv.rdma_devices.iter().find(|r| &r.name == d)?;
+        let port = dev
+            .ports
+            .iter()
+            .find(|p| Some(p.port) == nd.rdma_port)
+            .or_else(|| dev.ports.first())?;
+        Some((d.clone(), port))
+    });
+    let port_rate = match &rdma {
+        Some((dev, port)) => {
+            o["rdma_device"] = json!(dev);
+            o["rdma_port"] = json!(port.port);
+            o["link_layer"] = json!(port.link_layer);
+            port.rate_gbps
+                .map(|r| nd.tc_rate_bps.map_or(r, |t| r.min(t as f64 / 1e9)))
+        }
+        None => nd.effective_gbps(),
+    };
+    o["port_rate_gbps"] = json!(port_rate);
+    o
+}
+
+/// Detect this node and describe the link behind `ip`; a failed detect is
+/// described, not fatal (the agent serves without an inventory).
+pub fn for_agent(ip: Option<IpAddr>) -> (Option<Inventory>, Value) {
+    match fabperf_detect::detect(None, &DetectOptions::default()) {
+        Ok(inv) => {
+            let v = describe(&inv, ip);
+            (Some(inv), v)
+        }
+        Err(e) => (None, json!({ "error": format!("detect failed: {e}") })),
+    }
+}
