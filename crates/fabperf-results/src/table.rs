@@ -1,151 +1,8 @@
-//! Output formats: JSON Lines, flat CSV and human tables.
+//! Human tables: the generic summary, perftest's bandwidth and latency
+//! columns, the CPU table and the per-record detail lines.
 
 use crate::{Record, Transport};
-use std::io::{self, Write};
-
-/// Write records as JSON Lines: one object per line.
-pub fn write_json_lines<W: Write>(mut w: W, records: &[Record]) -> io::Result<()> {
-    for r in records {
-        serde_json::to_writer(&mut w, r)?;
-        w.write_all(b"\n")?;
-    }
-    w.flush()
-}
-
-/// Flat CSV column names, in order. Nested objects (`lat_us`, `udp`) become
-/// `lat_us_p50`, `udp_lost`, ...
-pub fn csv_header() -> Vec<&'static str> {
-    vec![
-        "schema",
-        "test",
-        "transport",
-        "op",
-        "direction",
-        "stream",
-        "size",
-        "streams",
-        "duration_s",
-        "bytes",
-        "iterations",
-        "bw_gbps",
-        "bw_peak_gbps",
-        "msg_rate_mpps",
-        "lat_kind",
-        "lat_samples",
-        "lat_us_min",
-        "lat_us_p50",
-        "lat_us_p90",
-        "lat_us_p99",
-        "lat_us_p999",
-        "lat_us_p9999",
-        "lat_us_max",
-        "lat_us_mean",
-        "lat_us_stdev",
-        "cpu_local_pct",
-        "cpu_remote_pct",
-        "retransmits",
-        "udp_sent",
-        "udp_received",
-        "udp_lost",
-        "udp_reordered",
-        "udp_duplicates",
-        "udp_loss_pct",
-        "udp_jitter_us",
-        "local",
-        "remote",
-        "device",
-        "ib_port",
-        "gid_index",
-        "gid_type",
-        "link_layer",
-        "mtu",
-        "poll_priority_local",
-        "poll_priority_remote",
-        "warnings",
-        "started_at",
-        "fabperf_version",
-    ]
-}
-
-fn opt<T: ToString>(v: &Option<T>) -> String {
-    v.as_ref().map(|x| x.to_string()).unwrap_or_default()
-}
-
-fn csv_row(r: &Record) -> Vec<String> {
-    let lat = r.lat_us.as_ref();
-    let udp = r.udp.as_ref();
-    let l =
-        |f: fn(&crate::LatencySummary) -> f64| lat.map(|s| f(s).to_string()).unwrap_or_default();
-    let u = |f: fn(&crate::UdpStats) -> String| udp.map(f).unwrap_or_default();
-    vec![
-        r.schema.to_string(),
-        r.test.clone(),
-        r.transport.as_str().to_string(),
-        opt(&r.op),
-        opt(&r.direction),
-        opt(&r.stream),
-        r.size.to_string(),
-        r.streams.to_string(),
-        r.duration_s.to_string(),
-        r.bytes.to_string(),
-        opt(&r.iterations),
-        opt(&r.bw_gbps),
-        opt(&r.bw_peak_gbps),
-        opt(&r.msg_rate_mpps),
-        lat.map(|s| match s.kind {
-            crate::LatencyKind::HalfRtt => "half_rtt".to_string(),
-            crate::LatencyKind::Rtt => "rtt".to_string(),
-        })
-        .unwrap_or_default(),
-        lat.map(|s| s.samples.to_string()).unwrap_or_default(),
-        l(|s| s.min),
-        l(|s| s.p50),
-        l(|s| s.p90),
-        l(|s| s.p99),
-        l(|s| s.p999),
-        l(|s| s.p9999),
-        l(|s| s.max),
-        l(|s| s.mean),
-        l(|s| s.stdev),
-        opt(&r.cpu_local_pct),
-        opt(&r.cpu_remote_pct),
-        opt(&r.retransmits),
-        u(|s| s.sent.to_string()),
-        u(|s| s.received.to_string()),
-        u(|s| s.lost.to_string()),
-        u(|s| s.reordered.to_string()),
-        u(|s| s.duplicates.to_string()),
-        u(|s| s.loss_pct.to_string()),
-        u(|s| s.jitter_us.to_string()),
-        opt(&r.local),
-        opt(&r.remote),
-        opt(&r.device),
-        opt(&r.ib_port),
-        opt(&r.gid_index),
-        opt(&r.gid_type),
-        opt(&r.link_layer),
-        opt(&r.mtu),
-        opt(&r.poll_priority_local),
-        opt(&r.poll_priority_remote),
-        r.warnings.join("; "),
-        r.started_at.clone(),
-        r.fabperf_version.clone(),
-    ]
-}
-
-/// Write records as CSV with [`csv_header`] columns. `with_header` is false
-/// when appending to an existing file.
-pub fn write_csv<W: Write>(w: W, records: &[Record], with_header: bool) -> io::Result<()> {
-    let mut wr = csv::WriterBuilder::new().has_headers(false).from_writer(w);
-    let map = |e: csv::Error| io::Error::other(e.to_string());
-    if with_header {
-        wr.write_record(csv_header()).map_err(map)?;
-    }
-    for r in records {
-        wr.write_record(csv_row(r)).map_err(map)?;
-    }
-    wr.flush()
-}
+use std::fmt::Write as _;
 
 /// A plain text table with right-aligned numeric columns.
 #[derive(Debug, Default, Clone)]
@@ -255,7 +112,7 @@ impl Table {
                 r.retransmits
                     .map(|x| x.to_string())
                     .unwrap_or_else(|| "-".into()),
-                f3(r.udp.as_ref().map(|u| u.loss_pct)),
+                f3(r.udp.as_ref().and_then(|u| u.loss_pct)),
             ]);
         }
         t
@@ -333,6 +190,108 @@ impl Table {
         }
         t
     }
+
+    /// CPU per size: the test threads' own figures (`CPU local/remote`, %
+    /// of one core) and, when known, the hosts' user/system/softirq time
+    /// over the same interval (% of one CPU, summed over the host's CPUs).
+    pub fn cpu(records: &[Record]) -> Table {
+        let any_host = records
+            .iter()
+            .any(|r| r.host_cpu_local.is_some() || r.host_cpu_remote.is_some());
+        let mut hdr = vec!["#bytes", "CPU local[%]", "CPU remote[%]"];
+        if any_host {
+            hdr.extend([
+                "host local[%] usr/sys/softirq",
+                "host remote[%] usr/sys/softirq",
+            ]);
+        }
+        let mut t = Table::new(hdr);
+        let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+        let h = |v: &Option<crate::HostCpu>| {
+            v.map(|h| {
+                format!(
+                    "{:.1}/{:.1}/{:.1} of {} CPUs",
+                    h.user_pct, h.system_pct, h.softirq_pct, h.cpus
+                )
+            })
+            .unwrap_or_else(|| "-".into())
+        };
+        for r in records.iter().filter(|r| r.stream.is_none()) {
+            let mut row = vec![r.size.to_string(), f(r.cpu_local_pct), f(r.cpu_remote_pct)];
+            if any_host {
+                row.push(h(&r.host_cpu_local));
+                row.push(h(&r.host_cpu_remote));
+            }
+            t.row(row);
+        }
+        t
+    }
+}
+
+/// Lines under a socket test's table: every latency distribution and every
+/// UDP account in full (absent figures as "-").
+pub fn details(records: &[Record]) -> String {
+    let mut o = String::new();
+    let f2 = |v: Option<f64>| {
+        v.map(|x| format!("{x:.2} us"))
+            .unwrap_or_else(|| "-".into())
+    };
+    for r in records {
+        if let Some(l) = &r.lat_us {
+            let _ = writeln!(
+                o,
+                "{} {} latency (us, {} samples): min {:.2}  p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  p99.99 {:.2}  max {:.2}  mean {:.2}  stdev {:.2}",
+                r.test,
+                l.kind.label(),
+                l.samples,
+                l.min,
+                l.p50,
+                l.p90,
+                l.p99,
+                l.p999,
+                l.p9999,
+                l.max,
+                l.mean,
+                l.stdev
+            );
+        }
+        if let Some(u) = &r.udp {
+            let pct = u
+                .loss_pct
+                .map(|p| format!("{p:.3}%"))
+                .unwrap_or_else(|| "-".into());
+            let mut line = format!(
+                "{} {} datagrams: sent {}  received {}  lost {} ({pct})  duplicates {}",
+                r.test,
+                r.direction.as_deref().or(r.op.as_deref()).unwrap_or(""),
+                u.sent,
+                u.received,
+                u.lost,
+                u.duplicates,
+            );
+            if r.test == "udp-lat" {
+                let _ = write!(
+                    line,
+                    "  late {}  ipdv {}",
+                    u.late.unwrap_or(0),
+                    f2(u.ipdv_us)
+                );
+            } else {
+                let _ = write!(
+                    line,
+                    "  reordered {}  stale {}  jitter {}",
+                    u.reordered
+                        .map(|x| x.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    u.stale.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
+                    f2(u.jitter_us)
+                );
+            }
+            o.push_str(&line);
+            o.push('\n');
+        }
+    }
+    o
 }
 
 /// 1024 -> "1K", 1048576 -> "1M", 1500 -> "1500".
@@ -347,51 +306,27 @@ pub fn human_size(n: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::{LatencyHistogram, LatencyKind, Record, Transport};
+    use crate::{HostCpu, LatencyHistogram, LatencyKind, Record, Transport, UdpStats, Warning};
 
-    fn sample() -> Vec<Record> {
+    pub(crate) fn sample() -> Vec<Record> {
         let mut a = Record::new("tcp-lat", Transport::Tcp, 64, 1);
         let mut h = LatencyHistogram::new(LatencyKind::HalfRtt);
         h.record_rtt_ns(30_000);
-        a.lat_us = h.summary();
+        a.set_latency(&h);
         let mut b = Record::new("tcp-bw", Transport::Tcp, 131072, 2);
         b.set_throughput(1_000_000_000, 1.0, Some(7629));
         b.retransmits = Some(3);
+        b.warn(Warning::ShortInterval { secs: 0.1 });
+        b.host_cpu_local = Some(HostCpu {
+            user_pct: 1.0,
+            system_pct: 20.0,
+            irq_pct: 0.0,
+            softirq_pct: 7.5,
+            cpus: 2,
+        });
         vec![a, b]
-    }
-
-    #[test]
-    fn json_lines_one_object_per_line() {
-        let mut buf = Vec::new();
-        write_json_lines(&mut buf, &sample()).unwrap();
-        let s = String::from_utf8(buf).unwrap();
-        let lines: Vec<_> = s.lines().collect();
-        assert_eq!(lines.len(), 2);
-        for l in lines {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            assert!(v.is_object());
-        }
-    }
-
-    #[test]
-    fn csv_has_header_and_flat_columns() {
-        let mut buf = Vec::new();
-        write_csv(&mut buf, &sample(), true).unwrap();
-        let s = String::from_utf8(buf).unwrap();
-        let mut rd = csv::Reader::from_reader(s.as_bytes());
-        let hdr = rd.headers().unwrap().clone();
-        assert_eq!(hdr.len(), csv_header().len());
-        let rows: Vec<_> = rd.records().map(|r| r.unwrap()).collect();
-        assert_eq!(rows.len(), 2);
-        let p50 = hdr.iter().position(|h| h == "lat_us_p50").unwrap();
-        let v: f64 = rows[0][p50].parse().unwrap();
-        assert!((v - 15.0).abs() < 0.02, "{v}");
-        // Not applicable -> empty cell, not 0.
-        let retr = hdr.iter().position(|h| h == "retransmits").unwrap();
-        assert_eq!(&rows[0][retr], "");
-        assert_eq!(&rows[1][retr], "3");
     }
 
     #[test]
@@ -404,15 +339,63 @@ mod tests {
     }
 
     #[test]
-    fn perftest_headings() {
+    fn perftest_headings_and_absent_peak() {
         let mut r = Record::new("rdma-bw", Transport::Rdma, 65536, 1);
         r.set_throughput(8_000_000_000, 1.0, Some(122070));
         r.bw_peak_gbps = Some(70.0);
         let s = Table::perftest_bw(&[r.clone()], false).render();
         assert!(s.contains("BW peak[Gb/sec]") && s.contains("BW average[Gb/sec]"));
-        assert!(s.contains("64.00"));
-        let s = Table::perftest_bw(&[r], true).render();
+        assert!(s.contains("64.00") && s.contains("70.00"));
+        let s = Table::perftest_bw(&[r.clone()], true).render();
         assert!(s.contains("MiB/sec") && s.contains("7629.39"), "{s}");
+        // Duration mode: no peak, shown as "-" (perftest prints 0.00).
+        r.bw_peak_gbps = None;
+        let s = Table::perftest_bw(&[r], false).render();
+        let row = s.lines().nth(1).unwrap();
+        assert!(row.split_whitespace().nth(2) == Some("-"), "{s}");
+    }
+
+    #[test]
+    fn cpu_table_shows_host_figures_when_present() {
+        let s = Table::cpu(&sample()).render();
+        assert!(s.contains("host local[%] usr/sys/softirq"), "{s}");
+        assert!(s.contains("1.0/20.0/7.5 of 2 CPUs"), "{s}");
+    }
+
+    #[test]
+    fn detail_lines_say_what_is_absent() {
+        let mut r = Record::new("udp-bw", Transport::Udp, 1472, 1);
+        r.direction = Some("forward".into());
+        r.udp = Some(UdpStats {
+            sent: 10,
+            received: 9,
+            lost: 1,
+            loss_pct: Some(10.0),
+            reordered: Some(0),
+            stale: Some(0),
+            ..Default::default()
+        });
+        let s = details(&[r]);
+        assert!(
+            s.contains("lost 1 (10.000%)") && s.contains("jitter -"),
+            "{s}"
+        );
+        let mut l = Record::new("udp-lat", Transport::Udp, 64, 1);
+        l.op = Some("ping-pong".into());
+        l.udp = Some(UdpStats {
+            sent: 0,
+            late: Some(2),
+            ipdv_us: Some(1.5),
+            ..Default::default()
+        });
+        let s = details(&[l]);
+        assert!(s.contains("late 2") && s.contains("ipdv 1.50 us"), "{s}");
+        assert!(s.contains("lost 0 (-)"), "{s}");
+        let s = details(&sample());
+        assert!(
+            s.contains("tcp-lat half-RTT latency (us, 1 samples)"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -1,0 +1,278 @@
+//! The rules every record obeys ([`Record::check`]).
+
+use crate::{LatencyHistogram, Record, SCHEMA_VERSION};
+
+/// Relative tolerance for recomputed floating-point figures.
+const REL: f64 = 1e-9;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= REL * a.abs().max(b.abs()).max(1e-12)
+}
+
+fn finite_nonneg(v: f64) -> bool {
+    v.is_finite() && v >= 0.0
+}
+
+/// Equal counts and kind, and figures equal up to float rounding (the
+/// mean and stdev are sums recomputed in another order after decoding).
+fn same_summary(a: &crate::LatencySummary, b: &crate::LatencySummary) -> bool {
+    let fa = [
+        a.min, a.p50, a.p90, a.p99, a.p999, a.p9999, a.max, a.mean, a.stdev,
+    ];
+    let fb = [
+        b.min, b.p50, b.p90, b.p99, b.p999, b.p9999, b.max, b.mean, b.stdev,
+    ];
+    a.kind == b.kind
+        && a.samples == b.samples
+        && fa
+            .iter()
+            .zip(fb)
+            .all(|(x, y)| close(*x, y) || (x - y).abs() < 1e-9)
+}
+
+pub(crate) fn check(r: &Record) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mut fail = |m: String| bad.push(m);
+    if r.schema != SCHEMA_VERSION {
+        fail(format!("schema {} is not {SCHEMA_VERSION}", r.schema));
+    }
+    if !finite_nonneg(r.duration_s) {
+        fail(format!(
+            "duration_s {} is not a non-negative number",
+            r.duration_s
+        ));
+    }
+    if r.streams == 0 {
+        fail("streams is 0".into());
+    }
+    if let Some(s) = r.stream {
+        if s >= r.streams {
+            fail(format!("stream {s} is not below streams {}", r.streams));
+        }
+    }
+    // Rates are the counts over the interval, and exist only with one.
+    match r.bw_gbps {
+        Some(bw) => {
+            if r.duration_s <= 0.0 {
+                fail(format!("bw_gbps {bw} without a measured interval"));
+            } else {
+                let want = r.bytes as f64 * 8.0 / r.duration_s / 1e9;
+                if !close(bw, want) {
+                    fail(format!(
+                        "bw_gbps {bw} != bytes {} * 8 / duration_s {} / 1e9 = {want}",
+                        r.bytes, r.duration_s
+                    ));
+                }
+            }
+        }
+        None if r.test.ends_with("-bw") && !r.has_warning("no-interval") => {
+            fail("a bandwidth record without bw_gbps must carry the no-interval warning".into())
+        }
+        None => {}
+    }
+    if let Some(m) = r.msg_rate_mpps {
+        match r.iterations {
+            Some(n) if r.duration_s > 0.0 => {
+                let want = n as f64 / r.duration_s / 1e6;
+                if !close(m, want) {
+                    fail(format!(
+                        "msg_rate_mpps {m} != iterations {n} / duration_s {} / 1e6 = {want}",
+                        r.duration_s
+                    ));
+                }
+            }
+            _ => fail(format!(
+                "msg_rate_mpps {m} without iterations and a measured interval"
+            )),
+        }
+    }
+    if let Some(p) = r.bw_peak_gbps {
+        match r.bw_gbps {
+            // perftest's peak includes the whole run's span, so it is never
+            // below the average over that span.
+            Some(bw) if p >= bw * (1.0 - 1e-6) && p.is_finite() => {}
+            Some(bw) => fail(format!("bw_peak_gbps {p} is below bw_gbps {bw}")),
+            None => fail(format!("bw_peak_gbps {p} without bw_gbps")),
+        }
+        if r.direction.as_deref() == Some("bidir") {
+            fail(
+                "a bidirectional total has no peak (the two ends' peaks are not simultaneous)"
+                    .into(),
+            );
+        }
+    }
+    for (k, v) in [
+        ("cpu_local_pct", r.cpu_local_pct),
+        ("cpu_remote_pct", r.cpu_remote_pct),
+    ] {
+        if let Some(v) = v {
+            if !finite_nonneg(v) {
+                fail(format!("{k} {v} is not a non-negative number"));
+            }
+        }
+    }
+    for (k, h) in [
+        ("host_cpu_local", &r.host_cpu_local),
+        ("host_cpu_remote", &r.host_cpu_remote),
+    ] {
+        if let Some(h) = h {
+            let parts = [h.user_pct, h.system_pct, h.irq_pct, h.softirq_pct];
+            if h.cpus == 0 || !parts.iter().all(|v| finite_nonneg(*v)) {
+                fail(format!(
+                    "{k} {h:?} is not a set of non-negative figures over >= 1 CPU"
+                ));
+            }
+        }
+    }
+    if let Some(l) = &r.lat_us {
+        let order = [l.min, l.p50, l.p90, l.p99, l.p999, l.p9999, l.max];
+        if l.samples == 0 {
+            fail("lat_us with 0 samples".into());
+        }
+        if !order.windows(2).all(|w| w[0] <= w[1]) || !finite_nonneg(l.min) {
+            fail(format!("lat_us percentiles out of order: {order:?}"));
+        }
+        if !(l.mean >= l.min && l.mean <= l.max && finite_nonneg(l.stdev)) {
+            fail(format!(
+                "lat_us mean {} / stdev {} impossible",
+                l.mean, l.stdev
+            ));
+        }
+        if let Some(n) = r.iterations {
+            if n != l.samples {
+                fail(format!("iterations {n} != lat_us.samples {}", l.samples));
+            }
+        }
+        if let Some(s) = &r.lat_hist {
+            match LatencyHistogram::from_base64(s, l.kind) {
+                Ok(h) if h.summary().as_ref().is_some_and(|d| same_summary(d, l)) => {}
+                Ok(h) => fail(format!(
+                    "lat_hist does not give lat_us: {:?} vs {l:?}",
+                    h.summary()
+                )),
+                Err(e) => fail(format!("lat_hist: {e}")),
+            }
+        }
+    } else if r.lat_hist.is_some() {
+        fail("lat_hist without lat_us".into());
+    }
+    if let Some(u) = &r.udp {
+        if u.received <= u.sent && u.lost != u.sent - u.received {
+            fail(format!(
+                "udp.lost {} != sent {} - received {}",
+                u.lost, u.sent, u.received
+            ));
+        }
+        if u.received > u.sent && u.lost != 0 {
+            fail(format!("udp.lost {} with more received than sent", u.lost));
+        }
+        match (u.loss_pct, u.sent) {
+            (None, 0) => {}
+            (Some(p), s) if s > 0 && close(p, u.lost as f64 * 100.0 / s as f64) => {}
+            (p, s) => fail(format!(
+                "udp.loss_pct {p:?} for lost {} of sent {s}",
+                u.lost
+            )),
+        }
+        for (k, v) in [("jitter_us", u.jitter_us), ("ipdv_us", u.ipdv_us)] {
+            if let Some(v) = v {
+                if !finite_nonneg(v) {
+                    fail(format!("udp.{k} {v} is not a non-negative number"));
+                }
+            }
+        }
+    }
+    bad
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::*;
+
+    fn bw() -> Record {
+        let mut r = Record::new("rdma-bw", Transport::Rdma, 65536, 1);
+        r.set_throughput(65536 * 1000, 0.5, Some(1000));
+        r.bw_peak_gbps = Some(r.bw_gbps.unwrap() * 1.1);
+        r
+    }
+
+    #[test]
+    fn a_consistent_record_passes() {
+        assert_eq!(bw().check(), Vec::<String>::new());
+        let mut l = Record::new("rdma-lat", Transport::Rdma, 2, 1);
+        let mut h = LatencyHistogram::new(LatencyKind::HalfRtt);
+        for ns in [10_000, 12_000, 50_000] {
+            h.record_rtt_ns(ns);
+        }
+        l.set_latency(&h);
+        l.iterations = Some(3);
+        assert_eq!(l.check(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn each_broken_rule_is_named() {
+        let has = |r: &Record, what: &str| {
+            let c = r.check();
+            assert!(c.iter().any(|m| m.contains(what)), "{what}: {c:?}");
+        };
+        let mut r = bw();
+        r.bytes *= 2;
+        has(&r, "bw_gbps");
+        let mut r = bw();
+        r.bw_gbps = None;
+        r.bw_peak_gbps = None;
+        r.msg_rate_mpps = None;
+        has(&r, "no-interval");
+        r.warn(Warning::NoInterval { what: "x".into() });
+        assert!(r.check().is_empty(), "{:?}", r.check());
+        let mut r = bw();
+        r.iterations = Some(7);
+        has(&r, "msg_rate_mpps");
+        let mut r = bw();
+        r.bw_peak_gbps = Some(0.1);
+        has(&r, "below");
+        let mut r = bw();
+        r.direction = Some("bidir".into());
+        has(&r, "bidirectional");
+        let mut r = bw();
+        r.cpu_local_pct = Some(f64::NAN);
+        has(&r, "cpu_local_pct");
+        let mut r = bw();
+        r.stream = Some(1);
+        has(&r, "stream 1");
+        let mut r = bw();
+        r.host_cpu_remote = Some(HostCpu::default());
+        has(&r, "host_cpu_remote");
+        let mut r = Record::new("udp-bw", Transport::Udp, 1472, 1);
+        r.set_throughput(1472 * 9, 1.0, Some(9));
+        r.udp = Some(UdpStats {
+            sent: 10,
+            received: 9,
+            lost: 2,
+            loss_pct: Some(20.0),
+            ..Default::default()
+        });
+        has(&r, "udp.lost");
+        r.udp = Some(UdpStats {
+            sent: 0,
+            received: 0,
+            lost: 0,
+            loss_pct: Some(0.0),
+            ..Default::default()
+        });
+        has(&r, "loss_pct");
+        let mut l = Record::new("tcp-lat", Transport::Tcp, 64, 1);
+        let mut h = LatencyHistogram::new(LatencyKind::Rtt);
+        h.record_rtt_ns(1000);
+        l.set_latency(&h);
+        l.iterations = Some(2);
+        has(&l, "iterations 2");
+        l.iterations = Some(1);
+        let mut other = LatencyHistogram::new(LatencyKind::Rtt);
+        other.record_rtt_ns(9000);
+        l.lat_hist = Some(other.to_base64());
+        has(&l, "lat_hist does not give lat_us");
+        l.lat_hist = Some("garbage".into());
+        has(&l, "lat_hist");
+    }
+}
