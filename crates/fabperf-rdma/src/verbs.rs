@@ -334,7 +334,7 @@ pub(crate) fn wr_seq(id: u64) -> u32 {
 /// the run's `last` one.
 #[inline]
 pub(crate) fn signaled(k: u64, cq_mod: u64, last: Option<u64>) -> bool {
-    k % cq_mod == 0 || Some(k) == last
+    k.is_multiple_of(cq_mod) || Some(k) == last
 }
 
 /// One work completion, copied out of the CQ.

@@ -119,16 +119,26 @@ impl Table {
     }
 
     /// perftest's bandwidth table: `#bytes #iterations BW peak BW average MsgRate`.
-    /// Bandwidth in Gb/sec, or MiB/sec when `mib` is true.
+    /// Bandwidth in Gb/sec, or MiB/sec when `mib` is true. The peak is
+    /// perftest's (iteration mode); "-" where there is none (duration mode,
+    /// as perftest, and bidirectional totals). With bidirectional records a
+    /// last column says which direction a row is.
     pub fn perftest_bw(records: &[Record], mib: bool) -> Table {
         let unit = if mib { "MiB/sec" } else { "Gb/sec" };
-        let mut t = Table::new([
+        let bidir = records
+            .iter()
+            .any(|r| r.direction.as_deref() == Some("bidir"));
+        let mut hdr = vec![
             "#bytes".to_string(),
             "#iterations".to_string(),
             format!("BW peak[{unit}]"),
             format!("BW average[{unit}]"),
             "MsgRate[Mpps]".to_string(),
-        ]);
+        ];
+        if bidir {
+            hdr.push("direction".to_string());
+        }
+        let mut t = Table::new(hdr);
         let conv = |g: Option<f64>| {
             g.map(|g| {
                 if mib {
@@ -140,7 +150,7 @@ impl Table {
             .unwrap_or_else(|| "-".into())
         };
         for r in records.iter().filter(|r| r.transport == Transport::Rdma) {
-            t.row([
+            let mut row = vec![
                 r.size.to_string(),
                 r.iterations
                     .map(|i| i.to_string())
@@ -150,7 +160,11 @@ impl Table {
                 r.msg_rate_mpps
                     .map(|m| format!("{m:.6}"))
                     .unwrap_or_else(|| "-".into()),
-            ]);
+            ];
+            if bidir {
+                row.push(r.direction.clone().unwrap_or_default());
+            }
+            t.row(row);
         }
         t
     }
@@ -216,7 +230,17 @@ impl Table {
             })
             .unwrap_or_else(|| "-".into())
         };
-        for r in records.iter().filter(|r| r.stream.is_none()) {
+        // One row per size: the total (a bidirectional test's direction
+        // records carry no CPU of their own).
+        let bidir_sizes: Vec<u64> = records
+            .iter()
+            .filter(|r| r.direction.as_deref() == Some("bidir"))
+            .map(|r| r.size)
+            .collect();
+        for r in records.iter().filter(|r| {
+            r.stream.is_none()
+                && (r.direction.as_deref() == Some("bidir") || !bidir_sizes.contains(&r.size))
+        }) {
             let mut row = vec![r.size.to_string(), f(r.cpu_local_pct), f(r.cpu_remote_pct)];
             if any_host {
                 row.push(h(&r.host_cpu_local));
@@ -350,9 +374,23 @@ pub(crate) mod tests {
         assert!(s.contains("MiB/sec") && s.contains("7629.39"), "{s}");
         // Duration mode: no peak, shown as "-" (perftest prints 0.00).
         r.bw_peak_gbps = None;
-        let s = Table::perftest_bw(&[r], false).render();
+        let s = Table::perftest_bw(std::slice::from_ref(&r), false).render();
         let row = s.lines().nth(1).unwrap();
         assert!(row.split_whitespace().nth(2) == Some("-"), "{s}");
+        assert!(!s.contains("direction"), "{s}");
+        // Bidirectional: a direction column; the CPU table keeps the total.
+        let mut total = r.clone();
+        total.direction = Some("bidir".into());
+        total.cpu_local_pct = Some(12.0);
+        let mut fwd = r.clone();
+        fwd.direction = Some("forward".into());
+        let recs = [total, fwd];
+        let s = Table::perftest_bw(&recs, false).render();
+        assert!(s.lines().next().unwrap().ends_with("direction"), "{s}");
+        assert!(s.lines().nth(2).unwrap().ends_with("forward"), "{s}");
+        let c = Table::cpu(&recs).render();
+        assert_eq!(c.lines().count(), 2, "{c}");
+        assert!(c.contains("12.0"), "{c}");
     }
 
     #[test]

@@ -290,11 +290,14 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
             println!("per QP:");
             let mut t = Table::new(["#bytes", "QP", "BW average[Gb/sec]", "MsgRate[Mpps]"]);
             for r in &per_qp {
+                let f = |v: Option<f64>, d: usize| {
+                    v.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "-".into())
+                };
                 t.row([
                     r.size.to_string(),
                     r.stream.unwrap_or(0).to_string(),
-                    format!("{:.2}", r.bw_gbps.unwrap_or(0.0)),
-                    format!("{:.6}", r.msg_rate_mpps.unwrap_or(0.0)),
+                    f(r.bw_gbps, 2),
+                    f(r.msg_rate_mpps, 6),
                 ]);
             }
             print!("{}", t.render());
