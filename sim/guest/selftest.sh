@@ -63,6 +63,14 @@ if [[ $total_passed == 0 && $COMPARE_ONLY != 1 ]]; then
 fi
 printf 'fabperf-rdma tests passed in the guest: %d\n' "$total_passed"
 
+# ------------------------------------------------------------ 1b. extra script
+# FABPERF_SIM_EXTRA: a script of the caller's (e.g. one that regenerates the
+# real outputs shown in the docs) run once, in the first guest, after the tests.
+if [[ -n ${FABPERF_SIM_EXTRA:-} && $COMPARE_ONLY != 1 ]]; then
+    say "extra script $FABPERF_SIM_EXTRA"
+    "$FABPERF_SIM_EXTRA" || failed "the extra script $FABPERF_SIM_EXTRA exited with $?"
+fi
+
 # ------------------------------------------------------------ 2. comparison
 # perftest ports: each run gets its own block of 10 (one per attempt); the
 # counter lives in the caller because runs execute in $(...) subshells.

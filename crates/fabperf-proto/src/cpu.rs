@@ -210,8 +210,8 @@ impl HostMeter {
         // of a CPU.
         if (wall.as_secs_f64() * tps as f64) < MIN_TICKS {
             return Err(format!(
-                "the interval of {:.3} s is too short for /proc/stat's 1/{tps} s ticks \
-                 (at least {:.1} s needed)",
+                "a {:.3} s interval is shorter than the {:.1} s that /proc/stat's 1/{tps} s \
+                 ticks need",
                 wall.as_secs_f64(),
                 MIN_TICKS / tps as f64
             ));
@@ -353,7 +353,7 @@ mod tests {
     fn this_host_has_a_figure() {
         let m = HostMeter::start();
         let e = m.finish().unwrap_err();
-        assert!(e.contains("too short"), "{e}");
+        assert!(e.contains("shorter than"), "{e}");
         std::thread::sleep(Duration::from_secs_f64(
             MIN_TICKS / ticks_per_sec() as f64 + 0.01,
         ));

@@ -120,6 +120,18 @@ fn base_record(test: &str, size: u64, streams: u32, ep: &Endpoint, agent: &Endpo
     let (sl, tclass) = ep.qp_av(0).unwrap_or((ep.sl, ep.tclass));
     r.sl = Some(sl);
     r.tclass = local.use_grh.then_some(tclass);
+    for (what, asked, got) in [
+        ("service level", ep.sl, Some(sl)),
+        ("traffic class", ep.tclass, r.tclass),
+    ] {
+        if let Some(got) = got.filter(|&g| g != asked) {
+            r.warn(Warning::PathSettingDiffers {
+                what: what.into(),
+                asked,
+                got,
+            });
+        }
+    }
     r.device = Some(local.device.clone());
     r.ib_port = Some(local.ib_port);
     r.link_layer = Some(local.link_layer.as_str().to_string());

@@ -54,8 +54,8 @@ const YIELD_AFTER: Duration = Duration::from_millis(1);
 /// writes from 0.31-0.34 Gbit/s (perftest's rate: it never yields) to
 /// 0.48-0.54. With a second CPU the kernel work runs there, and yielding
 /// only pulls it onto the poller's CPU: ~5 times the context switches and
-/// 0.95 x perftest at 1 MiB, against 1.01 x without (BENCHMARKS.md, stop
-/// 11). Receivers and latency loops always keep the policy.
+/// 0.95 x perftest at 1 MiB, against 1.01 x without (soft-RoCE under TCG).
+/// Receivers and latency loops always keep the policy.
 fn yield_with_requests_in_flight(online_cpus: Option<usize>) -> bool {
     online_cpus == Some(1)
 }

@@ -299,13 +299,30 @@ fn warmup_iterations_sl_tclass_and_host_cpu() {
         assert_eq!(r.iterations, Some(200), "warm-up not counted: {r:?}");
         assert_eq!(r.bytes, 200 * 4096);
         assert!(r.bw_peak_gbps.unwrap() >= r.bw_gbps.unwrap() * (1.0 - 1e-9));
-        assert_eq!(r.sl, Some(3), "{r:?}");
+        // The record holds what the device reports for the QP, and says so
+        // when that is not what was asked (rxe keeps no service level:
+        // RoCE carries none on the wire).
+        let sl = r.sl.unwrap();
+        assert!(sl == 3 || r.has_warning("path-setting-differs"), "{r:?}");
         if r.link_layer.as_deref() == Some("Ethernet") {
             assert_eq!(r.tclass, Some(106), "{r:?}");
         }
+    }
+    // Host CPU of both ends over a measured interval long enough for
+    // /proc/stat's ticks; the passive end (reads come from its memory)
+    // reports its host too.
+    for op in [Op::Write, Op::Read] {
+        let p = BwParams {
+            duration: Some(0.6),
+            warmup: Some(0.1),
+            ..bw(&dev, op)
+        };
+        let recs = run_bw(a.addr(), &cfg(), &p).unwrap();
+        consistent(&recs);
+        let r = &recs[0];
         assert!(
             r.host_cpu_local.is_some() && r.host_cpu_remote.is_some(),
-            "{r:?}"
+            "{op:?}: {r:?}"
         );
     }
     let p = LatParams {
@@ -317,10 +334,6 @@ fn warmup_iterations_sl_tclass_and_host_cpu() {
     consistent(&recs);
     assert_eq!(recs[0].lat_us.as_ref().unwrap().samples, 200);
     assert!(recs[0].lat_hist.is_some());
-    // The passive end (reads come from its memory) still reports its host.
-    let recs = run_bw(a.addr(), &cfg(), &bw(&dev, Op::Read)).unwrap();
-    consistent(&recs);
-    assert!(recs[0].host_cpu_remote.is_some(), "{:?}", recs[0]);
 }
 
 #[test]

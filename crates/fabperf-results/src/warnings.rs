@@ -111,6 +111,10 @@ pub enum Warning {
     NoPeak { why: String },
     /// RDMA: the polling loops could not run at SCHED_IDLE.
     PollerPriorityRefused { side: Side, text: String },
+    /// RDMA: the device reports a different service level or traffic
+    /// class for the QP than was asked (a software device may not keep
+    /// one that has no meaning on its wire).
+    PathSettingDiffers { what: String, asked: u8, got: u8 },
     /// RDMA: deregistering a memory region failed; the buffer was leaked
     /// so the NIC can never write freed memory.
     BufferLeaked { side: Side, text: String },
@@ -199,6 +203,10 @@ pub const REGISTRY: &[(&str, &str)] = &[
         "the RDMA polling loops could not run at SCHED_IDLE",
     ),
     (
+        "path-setting-differs",
+        "the device reports another service level or traffic class than asked",
+    ),
+    (
         "buffer-leaked",
         "an RDMA memory region could not be deregistered; its buffer was leaked",
     ),
@@ -233,6 +241,7 @@ impl Warning {
             Warning::WindowTooFewCompletions { .. } => "window-too-few-completions",
             Warning::NoPeak { .. } => "no-peak",
             Warning::PollerPriorityRefused { .. } => "poller-priority-refused",
+            Warning::PathSettingDiffers { .. } => "path-setting-differs",
             Warning::BufferLeaked { .. } => "buffer-leaked",
             Warning::TeardownFailed { .. } => "teardown-failed",
         }
@@ -261,9 +270,9 @@ impl Warning {
             Warning::CpuUnknown { side, why } => format!(
                 "the {side}'s thread CPU time could not be read ({why}); its CPU figure is absent"
             ),
-            Warning::HostCpuUnknown { side, why } => format!(
-                "the {side}'s host CPU time could not be read ({why}); its host_cpu figure is absent"
-            ),
+            Warning::HostCpuUnknown { side, why } => {
+                format!("no host CPU figure for the {side}: {why}")
+            }
             Warning::FewSamples { count, what, hint } => {
                 format!("only {count} {what}: {hint}")
             }
@@ -325,6 +334,11 @@ impl Warning {
             ),
             Warning::NoPeak { why } => format!("BW peak not computed: {why}"),
             Warning::PollerPriorityRefused { side, text } => format!("{side}: {text}"),
+            Warning::PathSettingDiffers { what, asked, got } => format!(
+                "{what} {asked} was asked for, but the device reports {got} for the queue pair \
+                 (the record holds what the device reports); a software device may not keep a \
+                 setting its wire format has no place for"
+            ),
             Warning::BufferLeaked { side, text } => format!("{side}: {text}"),
             Warning::TeardownFailed { side, text } => format!("{side}: {text}"),
         }
@@ -427,6 +441,11 @@ pub(crate) fn examples() -> Vec<Warning> {
         Warning::PollerPriorityRefused {
             side: Agent,
             text: "EPERM".into(),
+        },
+        Warning::PathSettingDiffers {
+            what: "service level".into(),
+            asked: 3,
+            got: 0,
         },
         Warning::BufferLeaked {
             side: Client,
