@@ -17,8 +17,8 @@ pub(crate) const T_DATA: u8 = 2;
 pub(crate) const T_PROBE: u8 = 3;
 pub(crate) const T_REPLY: u8 = 4;
 pub(crate) const F_MEASURED: u8 = 1;
-/// Not the first datagram of its `sendmmsg` call: its timestamp was taken
-/// when the call was prepared, not when the datagram left, so the receiver
+/// Not the first datagram of its `sendmmsg` call: its timestamp is the
+/// call's (the first datagram's send time), not its own, so the receiver
 /// leaves it out of the jitter estimate.
 pub(crate) const F_BATCHED: u8 = 2;
 
@@ -29,8 +29,8 @@ pub(crate) struct Header {
     pub flags: u8,
     pub session: u32,
     pub seq: u64,
-    /// Sender's monotonic clock, nanoseconds since its own start, read for
-    /// this datagram.
+    /// Sender's monotonic clock, nanoseconds since its own start: this
+    /// datagram's send time, or its call's when `F_BATCHED` is set.
     pub ts_ns: u64,
 }
 

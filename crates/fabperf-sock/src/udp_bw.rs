@@ -171,19 +171,22 @@ fn run_sender(
             }
             k = k.min((due_count - seq) as usize);
         }
-        // One timestamp per datagram, read as its header is written. The
-        // first datagram of the call is stamped last, right before the
-        // system call, so its stamp is when it is handed to the kernel;
-        // the others leave in the same call behind it and are flagged, so
-        // the receiver's jitter does not count the batch's spacing.
+        // The send time, read for this call just before it: the first
+        // datagram of the call is handed to the kernel then, so its stamp is
+        // its own send time. The others leave in the same call behind it;
+        // they carry the same stamp flagged as the call's, not theirs, and
+        // the receiver leaves them out of the jitter, so the spacing inside
+        // a batch never counts as jitter. (A clock read for each of them
+        // would be unused, and at full rate cost ~4 % of the send rate.)
+        // Paced below the system-call rate, every call holds one datagram.
         let base_flags = if measuring { F_MEASURED } else { 0 };
-        for i in (0..k).rev() {
+        h.ts_ns = start.elapsed().as_nanos() as u64;
+        for i in 0..k {
             h.flags = base_flags | if i > 0 { F_BATCHED } else { 0 };
             h.seq = match plan.script {
                 Some(s) => s[seq as usize + i],
                 None => seq + i as u64,
             };
-            h.ts_ns = start.elapsed().as_nanos() as u64;
             h.write(batch.slot(i));
         }
         match batch.send(fd, k) {
