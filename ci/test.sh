@@ -20,6 +20,8 @@ step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test --workspace"
 cargo test --workspace --locked --no-fail-fast
+step "fabperf report: gates' exit status, HTML in headless Chromium, OpenMetrics through a real parser, Pushgateway push"
+./ci/report-check.sh
 step "Kubernetes manifests against upstream schemas"
 ./ci/k8s-validate.sh
 step "real ConnectX pair (hw-tests; skipped with the reason unless FABPERF_HW_PEER is set)"

@@ -16,6 +16,8 @@ pub mod analysis;
 pub mod data;
 pub mod gate;
 pub mod hist;
+pub mod html;
+pub mod openmetrics;
 pub mod stats;
 pub mod text;
 pub mod units;

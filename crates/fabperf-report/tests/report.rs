@@ -5,6 +5,7 @@ mod common;
 
 use fabperf_report::analysis::{Family, LatSource, Level};
 use fabperf_report::gate;
+use fabperf_report::openmetrics::Flavor;
 use fabperf_report::text;
 use fabperf_report::{build, Options, Report};
 use fabperf_store::Store;
@@ -231,6 +232,14 @@ fn golden_outputs() {
         "fixture.json",
         &(serde_json::to_string_pretty(&r).unwrap() + "\n"),
     );
+    let s = Store::open_read_only(&db).unwrap();
+    let runs = fabperf_report::openmetrics::load_runs(&s, None).unwrap();
+    let (om, n) = fabperf_report::openmetrics::exposition(&runs, Flavor::OpenMetrics);
+    assert!(n > 100, "{n} samples");
+    golden("fixture.om", &om);
+    let (prom, n2) = fabperf_report::openmetrics::exposition(&runs, Flavor::Prometheus);
+    assert_eq!(n, n2);
+    assert!(!prom.contains("# EOF") && !prom.contains("# UNIT"));
 }
 
 #[test]
@@ -298,4 +307,43 @@ fn gates_pass_and_fail_with_the_cells_named() {
     let out = gate::evaluate_all(&gs, &r);
     assert!(out.iter().all(|o| o.passed()), "{out:?}");
     assert_eq!(out.iter().filter(|o| o.not_applicable).count(), 2);
+}
+
+#[test]
+fn html_has_the_charts_and_escapes_the_store() {
+    let (_d, db) = fixture();
+    let r = report(&db, &Options::default());
+    let h = fabperf_report::html::render(&r);
+    for id in ["bandwidth", "udp", "latency-1", "mesh-1"] {
+        assert!(h.contains(&format!("data-chart=\"{id}\"")), "no chart {id}");
+    }
+    // Four paths' bars in the bandwidth chart, the baseline outlined.
+    assert!(h.contains(r#"class="baseline""#));
+    assert!(h.contains("Content-Security-Policy"));
+    assert!(!h.contains("<script"));
+    assert!(!h.contains("http://") || !h.contains("src=\"http"));
+    // Hostile text in the store (a path label, an error, a finding) stays text.
+    let c = rusqlite::Connection::open(&db).unwrap();
+    c.execute(
+        "UPDATE cells SET path = '<script>alert(1)</script>' WHERE path = 'overlay'",
+        [],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE cells SET error = '</pre><img src=x onerror=alert(2)>' WHERE state = 'failed'",
+        [],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE findings SET body = json_set(body, '$.summary', '\"><svg onload=alert(3)>')",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let r = report(&db, &Options::default());
+    let h = fabperf_report::html::render(&r);
+    assert!(!h.contains("<script>alert"), "unescaped path label");
+    assert!(!h.contains("<img src=x"), "unescaped error");
+    assert!(!h.contains("<svg onload"), "unescaped finding");
+    assert!(h.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
 }

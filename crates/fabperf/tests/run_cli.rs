@@ -74,7 +74,8 @@ impl Drop for Agents {
 }
 
 fn write_plan(dir: &Path, port: u16, n: u8, tests: &str) -> std::path::PathBuf {
-    let mut t = format!("name = \"cli\"\ntimeout = \"5s\"\nretries = 3\nretry_delay = \"300ms\"\n");
+    let mut t =
+        "name = \"cli\"\ntimeout = \"5s\"\nretries = 3\nretry_delay = \"300ms\"\n".to_string();
     for i in 1..=n {
         t.push_str(&format!(
             "[[agents]]\nname = \"n{i}\"\naddr = \"127.0.0.{i}:{port}\"\n"

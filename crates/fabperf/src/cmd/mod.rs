@@ -6,6 +6,7 @@ pub mod common;
 pub mod detect;
 pub mod k8s;
 pub mod rdma;
+pub mod report;
 pub mod run;
 pub mod server;
 pub mod sock;
