@@ -373,6 +373,25 @@ fn dim_str(dims: &Value, k: &str) -> Option<String> {
     }
 }
 
+/// A UDP target rate as the plan spells rates: `500M`, `2.5G`, `max`.
+fn rate_label(dims: &Value) -> Option<String> {
+    let v = dims.get("rate")?;
+    if let Some(b) = v.as_f64().filter(|b| *b > 0.0) {
+        for (unit, f) in [("G", 1e9), ("M", 1e6), ("K", 1e3)] {
+            if b >= f {
+                let x = b / f;
+                return Some(if x.fract() == 0.0 {
+                    format!("{x:.0}{unit}")
+                } else {
+                    format!("{}{unit}", format!("{x:.3}").trim_end_matches('0'))
+                });
+            }
+        }
+        return Some(format!("{b}"));
+    }
+    dim_str(dims, "rate")
+}
+
 fn dim_u64(dims: &Value, k: &str) -> Option<u64> {
     dims.get(k)?.as_u64()
 }
@@ -689,7 +708,7 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
             op: acc.op.clone(),
             direction: acc.direction.clone(),
             mtu: acc.mtu,
-            rate: dim_str(&s.dims, "rate"),
+            rate: rate_label(&s.dims),
             nodes: acc.nodes.iter().cloned().collect(),
             cells: acc.cells.clone(),
             values: acc.values.clone(),
@@ -1387,6 +1406,19 @@ fn majority(vals: impl Iterator<Item = f64>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates() {
+        let r = |v: Value| rate_label(&serde_json::json!({ "rate": v }));
+        assert_eq!(r(serde_json::json!(500_000_000)).as_deref(), Some("500M"));
+        assert_eq!(
+            r(serde_json::json!(2_500_000_000u64)).as_deref(),
+            Some("2.5G")
+        );
+        assert_eq!(r(serde_json::json!("max")).as_deref(), Some("max"));
+        assert_eq!(r(serde_json::json!("500M")).as_deref(), Some("500M"));
+        assert_eq!(rate_label(&serde_json::json!({})), None);
+    }
 
     #[test]
     fn signs_and_numbers() {

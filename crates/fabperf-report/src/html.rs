@@ -59,7 +59,9 @@ fn n(v: f64) -> String {
     format!("{v:.1}")
 }
 
-fn group_label(r: &Row) -> String {
+/// A group's label: the test and sweep point, and the pair for the
+/// pairs pattern (several pairs of one test are told apart by their nodes).
+fn group_lines(r: &Row) -> (String, Option<String>) {
     let mut s = r.test.clone();
     if let Some(b) = r.size {
         s.push(' ');
@@ -79,11 +81,20 @@ fn group_label(r: &Row) -> String {
     if let Some(rate) = &r.rate {
         s.push_str(&format!(" @{rate}"));
     }
-    if r.pattern == "pairs" && !r.scope.is_empty() {
-        // Several pairs of one test are told apart by their nodes.
-        s.push_str(&format!(" {}", r.scope.replace(" -> ", "→")));
+    let pair = (r.pattern == "pairs" && !r.scope.is_empty()).then(|| r.scope.replace(" -> ", "→"));
+    (s, pair)
+}
+
+fn group_label(r: &Row) -> String {
+    match group_lines(r) {
+        (s, Some(p)) => format!("{s} {p}"),
+        (s, None) => s,
     }
-    s
+}
+
+/// Width of a text at font-size 11, roughly (for layout only).
+fn text_w(s: &str) -> f64 {
+    s.chars().count() as f64 * 6.4
 }
 
 /// Grouped bars: one group per test × size × sweep point, one bar per path,
@@ -136,10 +147,14 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
     let left = 64.0;
     let plot_h = 260.0;
     let top_pad = 30.0;
-    let label_h = 70.0;
+    let label_h = 44.0;
     let widths: Vec<f64> = groups
         .iter()
-        .map(|(_, v)| v.len() as f64 * bar_w + gap)
+        .map(|(_, v)| {
+            let (a, b) = group_lines(v[0]);
+            let text = text_w(&a).max(b.as_deref().map(text_w).unwrap_or(0.0)) + 14.0;
+            (v.len() as f64 * bar_w + gap).max(text)
+        })
         .collect();
     let width = (left + widths.iter().sum::<f64>() + 20.0).max(480.0);
     let height = top_pad + plot_h + label_h;
@@ -177,8 +192,10 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
         n(top_pad + plot_h / 2.0),
         n(top_pad + plot_h / 2.0)
     );
-    let mut x = left + gap / 2.0;
+    let mut x0 = left;
     for ((_, rows), w) in groups.iter().zip(&widths) {
+        // Bars centred in the group's slot.
+        let x = x0 + (w - rows.len() as f64 * bar_w) / 2.0;
         let base_row = rows
             .iter()
             .find(|r| Some(r.path.as_str()) == rep.baseline.as_deref());
@@ -252,16 +269,26 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
                 yy = n(y(bm))
             );
         }
-        let lx = x + rows.len() as f64 * bar_w / 2.0;
-        let ly = top_pad + plot_h + 14.0;
+        let lx = x0 + w / 2.0;
+        let ly = top_pad + plot_h + 16.0;
+        let (head, pair) = group_lines(rows[0]);
         let _ = write!(
             s,
-            r#"<text x="{lx}" y="{ly}" font-size="11" text-anchor="end" transform="rotate(-30 {lx} {ly})">{}</text>"#,
-            esc(&group_label(rows[0])),
+            r#"<text x="{lx}" y="{ly}" font-size="11" text-anchor="middle">{}</text>"#,
+            esc(&head),
             lx = n(lx),
             ly = n(ly)
         );
-        x += w;
+        if let Some(p) = pair {
+            let _ = write!(
+                s,
+                r##"<text x="{lx}" y="{ly}" font-size="10" fill="#555" text-anchor="middle">{}</text>"##,
+                esc(&p),
+                lx = n(lx),
+                ly = n(ly + 14.0)
+            );
+        }
+        x0 += w;
     }
     let _ = write!(
         s,
@@ -273,7 +300,7 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
     Some(s)
 }
 
-fn legend(rep: &Report, paths: &[String]) -> String {
+fn legend(rep: &Report, paths: &[String], base_note: &str) -> String {
     let mut s = String::from(r#"<p class="legend">"#);
     let all = rep.paths();
     for p in paths {
@@ -284,7 +311,7 @@ fn legend(rep: &Report, paths: &[String]) -> String {
             colour(i),
             esc(p),
             if Some(p.as_str()) == rep.baseline.as_deref() {
-                " (baseline: outlined bar, dashed line)"
+                base_note
             } else {
                 ""
             }
@@ -621,7 +648,7 @@ h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:32px;border-bot
 th,td{padding:3px 8px;border-bottom:1px solid #eee;white-space:nowrap}th{background:#f6f6f6}
 td.l,th.l{text-align:left}td.r,th.r{text-align:right;font-variant-numeric:tabular-nums}
 .scroll{overflow-x:auto}.charts{display:flex;flex-wrap:wrap;gap:12px}
-.verdict td{white-space:normal}.lvl{font-weight:600;padding:1px 6px;border-radius:3px}
+.verdict td:last-child{white-space:normal}.lvl{font-weight:600;padding:1px 6px;border-radius:3px}
 .ok{background:#e3f4e8;color:#17622f}.warn{background:#fff1cc;color:#7a5600}.bad{background:#fde2e1;color:#9b1c1c}
 .legend span{margin-right:14px}.legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px}
 pre{background:#f8f8f8;padding:8px;overflow-x:auto;font-size:12px}ol.notes{font-size:12px;color:#444}
@@ -698,7 +725,7 @@ pub fn render(rep: &Report) -> String {
                 s,
                 r#"<h2 id="{id}-chart">{}: per size and path</h2>{}<div class="scroll">{chart}</div>"#,
                 esc(fam.title()),
-                legend(rep, &paths)
+                legend(rep, &paths, " (baseline: outlined bar, dashed line)")
             );
         }
     }
@@ -746,7 +773,7 @@ pub fn render(rep: &Report) -> String {
         let _ = write!(
             s,
             r#"<h2 id="latency-chart">Latency percentiles per path</h2>{}<p class="meta">From every sample of every repeat (merged histograms); dashed: only the repeats' stored percentiles were available.</p><div class="charts">{}</div>"#,
-            legend(rep, &paths),
+            legend(rep, &paths, " (baseline)"),
             charts.join("")
         );
     }
