@@ -83,11 +83,12 @@ has "$tmp/err" "n1->n3 1.00" "stderr lists the mesh outliers"
 expect 2 "a malformed gate" "$FP" report --db "$tmp/fx.db" --gate 'rdma-bw >= 90% prot_rate'
 has "$tmp/err" "column 16" "the error names the column"
 expect 2 "an unknown preset" "$FP" report --db "$tmp/fx.db" --gate-preset nope
-expect 0 "preset list" "$FP" report --db "$tmp/fx.db" --gate-preset list
+expect 0 "preset list (no store needed)" "$FP" report --gate-preset list
 has "$tmp/out" "connectx-acceptance" "the shipped preset is listed"
 expect 0 "connectx-acceptance on the fixture (RDMA at 94 % of 25 Gbit/s)" "$FP" report --db "$tmp/fx.db" --gate-preset connectx-acceptance --format csv
 expect 2 "an unknown --baseline" "$FP" report --db "$tmp/fx.db" --baseline nowhere
 expect 2 "no such store" "$FP" report --db "$tmp/missing.db"
+expect 2 "an HTML path that cannot be written" "$FP" report --db "$tmp/fx.db" --html "$tmp/no/such/dir/r.html"
 printf 'not sqlite\n' >"$tmp/junk.db"
 expect 2 "a file that is not a store" "$FP" report --db "$tmp/junk.db"
 expect 0 "markdown" "$FP" report --db "$tmp/fx.db" --format markdown

@@ -30,8 +30,8 @@ pub enum ReportFormat {
 )]
 pub struct ReportArgs {
     /// The results store (SQLite) written by `fabperf run`.
-    #[arg(long, value_name = "FILE")]
-    pub db: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "presets")]
+    pub db: Option<PathBuf>,
     /// The run (default: the newest).
     #[arg(long, value_name = "ID")]
     pub run: Option<i64>,
@@ -85,6 +85,14 @@ fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<ExitCode> {
+    // Anything that goes wrong is exit 2: 1 means a gate was violated.
+    Ok(match report(a) {
+        Ok(code) => code,
+        Err(e) => usage(format!("{e:#}")),
+    })
+}
+
+fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
     if a.presets.iter().any(|p| p == "list") {
         for p in gate::PRESETS {
             println!("{}: {}", p.name, p.about);
@@ -118,7 +126,10 @@ pub fn run(a: ReportArgs) -> anyhow::Result<ExitCode> {
             gates.push((parsed, Some(p.name.to_string())));
         }
     }
-    let store = match Store::open_read_only(&a.db) {
+    let Some(db) = &a.db else {
+        return Ok(usage("--db FILE is needed (the store `fabperf run` wrote)"));
+    };
+    let store = match Store::open_read_only(db) {
         Ok(s) => s,
         Err(e) => return Ok(usage(e)),
     };
