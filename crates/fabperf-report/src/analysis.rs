@@ -147,7 +147,11 @@ pub struct Row {
 impl Row {
     /// `tcp-bw 64K fp-node1 -> fp-node2 on overlay`, for gate messages.
     pub fn label(&self) -> String {
-        let mut s = format!("{} ({})", self.test, self.kind);
+        let mut s = if self.test == self.kind {
+            self.test.clone()
+        } else {
+            format!("{} ({})", self.test, self.kind)
+        };
         if let Some(op) = &self.op {
             s.push_str(&format!(" op {op}"));
         }
@@ -1090,10 +1094,17 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
             .min_by(|a, b| a.1.total_cmp(&b.1));
         if let Some((r, pct)) = worst_bw {
             let d = r.base.as_ref().expect("filtered on base");
+            // Within the two intervals: a small difference is noise; a large
+            // one is reported, softened, with the reason (too few repeats).
             let noise = d.within_noise == Some(true);
-            if pct <= -5.0 && !noise {
+            let caveat = if noise {
+                "; within the 95 % intervals of its repeats, so more repeats are needed to be sure"
+            } else {
+                ""
+            };
+            if pct <= -5.0 && !(noise && pct > -25.0) {
                 parts.push(format!(
-                    "{} % vs {} {} ({} {} vs {} Gbit/s)",
+                    "{} % vs {} {} ({} {} vs {} Gbit/s{caveat})",
                     signed(pct, 0),
                     d.path,
                     where_(r),
@@ -1101,7 +1112,7 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                     fmt_num(r.mean().unwrap_or(f64::NAN)),
                     fmt_num(d.base_mean)
                 ));
-                level = level.max(if pct <= -25.0 {
+                level = level.max(if pct <= -25.0 && (!noise || pct <= -50.0) {
                     Level::Bad
                 } else {
                     Level::Warn
@@ -1197,6 +1208,42 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                     list_or_none(m.bad_nodes.iter().map(String::as_str)),
                     list_or_none(m.bad_links.iter().map(|(a, b)| format!("{a}-{b}")))
                 ));
+                level = level.max(Level::Warn);
+            }
+        }
+        // Incast fairness and bisection bandwidth, in one phrase each.
+        let ics: Vec<&Incast> = rep.incasts.iter().filter(|i| i.path == path).collect();
+        if let Some(worst) = ics
+            .iter()
+            .filter(|i| i.jain.is_some())
+            .min_by(|a, b| a.jain.unwrap_or(1.0).total_cmp(&b.jain.unwrap_or(1.0)))
+        {
+            parts.push(format!(
+                "incast: Jain's index {:.2} at worst (into {}){}",
+                worst.jain.unwrap_or(1.0),
+                worst.receiver,
+                worst
+                    .pct_port
+                    .map(|p| format!(", {p:.0} % of its port"))
+                    .unwrap_or_default()
+            ));
+        }
+        if let Some(worst) = rep
+            .bisections
+            .iter()
+            .filter(|b| b.path == path && b.pct_port.is_some())
+            .min_by(|a, b| {
+                a.pct_port
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.pct_port.unwrap_or(0.0))
+            })
+        {
+            let p = worst.pct_port.unwrap_or(0.0);
+            parts.push(format!(
+                "bisection: {} Gbit/s, {p:.0} % of the flows' port rates at worst",
+                fmt_num(worst.aggregate_gbps.unwrap_or(f64::NAN))
+            ));
+            if p < 50.0 {
                 level = level.max(Level::Warn);
             }
         }
@@ -1301,7 +1348,7 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                 let fair = 1.0 / k as f64;
                 if s.share < 0.5 * fair {
                     parts.push(format!(
-                        "got {:.0} % of the bandwidth into {} in incast {} (fair share {:.0} %)",
+                        "got {:.0} % of the bandwidth into {} as one of {k} incast senders (test {}; fair share {:.0} %)",
                         s.share * 100.0,
                         ic.receiver,
                         ic.test,

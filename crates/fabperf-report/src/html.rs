@@ -383,10 +383,7 @@ fn latency_chart(rep: &Report, rows: &[&Row], id: &str) -> Option<String> {
     );
     let px = |q: f64| left + nines(q) / xmax * (w - left - right);
     let py = |v: f64| top + (d1 - v.log10()) / (d1 - d0) * (h - top - bottom);
-    let title = format!(
-        "{}: latency percentiles per path (µs, log scale)",
-        group_label(rows[0])
-    );
+    let title = format!("{}: µs by percentile (log)", group_label(rows[0]));
     let mut s = String::new();
     let _ = write!(
         s,
@@ -506,7 +503,10 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
         .unwrap_or(4) as f64
         * 7.0
         + 12.0;
-    let (w, h) = (lab + cell * k as f64 + 10.0, lab + cell * k as f64 + 34.0);
+    let (w, h) = (
+        (lab + cell * k as f64 + 10.0).max(520.0),
+        lab + cell * k as f64 + 34.0,
+    );
     let title = format!(
         "mesh {} ({}) on path {}: {} per pair, from row to column",
         g.test,
