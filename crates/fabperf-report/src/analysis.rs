@@ -316,7 +316,8 @@ impl Report {
         let dir = |r: &Row| r.direction.clone().unwrap_or_else(|| "forward".into());
         self.rows
             .iter()
-            .filter(|b| {
+            .enumerate()
+            .filter(|(_, b)| {
                 b.path == path
                     && b.family == row.family
                     && b.size == row.size
@@ -324,18 +325,19 @@ impl Report {
                     && b.scope_key == row.scope_key
                     && b.stats.is_some()
             })
-            .max_by_key(|b| {
-                // max_by_key keeps the last of equals: reverse order keeps
-                // the plan's first on ties.
+            // max_by_key keeps the last of equals: the reversed index keeps
+            // the plan's first on ties.
+            .max_by_key(|(i, b)| {
                 (
                     4 * (b.kind == row.kind) as u32
                         + 2 * (b.streams == row.streams) as u32
                         + (b.op == row.op) as u32
                         + (b.mtu == row.mtu) as u32
                         + (b.rate == row.rate) as u32,
-                    std::cmp::Reverse(self.rows.iter().position(|x| std::ptr::eq(x, *b))),
+                    std::cmp::Reverse(*i),
                 )
             })
+            .map(|(_, b)| b)
     }
 }
 
@@ -354,7 +356,7 @@ pub fn build(store: &Store, opts: &Options) -> Result<Report, ReportError> {
     // The mesh matrices, with the plan's rule per test.
     for test in summary::mesh_tests(store, data.run.id)? {
         let rule = data.mesh_rules.get(&test).copied();
-        let a = summary::analyze(
+        match summary::analyze(
             store,
             data.run.id,
             &test,
@@ -362,8 +364,14 @@ pub fn build(store: &Store, opts: &Options) -> Result<Report, ReportError> {
                 .unwrap_or(summary::DEFAULT_BW_FRACTION),
             rule.map(|r| r.lat_factor)
                 .unwrap_or(summary::DEFAULT_LAT_FACTOR),
-        )?;
-        report.meshes.push(a);
+        ) {
+            Ok(a) => report.meshes.push(a),
+            // The mesh summary reads records strictly; one it cannot read
+            // costs the matrix, not the whole report.
+            Err(e) => report
+                .notes
+                .push(format!("mesh test {test}: no matrix: {e}")),
+        }
     }
     report.verdicts = verdicts(&report, &data);
     Ok(report)

@@ -347,3 +347,61 @@ fn html_has_the_charts_and_escapes_the_store() {
     assert!(!h.contains("<svg onload"), "unescaped finding");
     assert!(h.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
 }
+
+#[test]
+fn bad_records_and_histograms_in_the_store() {
+    let (_d, db) = fixture();
+    let c = rusqlite::Connection::open(&db).unwrap();
+    // A histogram that is not one, a record that is not an object, a
+    // record whose figures have the wrong types.
+    c.execute(
+        "UPDATE measurements SET record = json_set(record, '$.lat_hist', 'not base64!'), lat_hist = NULL WHERE cell_id = 'lat-host-64-r1'",
+        [],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE measurements SET record = '[]' WHERE cell_id = 'bw-host-16384-r2'",
+        [],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE measurements SET record = json_set(record, '$.bw_gbps', 'fast', '$.size', -1) WHERE cell_id = 'bw-host-16384-r1'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let r = report(&db, &Options::default());
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("lat-host-64-r1") && n.contains("not base64")),
+        "{:?}",
+        r.notes
+    );
+    // The row falls back to stored percentiles for all its repeats, and says so.
+    let l = row(&r, "lat", "host", 64).lat.as_ref().unwrap();
+    assert_eq!(l.source, LatSource::StoredPercentiles);
+    // Only the one good repeat of host 16K is left.
+    let h = row(&r, "bw", "host", 16384);
+    assert_eq!(h.values, vec![6.0]);
+    // The mesh summary reads records strictly: its matrix is left out, said so.
+    assert!(r.meshes.is_empty());
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("mesh test mesh-bw: no matrix") && n.contains("bw-host-16384-r1")),
+        "{:?}",
+        r.notes
+    );
+    // Not JSON at all: the store refuses with the cell named.
+    let c = rusqlite::Connection::open(&db).unwrap();
+    c.execute(
+        "UPDATE measurements SET record = '{oops' WHERE cell_id = 'udp-host'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let s = Store::open_read_only(&db).unwrap();
+    let e = build(&s, &Options::default()).unwrap_err().to_string();
+    assert!(e.contains("udp-host"), "{e}");
+}
