@@ -2,6 +2,8 @@
 # fabperf's whole test suite. Run after ./ci/install-deps.sh (or ./install.sh).
 #   ./ci/test.sh            # everything: lint, unit + loopback tests, manifests, namespace testbed, soft-RoCE guest
 #   ./ci/test.sh --no-vm    # skip the soft-RoCE QEMU guest (about 10 minutes under TCG)
+# Ends with a summary: each step PASSED, SKIPPED (with the reason: a step
+# that exits 77 ran nothing) or FAILED. Stops at the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -12,26 +14,55 @@ for a in "$@"; do
     *) echo "usage: $0 [--no-vm]" >&2; exit 2 ;;
   esac
 done
-step() { printf '\n==> %s\n' "$*"; }
 
-step "cargo fmt --check"
-cargo fmt --all -- --check
-step "cargo clippy -D warnings"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-step "cargo test --workspace"
-cargo test --workspace --locked --no-fail-fast
-step "fuzzing (libFuzzer targets in fuzz/; FUZZ_SECONDS=${FUZZ_SECONDS:-30} per target)"
-./ci/fuzz.sh
-step "Kubernetes manifests against upstream schemas"
-./ci/k8s-validate.sh
-step "real ConnectX pair (hw-tests; skipped with the reason unless FABPERF_HW_PEER is set)"
-./hw-tests/connectx.sh
-step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/testbed-test.sh)"
-./sim/testbed-test.sh
-step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay (sim/testbed-run-test.sh)"
-./sim/testbed-run-test.sh
+SUMMARY=()
+summary() {
+  printf '\n==> summary\n'
+  local line
+  for line in "${SUMMARY[@]}"; do printf '  %s\n' "$line"; done
+}
+
+# step NAME CMD...: run CMD, record PASSED / SKIPPED (exit 77) / FAILED.
+step() {
+  local name=$1 rc=0 t0=$SECONDS log
+  shift
+  printf '\n==> %s\n' "$name"
+  log=$(mktemp)
+  "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+  local secs=$((SECONDS - t0))
+  case $rc in
+    0) SUMMARY+=("PASSED   $name (${secs}s)") ;;
+    77)
+      local why
+      why=$(grep -m1 -o 'skipped: .*' "$log" | sed 's/^skipped: //' || true)
+      SUMMARY+=("SKIPPED  $name: ${why:-no reason given}")
+      ;;
+    *)
+      SUMMARY+=("FAILED   $name (exit $rc, ${secs}s)")
+      rm -f "$log"
+      summary
+      exit "$rc"
+      ;;
+  esac
+  rm -f "$log"
+}
+
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
+step "rust-version is true for the locked dependencies" ./ci/rust-version.sh
+step "cargo test --workspace (RDMA device tests are ignored here; the guest runs them)" \
+  cargo test --workspace --locked --no-fail-fast
+step "fuzzing (libFuzzer targets in fuzz/; FUZZ_SECONDS=${FUZZ_SECONDS:-30} per target)" ./ci/fuzz.sh
+step "Kubernetes manifests against upstream schemas" ./ci/k8s-validate.sh
+step "real ConnectX pair (hw-tests; SKIPPED unless FABPERF_HW_PEER is set)" ./hw-tests/connectx.sh
+step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/testbed-test.sh)" \
+  ./sim/testbed-test.sh
+step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay (sim/testbed-run-test.sh)" \
+  ./sim/testbed-run-test.sh
 if [ "$VM" = 1 ]; then
-  step "soft-RoCE guest: RDMA tests and fabperf vs perftest"
-  ./sim/softroce.sh
+  step "soft-RoCE guest: RDMA device tests and fabperf vs perftest" ./sim/softroce.sh
+else
+  SUMMARY+=("SKIPPED  soft-RoCE guest: --no-vm")
 fi
-step "all tests passed"
+summary
+echo "all steps passed or were skipped"

@@ -2,7 +2,8 @@
 # Real-hardware acceptance test for fabperf's RDMA engine (ConnectX pair).
 #
 # Runs only when an RDMA NIC pair is configured; otherwise prints why it
-# skipped and exits 0. Configure:
+# skipped and exits 77 (ci/test.sh reports the step as SKIPPED, not passed).
+# Configure:
 #   FABPERF_HW_PEER      host (or host:port) of a `fabperf server` on the other node,
 #                        started there with its RDMA device, e.g.
 #                        fabperf server --bind 0.0.0.0 --token-file T --rdma-device mlx5_0
@@ -12,10 +13,11 @@
 #                        IB MTU 4096 wire limit is 98.0)
 #   FABPERF_HW_MAX_LAT_US  p50 ceiling for send/write latency (default 2.5; read gets +2)
 #   FABPERF_BIN          fabperf binary (default: fabperf on PATH)
-# Exit status: 0 pass or skipped, 1 a figure missed its target, 2 a run failed.
+# Exit status: 0 pass, 77 skipped (nothing ran), 1 a figure missed its target,
+# 2 a run failed.
 set -euo pipefail
 
-skip() { echo "hw-tests/connectx.sh: skipped: $*"; exit 0; }
+skip() { echo "hw-tests/connectx.sh: skipped: $*"; exit 77; }
 fail() { echo "hw-tests/connectx.sh: FAIL: $*" >&2; exit 1; }
 
 [[ -n ${FABPERF_HW_PEER:-} ]] || skip "FABPERF_HW_PEER is not set (no RDMA NIC pair configured; see the header of this script)"

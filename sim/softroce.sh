@@ -84,6 +84,9 @@ Environment:
   FABPERF_SIM_LAT_ITERS  latency iterations per comparison run (default 1000)
   FABPERF_SIM_BW_SECONDS measured seconds per bandwidth comparison run (default 4)
   FABPERF_SIM_COMPARE_ONLY=1  skip the test binaries, only compare with perftest
+  FABPERF_SIM_EXTRA    a script (path as seen in the guest: the repo and target dir
+                       keep their host paths) run once in the first guest after the
+                       test binaries; the run fails if it fails
   FABPERF_SIM_FRESH_GUEST=0   all comparison rounds in one guest (default: a fresh
                        guest per round; both tools slow down as a guest ages)
   FABPERF_SIM_MEM / FABPERF_SIM_SMP / FABPERF_SIM_ACCEL (kvm|tcg)
@@ -442,7 +445,7 @@ write_env() {
         for v in $(compgen -e); do
             case $v in
                 FABPERF_SIM_CACHE|FABPERF_BIN) ;;
-                FABPERF_SIM_ROUNDS|FABPERF_SIM_REPEATS|FABPERF_SIM_ROUND_FIRST|FABPERF_SIM_AGENT|FABPERF_SIM_ENFORCE_TARGETS|FABPERF_SIM_LAT_ITERS|FABPERF_SIM_BW_SECONDS|FABPERF_SIM_COMPARE_ONLY) printf 'export %s=%q\n' "$v" "${!v}" ;;
+                FABPERF_SIM_ROUNDS|FABPERF_SIM_REPEATS|FABPERF_SIM_ROUND_FIRST|FABPERF_SIM_AGENT|FABPERF_SIM_ENFORCE_TARGETS|FABPERF_SIM_LAT_ITERS|FABPERF_SIM_BW_SECONDS|FABPERF_SIM_COMPARE_ONLY|FABPERF_SIM_EXTRA) printf 'export %s=%q\n' "$v" "${!v}" ;;
                 FABPERF_SIM_*) ;;
                 FABPERF_*|RUST_LOG|RUST_BACKTRACE|RUST_TEST_THREADS) printf 'export %s=%q\n' "$v" "${!v}" ;;
             esac

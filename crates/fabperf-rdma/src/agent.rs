@@ -9,7 +9,8 @@ use crate::prio::{PollPriority, Pollers};
 use crate::select::path_mtu;
 use crate::verbs::{open_device, Endpoint, EpConfig, Op};
 use crate::{slot_for, BwParams, LatParams};
-use fabperf_proto::{cpu, Control, Msg, ServeCtx, ServeError, TestKind};
+use fabperf_proto::cpu::{HostMeter, HostReport, ThreadCpu};
+use fabperf_proto::{Control, Msg, ServeCtx, ServeError, TestKind};
 use std::time::{Duration, Instant};
 
 /// The agent's own RDMA device choice (`fabperf server --rdma-*`).
@@ -61,6 +62,33 @@ impl LinkParams for LatParams {
     }
 }
 
+/// A passive side (the peer's writes land in, or its reads come from,
+/// this memory): wait for the peer without spinning, and report the
+/// thread's CPU and, above all, the host's (on a software device the
+/// protocol work is kernel time no thread is charged with).
+fn passive_report(ctl: &mut Control, timeout: Duration) -> Result<Report, RdmaError> {
+    let t = Instant::now();
+    let cpu = ThreadCpu::start();
+    let host = HostMeter::start();
+    passive_wait(ctl, timeout)?;
+    let wall = t.elapsed().as_secs_f64();
+    Ok(Report {
+        cpu_pct: cpu
+            .used_secs()
+            .and_then(|c| (wall > 0.0).then(|| c / wall * 100.0)),
+        host: HostReport::of(host.finish()),
+        sent: None,
+    })
+}
+
+/// Tear the endpoint down at the end of a test and log what failed (the
+/// agent keeps serving either way).
+fn close(mut ep: Endpoint) {
+    for m in ep.close() {
+        eprintln!("fabperf agent: {m}");
+    }
+}
+
 /// Open the device, build and connect the endpoint, send `Accept`. Also
 /// returns whether this side's polling loops run at SCHED_IDLE.
 fn setup<P: LinkParams>(
@@ -79,7 +107,7 @@ fn setup<P: LinkParams>(
         Some(ctx.local().ip()),
         req.client.gid_type,
     )?;
-    if let Some(n) = &dev.note {
+    for n in &dev.notes {
         eprintln!("fabperf agent: {n}");
     }
     let mtu = path_mtu(dev.port.active_mtu, req.client.active_mtu, forced_mtu)
@@ -178,6 +206,8 @@ impl TestKind for BwKind {
             tx_depth: p.tx_depth,
             rx_depth,
             inline: p.inline,
+            sl: p.sl,
+            tclass: p.tclass,
         };
         let timeout = ctx.limits.io_timeout;
         let (mut ep, _cm, idle) = setup(ctx, &self.opts, &req, cfg).map_err(|e| e.to_serve())?;
@@ -191,13 +221,7 @@ impl TestKind for BwKind {
             ctl.send_test(&Step::GoAck)?;
             if !recv && !p.bidir {
                 // Writes land in (or reads come from) our memory: no CPU needed.
-                let t = Instant::now();
-                let c = cpu::thread_cpu_time();
-                passive_wait(ctl, timeout)?;
-                return Ok(Report {
-                    cpu_pct: cpu::percent(cpu::thread_cpu_time().saturating_sub(c), t.elapsed()),
-                    sent: None,
-                });
+                return passive_report(ctl, timeout);
             }
             let plan = p.bidir.then(|| Plan {
                 op: p.op,
@@ -207,6 +231,7 @@ impl TestKind for BwKind {
                 } else {
                     Some(p.iterations)
                 },
+                warmup_iters: p.warmup_iterations,
                 warmup: Duration::from_secs_f64(p.warmup_secs()),
                 duration: p.duration.map(Duration::from_secs_f64),
                 tx_depth: p.tx_depth,
@@ -218,9 +243,11 @@ impl TestKind for BwKind {
             })?;
             Ok(Report {
                 cpu_pct: o.cpu_pct,
+                host: HostReport::of(o.host),
                 sent: o.stats,
             })
         });
+        close(ep);
         r.map_err(|e| e.to_serve())
     }
 }
@@ -253,6 +280,8 @@ impl TestKind for LatKind {
             tx_depth: LAT_TX_DEPTH,
             rx_depth,
             inline,
+            sl: p.sl,
+            tclass: p.tclass,
         };
         let timeout = ctx.limits.io_timeout;
         let (mut ep, _cm, idle) = setup(ctx, &self.opts, &req, cfg).map_err(|e| e.to_serve())?;
@@ -265,23 +294,19 @@ impl TestKind for LatKind {
             ep.dst.fill_range(0, size as usize, 0);
             ctl.send_test(&Step::GoAck)?;
             if op == Op::Read {
-                let t = Instant::now();
-                let c = cpu::thread_cpu_time();
-                passive_wait(ctl, timeout)?;
-                return Ok(Report {
-                    cpu_pct: cpu::percent(cpu::thread_cpu_time().saturating_sub(c), t.elapsed()),
-                    sent: None,
-                });
+                return passive_report(ctl, timeout);
             }
             let inline = size <= ep.max_inline as u64 && ep.max_inline > 0;
-            let cpu_pct = with_peer(ctl, timeout, idle, |beat| {
+            let (cpu_pct, host) = with_peer(ctl, timeout, idle, |beat| {
                 lat_responder(&mut ep, op, size as u32, inline, beat)
             })?;
             Ok(Report {
                 cpu_pct,
+                host: HostReport::of(host),
                 sent: None,
             })
         });
+        close(ep);
         r.map_err(|e| e.to_serve())
     }
 }

@@ -9,6 +9,7 @@ use crate::select::path_mtu;
 use crate::verbs::{open_device, Device, Endpoint, EpConfig, Op};
 use crate::{slot_for, BwParams, LatParams};
 use fabperf_proto::{connect_test, ClientConfig, Control, ErrorCode, Msg, ProtoError};
+use fabperf_results::{HostCpu, Side, Warning};
 use fabperf_results::{Record, Transport};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -114,6 +115,23 @@ fn finish(ctl: &mut Control, timeout: Duration) {
 fn base_record(test: &str, size: u64, streams: u32, ep: &Endpoint, agent: &EndpointInfo) -> Record {
     let mut r = Record::new(test, Transport::Rdma, size, streams);
     let local = ep.info();
+    // What the device reports the QP uses (the settings asked for when it
+    // cannot say); the traffic class only travels in a GRH (RoCE).
+    let (sl, tclass) = ep.qp_av(0).unwrap_or((ep.sl, ep.tclass));
+    r.sl = Some(sl);
+    r.tclass = local.use_grh.then_some(tclass);
+    for (what, asked, got) in [
+        ("service level", ep.sl, Some(sl)),
+        ("traffic class", ep.tclass, r.tclass),
+    ] {
+        if let Some(got) = got.filter(|&g| g != asked) {
+            r.warn(Warning::PathSettingDiffers {
+                what: what.into(),
+                asked,
+                got,
+            });
+        }
+    }
     r.device = Some(local.device.clone());
     r.ib_port = Some(local.ib_port);
     r.link_layer = Some(local.link_layer.as_str().to_string());
@@ -136,7 +154,7 @@ fn client_device(
     addr: SocketAddr,
 ) -> Result<Device, RdmaError> {
     let dev = open_device(device, ib_port, gid_index, local_ip_towards(addr), None)?;
-    if let Some(n) = &dev.note {
+    for n in &dev.notes {
         eprintln!("fabperf: {n}");
     }
     Ok(dev)
@@ -164,14 +182,76 @@ fn mark_pollers(records: &mut [Record], mine: &Pollers, acc: &AcceptInfo) {
         r.poll_priority_local = Some(mine.label().to_string());
         r.poll_priority_remote = Some(crate::prio::label(acc.poll_idle).to_string());
         if r.stream.is_none() {
-            for (who, w) in [
-                ("this end", &mine.warning),
-                ("the agent", &acc.poll_warning),
+            for (side, w) in [
+                (Side::Client, &mine.warning),
+                (Side::Agent, &acc.poll_warning),
             ] {
                 if let Some(w) = w {
-                    r.warnings.push(format!("{who}: {w}"));
+                    r.warn(Warning::PollerPriorityRefused {
+                        side,
+                        text: w.clone(),
+                    });
                 }
             }
+        }
+    }
+}
+
+/// Tear the endpoint down now (not at the end of the scope) and put what
+/// failed into every record: a leaked buffer or queue pair is worth
+/// knowing about, but it does not make the figures wrong.
+fn close(ep: &mut Endpoint, records: &mut [Record]) {
+    for m in ep.close() {
+        eprintln!("fabperf: {m}");
+        let w = if m.contains("dereg") {
+            Warning::BufferLeaked {
+                side: Side::Client,
+                text: m,
+            }
+        } else {
+            Warning::TeardownFailed {
+                side: Side::Client,
+                text: m,
+            }
+        };
+        for r in records.iter_mut() {
+            r.warn(w.clone());
+        }
+    }
+}
+
+/// The CPU figures of both ends on a record, absent with a warning when
+/// unknown.
+fn set_cpu(
+    r: &mut Record,
+    local: Option<f64>,
+    host_local: &Result<HostCpu, String>,
+    report: &Report,
+) {
+    r.cpu_local_pct = local;
+    r.cpu_remote_pct = report.cpu_pct;
+    for (side, v) in [(Side::Client, local), (Side::Agent, report.cpu_pct)] {
+        if v.is_none() {
+            r.warn(Warning::CpuUnknown {
+                side,
+                why: "getrusage(RUSAGE_THREAD) failed".into(),
+            });
+        }
+    }
+    for (side, h) in [
+        (Side::Client, host_local.clone()),
+        (Side::Agent, report.host.result()),
+    ] {
+        let v = match h {
+            Ok(h) => Some(h),
+            Err(why) => {
+                r.warn(Warning::HostCpuUnknown { side, why });
+                None
+            }
+        };
+        match side {
+            Side::Client => r.host_cpu_local = v,
+            Side::Agent => r.host_cpu_remote = v,
         }
     }
 }
@@ -200,6 +280,8 @@ fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<R
             tx_depth: p.tx_depth,
             rx_depth,
             inline: p.inline,
+            sl: p.sl,
+            tclass: p.tclass,
         },
     )?;
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
@@ -227,6 +309,7 @@ fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<R
     }
     finish(&mut ctl, cfg.timeout);
     mark_pollers(&mut out, &pollers, &acc);
+    close(&mut ep, &mut out);
     Ok(out)
 }
 
@@ -252,6 +335,7 @@ fn bw_one(
         } else {
             Some(p.iterations)
         },
+        warmup_iters: p.warmup_iterations,
         warmup: Duration::from_secs_f64(p.warmup_secs()),
         duration: p.duration.map(Duration::from_secs_f64),
         tx_depth: p.tx_depth,
@@ -279,9 +363,16 @@ fn bw_one(
         &mine,
         &report,
         outcome.cpu_pct,
+        &outcome.host,
     ))
 }
 
+/// The records of one size. One direction: the client's figures. `--bidir`:
+/// a `bidir` total (both directions' bytes over the longer of the two
+/// intervals, no peak: the two ends' peaks are not simultaneous) and one
+/// record per direction. With more than one QP, a record per QP too. Every
+/// record is self-consistent (`Record::check`).
+#[allow(clippy::too_many_arguments)]
 fn bw_records(
     ep: &Endpoint,
     acc: &AcceptInfo,
@@ -289,78 +380,82 @@ fn bw_records(
     size: u64,
     mine: &SideStats,
     report: &Report,
-    cpu_local: f64,
+    cpu_local: Option<f64>,
+    host_local: &Result<HostCpu, String>,
 ) -> Vec<Record> {
-    let mut r = base_record("rdma-bw", size, p.qps, ep, &acc.agent);
-    r.op = Some(p.op.as_str().to_string());
-    r.direction = Some(
-        if p.bidir {
-            "bidir"
-        } else if p.op == Op::Read {
-            "reverse"
-        } else {
-            "forward"
-        }
-        .to_string(),
-    );
-    let theirs = report.sent.clone().filter(|_| p.bidir);
-    let rate = |s: &SideStats| {
-        if s.secs > 0.0 {
-            s.msgs as f64 / s.secs / 1e6
-        } else {
-            0.0
+    // Data moves client -> agent for write and send, agent -> client for read.
+    let (my_dir, their_dir) = if p.op == Op::Read {
+        ("reverse", "forward")
+    } else {
+        ("forward", "reverse")
+    };
+    let theirs = report.sent.as_ref().filter(|_| p.bidir);
+    let base = |direction: &str| {
+        let mut r = base_record("rdma-bw", size, p.qps, ep, &acc.agent);
+        r.op = Some(p.op.as_str().to_string());
+        r.direction = Some(direction.to_string());
+        r
+    };
+    let no_interval = |r: &mut Record| {
+        if r.bw_gbps.is_none() {
+            r.warn(Warning::NoInterval {
+                what: "no request completed inside the measured interval".into(),
+            });
         }
     };
-    r.bytes = mine.bytes + theirs.as_ref().map(|t| t.bytes).unwrap_or(0);
-    r.duration_s = mine.secs;
-    r.iterations = Some(mine.msgs + theirs.as_ref().map(|t| t.msgs).unwrap_or(0));
-    r.bw_gbps = Some(mine.gbps() + theirs.as_ref().map(|t| t.gbps()).unwrap_or(0.0));
-    r.msg_rate_mpps = Some(rate(mine) + theirs.as_ref().map(rate).unwrap_or(0.0));
-    r.bw_peak_gbps = Some(
-        mine.peak_gbps.unwrap_or(mine.gbps())
-            + theirs
-                .as_ref()
-                .map(|t| t.peak_gbps.unwrap_or(t.gbps()))
-                .unwrap_or(0.0),
-    );
-    r.cpu_local_pct = Some(cpu_local);
-    r.cpu_remote_pct = Some(report.cpu_pct);
-    for n in [&mine.note, &theirs.as_ref().and_then(|t| t.note.clone())]
-        .into_iter()
-        .flatten()
-    {
-        r.warnings.push(n.clone());
+    let side = |direction: &str, st: &SideStats| {
+        let mut r = base(direction);
+        r.set_throughput(st.bytes, st.secs, Some(st.msgs));
+        r.bw_peak_gbps = st.peak_gbps.filter(|_| r.bw_gbps.is_some());
+        r.add_notes(&st.notes);
+        no_interval(&mut r);
+        r
+    };
+    let mut out = Vec::new();
+    let mut total = match theirs {
+        None => side(my_dir, mine),
+        Some(t) => {
+            let mut r = base("bidir");
+            r.set_throughput(
+                mine.bytes + t.bytes,
+                mine.secs.max(t.secs),
+                Some(mine.msgs + t.msgs),
+            );
+            r.add_notes(mine.notes.iter().chain(&t.notes));
+            no_interval(&mut r);
+            r
+        }
+    };
+    set_cpu(&mut total, cpu_local, host_local, report);
+    if let Some(text) = fabperf_proto::clock::slow_clock_warning() {
+        total.warn(Warning::SlowClock { text });
     }
-    r.warnings
-        .extend(fabperf_proto::clock::slow_clock_warning());
     if mine.msgs < 100 {
-        r.warnings.push(format!(
-            "only {} messages were measured; use more --iterations or --duration for a stable figure",
-            mine.msgs
-        ));
+        total.warn(Warning::FewSamples {
+            count: mine.msgs,
+            what: "messages were measured".into(),
+            hint: "use more --iterations or --duration for a stable figure".into(),
+        });
     }
-    let mut out = vec![r.clone()];
+    out.push(total);
+    if let Some(t) = theirs {
+        out.push(side(my_dir, mine));
+        out.push(side(their_dir, t));
+    }
     if p.qps > 1 {
         for (q, &m) in mine.per_qp_msgs.iter().enumerate() {
-            let mut s = r.clone();
-            s.stream = Some(q as u32);
-            s.warnings.clear();
-            s.bw_peak_gbps = None;
-            s.cpu_local_pct = None;
-            s.cpu_remote_pct = None;
-            s.set_throughput(m * size, mine.secs, Some(m));
-            if let Some(t) = &theirs {
-                let tm = t.per_qp_msgs.get(q).copied().unwrap_or(0);
-                s.bytes += tm * size;
-                s.iterations = Some(m + tm);
-                if t.secs > 0.0 {
-                    s.bw_gbps =
-                        Some(s.bw_gbps.unwrap_or(0.0) + (tm * size) as f64 * 8.0 / t.secs / 1e9);
-                    s.msg_rate_mpps =
-                        Some(s.msg_rate_mpps.unwrap_or(0.0) + tm as f64 / t.secs / 1e6);
-                }
-            }
-            out.push(s);
+            let (tm, secs) = match theirs {
+                Some(t) => (
+                    t.per_qp_msgs.get(q).copied().unwrap_or(0),
+                    mine.secs.max(t.secs),
+                ),
+                None => (0, mine.secs),
+            };
+            let mut r = base(if theirs.is_some() { "bidir" } else { my_dir });
+            r.stream = Some(q as u32);
+            r.set_throughput((m + tm) * size, secs, Some(m + tm));
+            no_interval(&mut r);
+            out.push(r);
         }
     }
     out
@@ -397,6 +492,8 @@ fn lat_client(
             tx_depth: LAT_TX_DEPTH,
             rx_depth,
             inline,
+            sl: p.sl,
+            tclass: p.tclass,
         },
     )?;
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
@@ -412,6 +509,7 @@ fn lat_client(
     }
     finish(&mut ctl, cfg.timeout);
     mark_pollers(&mut out, &pollers, &acc);
+    close(&mut ep, &mut out);
     Ok(out)
 }
 
@@ -438,6 +536,7 @@ fn lat_one(
         } else {
             Some(p.iterations)
         },
+        warmup_iters: p.warmup_iterations,
         warmup: Duration::from_secs_f64(p.warmup_secs()),
         duration: p.duration.map(Duration::from_secs_f64),
         inline: p.op != Op::Read && size <= ep.max_inline as u64 && ep.max_inline > 0,
@@ -457,20 +556,25 @@ fn lat_one(
     })?;
     let mut r = base_record("rdma-lat", size, 1, ep, &acc.agent);
     r.op = Some(p.op.as_str().to_string());
-    let summary = o.hist.summary();
-    let samples = summary.as_ref().map(|s| s.samples).unwrap_or(0);
+    let samples = o.hist.len();
     r.iterations = Some(samples);
-    r.duration_s = o.secs;
+    r.duration_s = if o.secs.is_finite() {
+        o.secs.max(0.0)
+    } else {
+        0.0
+    };
     r.bytes = samples * size * if p.op == Op::Read { 1 } else { 2 };
-    r.lat_us = summary;
-    r.cpu_local_pct = Some(o.cpu_pct);
-    r.cpu_remote_pct = Some(report.cpu_pct);
-    r.warnings
-        .extend(fabperf_proto::clock::slow_clock_warning());
+    r.set_latency(&o.hist);
+    set_cpu(&mut r, o.cpu_pct, &o.host, &report);
+    if let Some(text) = fabperf_proto::clock::slow_clock_warning() {
+        r.warn(Warning::SlowClock { text });
+    }
     if samples < 100 {
-        r.warnings.push(format!(
-            "only {samples} samples; percentiles above p99 need many more (--iterations or --duration)"
-        ));
+        r.warn(Warning::FewSamples {
+            count: samples,
+            what: "samples".into(),
+            hint: "percentiles above p99 need many more (--iterations or --duration)".into(),
+        });
     }
     Ok(r)
 }

@@ -155,12 +155,14 @@ impl From<ServeError> for RdmaError {
     }
 }
 
-/// The message for a failed `ibv_reg_mr`.
-pub fn register_error(
+/// The message for a failed `ibv_reg_mr` of `bytes` bytes, after
+/// `already` bytes registered by the same test.
+pub(crate) fn register_error(
     bytes: usize,
     what: &str,
     err: &std::io::Error,
     memlock: Option<u64>,
+    already: usize,
 ) -> String {
     let errno = err.raw_os_error();
     if errno == Some(libc::ENOMEM) || errno == Some(libc::EPERM) || errno == Some(libc::EAGAIN) {
@@ -168,12 +170,21 @@ pub fn register_error(
             Some(l) => format!("{l} bytes"),
             None => "unlimited".to_string(),
         };
+        let total = if already > 0 {
+            format!(
+                " (the test pins {} bytes in all: {already} already registered)",
+                already + bytes
+            )
+        } else {
+            String::new()
+        };
         format!(
             "ibv_reg_mr of the {what} ({bytes} bytes) failed: {err}. Registered memory is pinned and \
-             counts against RLIMIT_MEMLOCK (now {limit}); at least {bytes} bytes more must be lockable. \
-             Fix: `ulimit -l unlimited` in the shell that starts fabperf (or LimitMEMLOCK=infinity in \
-             its systemd unit); in a container add the IPC_LOCK capability and raise the runtime's \
-             limit (containerd/docker service LimitMEMLOCK=infinity, or --ulimit memlock=-1)"
+             counts against RLIMIT_MEMLOCK (now {limit}); at least {bytes} bytes more must be \
+             lockable{total}. Fix: `ulimit -l unlimited` in the shell that starts fabperf (or \
+             LimitMEMLOCK=infinity in its systemd unit); in a container add the IPC_LOCK capability \
+             and raise the runtime's limit (containerd/docker service LimitMEMLOCK=infinity, or \
+             --ulimit memlock=-1)"
         )
     } else {
         format!("ibv_reg_mr of the {what} ({bytes} bytes) failed: {err}")
@@ -181,7 +192,7 @@ pub fn register_error(
 }
 
 /// What a work-completion status means for the user.
-pub fn wc_hint(status: u32) -> &'static str {
+pub(crate) fn wc_hint(status: u32) -> &'static str {
     match status {
         // IBV_WC_RETRY_EXC_ERR
         12 => {
@@ -247,10 +258,18 @@ mod tests {
     #[test]
     fn memlock_message_names_limit_bytes_and_fix() {
         let e = std::io::Error::from_raw_os_error(libc::ENOMEM);
-        let m = register_error(1 << 20, "receive buffer", &e, Some(65536));
+        let m = register_error(1 << 20, "source buffer", &e, Some(65536), 0);
         assert!(m.contains("RLIMIT_MEMLOCK"), "{m}");
         assert!(m.contains("65536 bytes"), "{m}");
-        assert!(m.contains("1048576 bytes"), "{m}");
+        assert!(m.contains("source buffer (1048576 bytes)"), "{m}");
+        assert!(!m.contains("in all"), "{m}");
+        // The destination buffer's own size, with the source's counted apart.
+        let m = register_error(1 << 20, "destination buffer", &e, Some(65536), 1 << 20);
+        assert!(m.contains("destination buffer (1048576 bytes)"), "{m}");
+        assert!(
+            m.contains("2097152 bytes in all: 1048576 already registered"),
+            "{m}"
+        );
         assert!(m.contains("ulimit -l"), "{m}");
         assert!(m.contains("IPC_LOCK"), "{m}");
         assert!(m.contains("LimitMEMLOCK"), "{m}");
@@ -259,6 +278,7 @@ mod tests {
             "x",
             &std::io::Error::from_raw_os_error(libc::EINVAL),
             None,
+            0,
         );
         assert!(!other.contains("RLIMIT_MEMLOCK"));
     }

@@ -4,13 +4,19 @@
 //!
 //! Built on `sideway`, which loads libibverbs at run time: fabperf runs on
 //! machines without rdma-core and says "no RDMA stack here". All `unsafe`
-//! code is in [`sys`].
+//! code is in the crate-private `sys` module, under a safe API that cannot
+//! cause undefined behaviour; the verbs layer (`verbs`, `cm`, `engine`) is
+//! crate-private too. The public API: [`run_bw`], [`run_lat`], [`kinds`]
+//! (the agent side), [`probe`], the parameters, [`msg`] (the wire
+//! messages), [`select`] (device/GID rules) and [`prio`].
 //!
 //! Method (same as perftest, timed with `CLOCK_MONOTONIC` via `Instant`):
 //! - bandwidth: the client posts `--tx-depth` requests per QP, one signaled
 //!   completion every `--cq-mod`; average = bytes / (last completion - first
-//!   post) in iteration mode, or the bytes completed inside the measured
-//!   window after `--warmup` in duration mode; peak = best 5 % window.
+//!   post) in iteration mode (after `--warmup-iterations`), or the bytes
+//!   completed inside the measured window after `--warmup` in duration
+//!   mode; peak (iteration mode, as perftest) = size x the best message
+//!   rate over any span from a post to a later completion.
 //! - latency: ping-pong on one QP; write polls the last byte of the peer's
 //!   write, send waits for the receive completion, read waits for its own
 //!   completion. Half round trip for write/send, full round trip for read.
@@ -18,14 +24,17 @@
 
 mod agent;
 mod client;
-pub mod cm;
+mod cm;
+#[cfg(test)]
+mod device_tests;
 mod engine;
 pub mod error;
 pub mod msg;
+mod peak;
 pub mod prio;
 pub mod select;
-pub mod sys;
-pub mod verbs;
+mod sys;
+mod verbs;
 
 pub use agent::{kinds, AgentRdmaOpts};
 pub use client::{run_bw, run_lat};
@@ -68,6 +77,13 @@ pub struct BwParams {
     pub iterations: u64,
     /// Seconds excluded before measuring (duration mode; default 1 s there).
     pub warmup: Option<f64>,
+    /// Iterations per QP run (and completed) before the measured ones
+    /// (iteration mode).
+    pub warmup_iterations: u64,
+    /// Service level of the QPs (both ends).
+    pub sl: u8,
+    /// GRH traffic class of the QPs (both ends; RoCE: DSCP = tclass >> 2).
+    pub tclass: u8,
     /// Client-side device selection (the agent picks its own).
     pub device: Option<String>,
     pub ib_port: Option<u8>,
@@ -94,6 +110,9 @@ impl Default for BwParams {
             duration: None,
             iterations: 5000,
             warmup: None,
+            warmup_iterations: 0,
+            sl: 0,
+            tclass: 0,
             device: None,
             ib_port: None,
             gid_index: None,
@@ -113,6 +132,12 @@ pub struct LatParams {
     pub iterations: u64,
     pub duration: Option<f64>,
     pub warmup: Option<f64>,
+    /// Ping-pongs before the recorded ones (iteration mode).
+    pub warmup_iterations: u64,
+    /// Service level of the QP (both ends).
+    pub sl: u8,
+    /// GRH traffic class of the QP (both ends; RoCE: DSCP = tclass >> 2).
+    pub tclass: u8,
     /// Inline limit; `None`: as much as the device takes up to 236 bytes
     /// (perftest's latency default).
     pub inline: Option<u32>,
@@ -134,6 +159,9 @@ impl Default for LatParams {
             iterations: 1000,
             duration: None,
             warmup: None,
+            warmup_iterations: 0,
+            sl: 0,
+            tclass: 0,
             inline: None,
             device: None,
             ib_port: None,
@@ -145,13 +173,30 @@ impl Default for LatParams {
     }
 }
 
-fn check_common(
-    sizes: &[u64],
+/// Largest `--warmup-iterations`.
+pub const MAX_WARMUP_ITERATIONS: u64 = 1 << 32;
+
+/// What both tests' parameters share, for one validation.
+struct Common<'a> {
+    sizes: &'a [u64],
     duration: Option<f64>,
     warmup: Option<f64>,
     iterations: u64,
+    warmup_iterations: u64,
     mtu: Option<u32>,
-) -> Result<(), String> {
+    sl: u8,
+}
+
+fn check_common(c: Common<'_>) -> Result<(), String> {
+    let Common {
+        sizes,
+        duration,
+        warmup,
+        iterations,
+        warmup_iterations,
+        mtu,
+        sl,
+    } = c;
     if sizes.is_empty() {
         return Err("no message size given".into());
     }
@@ -179,19 +224,34 @@ fn check_common(
             ));
         }
     }
+    if warmup_iterations > 0 && duration.is_some() {
+        return Err(
+            "--warmup-iterations counts iterations; with --duration use --warmup SECS".into(),
+        );
+    }
+    if warmup_iterations > MAX_WARMUP_ITERATIONS {
+        return Err(format!(
+            "--warmup-iterations {warmup_iterations} is more than {MAX_WARMUP_ITERATIONS}"
+        ));
+    }
+    if sl > 15 {
+        return Err(format!("--sl {sl} must be 0 .. 15"));
+    }
     Ok(())
 }
 
 impl BwParams {
     /// Reject parameters that cannot work, with the reason.
     pub fn validate(&self) -> Result<(), String> {
-        check_common(
-            &self.sizes,
-            self.duration,
-            self.warmup,
-            self.iterations,
-            self.mtu,
-        )?;
+        check_common(Common {
+            sizes: &self.sizes,
+            duration: self.duration,
+            warmup: self.warmup,
+            iterations: self.iterations,
+            warmup_iterations: self.warmup_iterations,
+            mtu: self.mtu,
+            sl: self.sl,
+        })?;
         if self.qps == 0 || self.qps > 4096 {
             return Err(format!("--qps {} must be 1 .. 4096", self.qps));
         }
@@ -256,13 +316,15 @@ impl BwParams {
 
 impl LatParams {
     pub fn validate(&self) -> Result<(), String> {
-        check_common(
-            &self.sizes,
-            self.duration,
-            self.warmup,
-            self.iterations,
-            self.mtu,
-        )?;
+        check_common(Common {
+            sizes: &self.sizes,
+            duration: self.duration,
+            warmup: self.warmup,
+            iterations: self.iterations,
+            warmup_iterations: self.warmup_iterations,
+            mtu: self.mtu,
+            sl: self.sl,
+        })?;
         if let Some(i) = self.inline {
             if i > 4096 {
                 return Err(format!("--inline {i} is larger than any device allows"));
@@ -293,6 +355,9 @@ pub(crate) fn slot_for(max: u64) -> usize {
 /// or which of no verbs library / no device / no ACTIVE port.
 pub fn probe() -> Result<String, RdmaUnavailable> {
     let d = verbs::open_device(None, None, None, None, None)?;
+    for n in &d.notes {
+        eprintln!("fabperf: {n}");
+    }
     let kind = match &d.addressing.gid {
         Some(g) if d.addressing.use_grh => g.kind.as_str(),
         _ => "LID",
@@ -371,6 +436,17 @@ mod tests {
         b.cq_mod = Some(0);
         assert!(b.validate().unwrap_err().contains("--cq-mod"));
         b.cq_mod = None;
+        b.sl = 16;
+        assert!(b.validate().unwrap_err().contains("--sl 16"));
+        b.sl = 15;
+        b.tclass = 255;
+        assert!(b.validate().is_ok());
+        b.warmup_iterations = 10;
+        assert!(b.validate().unwrap_err().contains("--warmup SECS"));
+        b.duration = None;
+        assert!(b.validate().is_ok());
+        b.warmup_iterations = MAX_WARMUP_ITERATIONS + 1;
+        assert!(b.validate().unwrap_err().contains("more than"));
         let mut l = LatParams {
             iterations: 0,
             ..Default::default()

@@ -3,6 +3,8 @@
 //! per-size steps of a test.
 
 use crate::select::{GidKind, LinkLayer};
+use fabperf_proto::cpu::HostReport;
+use fabperf_results::Note;
 use serde::{Deserialize, Serialize};
 use std::net::Ipv6Addr;
 
@@ -96,28 +98,23 @@ pub struct SideStats {
     pub bytes: u64,
     pub secs: f64,
     pub msgs: u64,
+    /// perftest's BW peak (iteration mode), Gbit/s.
     pub peak_gbps: Option<f64>,
     pub per_qp_msgs: Vec<u64>,
     /// Why the figure may mislead (goes into the record's warnings).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-impl SideStats {
-    pub fn gbps(&self) -> f64 {
-        if self.secs > 0.0 {
-            self.bytes as f64 * 8.0 / self.secs / 1e9
-        } else {
-            0.0
-        }
-    }
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Note>,
 }
 
 /// The agent's account of one size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
-    /// Agent CPU over its active interval, percent of one core.
-    pub cpu_pct: f64,
+    /// Agent thread CPU over its active interval, percent of one core
+    /// (`None`: unknown).
+    pub cpu_pct: Option<f64>,
+    /// The agent host's CPU over the same interval.
+    #[serde(default)]
+    pub host: HostReport,
     /// The agent's own sending (bidirectional tests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent: Option<SideStats>,
@@ -137,7 +134,9 @@ impl Report {
                 Err(format!("{f} = {v} is impossible"))
             }
         };
-        num("cpu_pct", self.cpu_pct)?;
+        if let Some(c) = self.cpu_pct {
+            num("cpu_pct", c)?;
+        }
         if let Some(s) = &self.sent {
             num("sent.secs", s.secs)?;
             if let Some(p) = s.peak_gbps {
@@ -226,19 +225,20 @@ mod tests {
     #[test]
     fn impossible_reports_are_named() {
         let ok = Report {
-            cpu_pct: 3.0,
+            cpu_pct: Some(3.0),
+            host: HostReport::default(),
             sent: Some(SideStats {
                 bytes: 10,
                 secs: 1.0,
                 msgs: 1,
                 peak_gbps: Some(1.0),
                 per_qp_msgs: vec![1],
-                note: None,
+                notes: Vec::new(),
             }),
         };
         ok.check_plausible(65536).unwrap();
         let mut r = ok.clone();
-        r.cpu_pct = f64::INFINITY;
+        r.cpu_pct = Some(f64::INFINITY);
         assert!(r.check_plausible(1).unwrap_err().contains("cpu_pct"));
         let mut r = ok.clone();
         r.sent.as_mut().unwrap().bytes = u64::MAX;
@@ -259,14 +259,15 @@ mod tests {
         let s = serde_json::to_value(Step::Go { size: 65536 }).unwrap();
         assert_eq!(s, serde_json::json!({"step": "go", "size": 65536}));
         let r = Step::Report(Report {
-            cpu_pct: 1.5,
+            cpu_pct: Some(1.5),
+            host: HostReport::default(),
             sent: Some(SideStats {
                 bytes: 10,
                 secs: 1.0,
                 msgs: 1,
                 peak_gbps: None,
                 per_qp_msgs: vec![1],
-                note: None,
+                notes: vec![],
             }),
         });
         let back: Step = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();

@@ -7,10 +7,10 @@
 //! same CPUs, so a poller at normal priority takes CPU time from the very
 //! link it measures. There the pollers run at SCHED_IDLE: they still spin
 //! (a halted vCPU is slow to wake), but any kernel worker that becomes
-//! runnable gets the CPU at once. Soft-RoCE under QEMU TCG, 8 rounds
-//! against perftest at normal priority (BENCHMARKS.md, stop 12): 64 KiB
-//! write 0.973 -> 1.002 x, send 1.007 -> 1.055 x, send latency p50
-//! 1.178 -> 1.018 x. perftest run at SCHED_IDLE gains as much.
+//! runnable gets the CPU at once. Soft-RoCE under QEMU TCG, one boot, 8
+//! rounds against perftest at normal priority: 64 KiB write 0.973 -> 1.002 x,
+//! send 1.007 -> 1.055 x, send latency p50 1.178 -> 1.018 x. perftest run at
+//! SCHED_IDLE gains as much (BENCHMARKS.md, limits of software RDMA).
 
 use crate::sys;
 use serde::{Deserialize, Serialize};

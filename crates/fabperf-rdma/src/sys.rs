@@ -1,45 +1,65 @@
 //! Every `unsafe` block of fabperf-rdma lives in this module; the rest of
 //! the crate uses the safe API below. Each block says why it is sound.
+//! The module is private to the crate, and its API is sound on its own:
+//! a work-request chain can only be posted together with a borrow of the
+//! very buffer it was prepared for, so the buffer is alive for the call
+//! (an inline send copies from it then), and a buffer is deregistered
+//! before its memory is freed (or leaked when deregistration fails), so
+//! the NIC never reaches freed memory through it.
 //!
-//! What needs `unsafe`: registering memory the NIC reads and writes behind
-//! the compiler's back (`ibv_reg_mr`), handing buffer addresses to work
-//! requests (`SendChain`, `RecvChain`: prebuilt `ibv_post_send`/`ibv_post_recv`
-//! chains), reading bytes the peer's RDMA writes change
-//! (volatile loads), and plain C calls (`ibv_wc_status_str`, scheduling).
+//! What needs `unsafe`: registering and deregistering memory the NIC reads
+//! and writes behind the compiler's back (`ibv_reg_mr`, `ibv_dereg_mr`),
+//! handing buffer addresses to work requests (`SendChain`, `RecvChain`:
+//! prebuilt `ibv_post_send`/`ibv_post_recv` chains), reading bytes the
+//! peer's RDMA writes change (volatile loads), reading a QP's address
+//! vector back (`ibv_query_qp`) and plain C calls (`ibv_wc_status_str`,
+//! `sched_*`).
 
-use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::AccessFlags;
 use std::alloc::Layout;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Page size used to align registered buffers.
 pub const PAGE: usize = 4096;
 
+/// Source of buffer identities (see `RegBuf::id`).
+static NEXT_BUF_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A registered memory region: the raw `ibv_mr` and the protection domain
+/// it belongs to (kept alive until the region is deregistered).
+struct Mr {
+    mr: NonNull<rdma_mummy_sys::ibv_mr>,
+    _pd: Arc<ProtectionDomain>,
+}
+
 /// A zeroed, page-aligned heap buffer registered as one memory region.
 ///
 /// Invariants: `ptr` points to `layout.size()` bytes allocated with
 /// `layout` and owned by this value alone; the memory region (when
-/// registered) covers exactly that range and is deregistered before the
-/// memory is freed (see `Drop`). Work requests that name this buffer must
-/// be finished or flushed before it is dropped: the owner (`verbs::Endpoint`)
-/// declares its queue pairs before its buffers, so Rust destroys the QPs
-/// (which flushes every outstanding request) first.
-pub struct RegBuf {
+/// registered) covers exactly that range. The memory is freed only once
+/// no region covers it: `ibv_dereg_mr`'s result is checked, and when it
+/// fails the memory is leaked (`leaked`) instead of being freed under a
+/// NIC that may still write it. Work requests name a buffer by its `id`,
+/// which no other buffer ever has.
+pub(crate) struct RegBuf {
     ptr: NonNull<u8>,
     layout: Layout,
-    mr: Option<Arc<MemoryRegion>>,
+    mr: Option<Mr>,
+    id: u64,
+    leaked: bool,
 }
 
-// SAFETY: RegBuf owns its allocation exclusively (like a Box<[u8]>); the
-// MemoryRegion it holds is Send + Sync in sideway. Moving it to another
-// thread moves that ownership.
+// SAFETY: RegBuf owns its allocation exclusively (like a Box<[u8]>), and
+// the ibv_mr handle is only used by the owner (libibverbs objects may be
+// used from any thread). Moving it to another thread moves that ownership.
 unsafe impl Send for RegBuf {}
 
 /// Why `ibv_reg_mr` failed.
 #[derive(Debug)]
-pub struct RegError {
+pub(crate) struct RegError {
     pub bytes: usize,
     pub source: std::io::Error,
 }
@@ -58,45 +78,76 @@ impl RegBuf {
             ptr,
             layout,
             mr: None,
+            id: NEXT_BUF_ID.fetch_add(1, Ordering::Relaxed),
+            leaked: false,
         })
     }
 
-    /// Register the whole buffer with `pd`.
+    /// Register the whole buffer with `pd` (once).
     pub fn register(
         &mut self,
         pd: &Arc<ProtectionDomain>,
         access: AccessFlags,
     ) -> Result<(), RegError> {
-        // SAFETY: the pointer is valid for `self.len()` bytes for as long as
-        // `self` lives, and `Drop` deregisters the region before freeing the
-        // memory, so the NIC never accesses freed memory through this MR.
-        let mr = unsafe { pd.reg_mr(self.ptr.as_ptr() as usize, self.len(), access) };
-        match mr {
-            Ok(mr) => {
-                self.mr = Some(mr);
+        assert!(self.mr.is_none(), "buffer registered twice");
+        let bits: i32 = access.into();
+        // SAFETY: the PD handle is valid while `pd` lives (the Arc is kept
+        // in `Mr` until deregistration); the pointer is valid for
+        // `self.len()` bytes for as long as `self` lives, and the memory is
+        // freed only after a successful `ibv_dereg_mr` (see `deregister`).
+        let mr = unsafe {
+            rdma_mummy_sys::ibv_reg_mr(pd.pd().as_ptr(), self.ptr.as_ptr().cast(), self.len(), bits)
+        };
+        match NonNull::new(mr) {
+            Some(mr) => {
+                self.mr = Some(Mr {
+                    mr,
+                    _pd: Arc::clone(pd),
+                });
                 Ok(())
             }
-            Err(e) => {
-                let source = match e.0 {
-                    sideway::ibverbs::memory_region::RegisterMemoryRegionErrorKind::Ibverbs(io) => {
-                        io
-                    }
-                    other => std::io::Error::other(other.to_string()),
-                };
-                Err(RegError {
-                    bytes: self.len(),
-                    source,
-                })
-            }
+            None => Err(RegError {
+                bytes: self.len(),
+                source: std::io::Error::last_os_error(),
+            }),
         }
+    }
+
+    /// Deregister the memory region (no-op when not registered). On
+    /// failure the NIC may still reach the memory, so it will never be
+    /// freed; the error says so.
+    pub fn deregister(&mut self) -> Result<(), String> {
+        let Some(mr) = self.mr.take() else {
+            return Ok(());
+        };
+        // SAFETY: `mr` came from ibv_reg_mr and is deregistered exactly
+        // once (it was just taken out of `self`).
+        let rc = unsafe { rdma_mummy_sys::ibv_dereg_mr(mr.mr.as_ptr()) };
+        if rc == 0 {
+            return Ok(());
+        }
+        self.leaked = true;
+        // Keep the PD referenced too: the region still lives in it.
+        std::mem::forget(mr);
+        Err(format!(
+            "ibv_dereg_mr of a {}-byte buffer failed: {}; the buffer is leaked rather than freed \
+             while the device may still write it",
+            self.len(),
+            std::io::Error::from_raw_os_error(rc.abs())
+        ))
+    }
+
+    /// The identity work-request chains check (never reused).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn is_registered(&self) -> bool {
+        self.mr.is_some()
     }
 
     pub fn len(&self) -> usize {
         self.layout.size()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.layout.size() == 0
     }
 
     pub fn addr(&self) -> u64 {
@@ -104,11 +155,19 @@ impl RegBuf {
     }
 
     pub fn lkey(&self) -> u32 {
-        self.mr.as_ref().map(|m| m.lkey()).unwrap_or(0)
+        // SAFETY: a registered region's ibv_mr stays valid until deregistered.
+        self.mr
+            .as_ref()
+            .map(|m| unsafe { m.mr.as_ref() }.lkey)
+            .unwrap_or(0)
     }
 
     pub fn rkey(&self) -> u32 {
-        self.mr.as_ref().map(|m| m.rkey()).unwrap_or(0)
+        // SAFETY: as above.
+        self.mr
+            .as_ref()
+            .map(|m| unsafe { m.mr.as_ref() }.rkey)
+            .unwrap_or(0)
     }
 
     fn check(&self, off: usize, len: usize) {
@@ -156,24 +215,22 @@ impl RegBuf {
 
 impl Drop for RegBuf {
     fn drop(&mut self) {
-        let can_free = match self.mr.take() {
-            // Deregister first: after this the NIC can no longer touch the memory.
-            Some(mr) => Arc::try_unwrap(mr).map(drop).is_ok(),
-            None => true,
-        };
-        if can_free {
+        // Normally `Endpoint::close` deregistered already and reported
+        // failures; this is the fallback (e.g. an early error return).
+        if let Err(e) = self.deregister() {
+            eprintln!("fabperf: {e}");
+        }
+        if !self.leaked {
             // SAFETY: `ptr` was allocated with `layout` in `new` and is freed
             // exactly once, here, after the memory region is gone.
             unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
         }
-        // Otherwise someone still holds the MR (never happens: the Arc is
-        // private); leaking is the sound choice.
     }
 }
 
 /// What a prepared send chain does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChainOp {
+pub(crate) enum ChainOp {
     /// Two-sided send from the local buffer.
     Send,
     /// RDMA write from the local buffer to `(rkey, remote address)`.
@@ -293,11 +350,17 @@ impl<W: ChainWr> Chain<W> {
     }
 }
 
+/// What a chain was prepared with: the buffer's identity, then the
+/// operation, address, length and inline flag.
+type SendKey = (u64, ChainOp, u64, u32, bool);
+
 /// Send work requests for one QP (see `Chain`). `prepare` is the only way
-/// to set addresses, and it bounds-checks them against a registered `RegBuf`.
-pub struct SendChain {
+/// to set addresses, and it bounds-checks them against a registered
+/// `RegBuf`; `post` takes that same buffer again (checked by identity), so
+/// the buffer is borrowed, hence alive, while the provider reads it.
+pub(crate) struct SendChain {
     chain: Chain<rdma_mummy_sys::ibv_send_wr>,
-    prepared: Option<(ChainOp, u64, u32, bool)>,
+    prepared: Option<SendKey>,
 }
 
 impl SendChain {
@@ -321,7 +384,7 @@ impl SendChain {
     pub fn prepare(&mut self, op: ChainOp, buf: &RegBuf, off: usize, len: u32, inline: bool) {
         buf.check(off, len as usize);
         let inline = inline && !matches!(op, ChainOp::Read(..));
-        let key = (op, buf.addr() + off as u64, len, inline);
+        let key = (buf.id(), op, buf.addr() + off as u64, len, inline);
         if self.prepared == Some(key) {
             return;
         }
@@ -345,18 +408,23 @@ impl SendChain {
     }
 
     /// Post requests `0..n` (n ≤ capacity) on `qp` in one call; `id(i)`
-    /// gives request i's wr_id and whether it is signaled.
+    /// gives request i's wr_id and whether it is signaled. `buf` must be
+    /// the registered buffer the chain was prepared with (EINVAL if not).
     #[inline]
     pub fn post(
         &mut self,
         qp: &mut sideway::ibverbs::queue_pair::GenericQueuePair,
+        buf: &RegBuf,
         n: usize,
         mut id: impl FnMut(usize) -> (u64, bool),
     ) -> Result<(), i32> {
         use sideway::ibverbs::queue_pair::QueuePair;
-        let Some((_, _, _, inline)) = self.prepared else {
+        let Some((buf_id, _, _, _, inline)) = self.prepared else {
             return Err(libc::EINVAL);
         };
+        if buf_id != buf.id() || !buf.is_registered() {
+            return Err(libc::EINVAL);
+        }
         let base = if inline {
             rdma_mummy_sys::ibv_send_flags::IBV_SEND_INLINE.0
         } else {
@@ -375,19 +443,22 @@ impl SendChain {
             let mut bad: *mut rdma_mummy_sys::ibv_send_wr = std::ptr::null_mut();
             // SAFETY: the QP handle is valid while `qp` is borrowed; the
             // chain is well formed (Chain invariants, cut at n - 1) and
-            // every sge points inside a registered buffer (checked in
-            // `prepare`) that outlives the request (its owner destroys the
-            // QPs first). The provider reads the requests during the call
-            // and keeps no pointer to them afterwards.
+            // every sge points inside `buf` (bounds checked in `prepare`,
+            // identity checked above), which is registered and borrowed for
+            // the call, so an inline copy reads live memory. After the call
+            // the device reaches the memory only through the region, which
+            // is deregistered before the memory is freed. The provider reads
+            // the requests during the call and keeps no pointer to them.
             unsafe { rdma_mummy_sys::ibv_post_send(qp.qp().as_ptr(), head, &mut bad) }
         })
     }
 }
 
 /// Receive requests for one QP (see `Chain`).
-pub struct RecvChain {
+pub(crate) struct RecvChain {
     chain: Chain<rdma_mummy_sys::ibv_recv_wr>,
-    prepared: Option<(u64, u32, u64)>,
+    /// Buffer identity, address, length, wr_id.
+    prepared: Option<(u64, u64, u32, u64)>,
 }
 
 impl RecvChain {
@@ -406,7 +477,7 @@ impl RecvChain {
     /// Every receive lands in `len` bytes of `buf` from `off` and carries `wr_id`.
     pub fn prepare(&mut self, buf: &RegBuf, off: usize, len: u32, wr_id: u64) {
         buf.check(off, len as usize);
-        let key = (buf.addr() + off as u64, len, wr_id);
+        let key = (buf.id(), buf.addr() + off as u64, len, wr_id);
         if self.prepared == Some(key) {
             return;
         }
@@ -417,21 +488,25 @@ impl RecvChain {
         self.prepared = Some(key);
     }
 
-    /// Post receives `0..n` (n ≤ capacity) on `qp` in one call.
+    /// Post receives `0..n` (n ≤ capacity) on `qp` in one call; `buf` must
+    /// be the registered buffer the chain was prepared with.
     #[inline]
     pub fn post(
         &mut self,
         qp: &mut sideway::ibverbs::queue_pair::GenericQueuePair,
+        buf: &RegBuf,
         n: usize,
     ) -> Result<(), i32> {
         use sideway::ibverbs::queue_pair::QueuePair;
-        if self.prepared.is_none() {
-            return Err(libc::EINVAL);
+        match self.prepared {
+            Some((id, ..)) if id == buf.id() && buf.is_registered() => {}
+            _ => return Err(libc::EINVAL),
         }
         self.chain.post_cut(n, |head| {
             let mut bad: *mut rdma_mummy_sys::ibv_recv_wr = std::ptr::null_mut();
             // SAFETY: as in `SendChain::post`; the receive buffer is
-            // registered with local write access and outlives the request.
+            // registered with local write access, and the device reaches it
+            // later only through that region.
             unsafe { rdma_mummy_sys::ibv_post_recv(qp.qp().as_ptr(), head, &mut bad) }
         })
     }
@@ -442,7 +517,7 @@ pub const POLL_BATCH: usize = 32;
 
 /// A reusable array for `ibv_poll_cq` (sideway's poller allocates one per
 /// call; the latency loops poll millions of times).
-pub struct WcArray(Box<[rdma_mummy_sys::ibv_wc; POLL_BATCH]>);
+pub(crate) struct WcArray(Box<[rdma_mummy_sys::ibv_wc; POLL_BATCH]>);
 
 impl Default for WcArray {
     fn default() -> Self {
@@ -453,7 +528,7 @@ impl Default for WcArray {
 }
 
 /// Poll `cq` once into `arr`; pushes (wr_id, status, vendor_err) to `out`.
-pub fn poll_cq(
+pub(crate) fn poll_cq(
     cq: &sideway::ibverbs::completion::GenericCompletionQueue,
     arr: &mut WcArray,
     out: &mut Vec<crate::verbs::Wc>,
@@ -503,6 +578,26 @@ pub fn wait_readable(
         return Err(e);
     }
     Ok(n > 0)
+}
+
+/// The service level and GRH traffic class a connected QP uses, read back
+/// from the device (`ibv_query_qp`, IBV_QP_AV).
+pub(crate) fn query_qp_av(
+    qp: &sideway::ibverbs::queue_pair::GenericQueuePair,
+) -> std::io::Result<(u8, u8)> {
+    use sideway::ibverbs::queue_pair::QueuePair;
+    // SAFETY: both structs are plain old data; all-zero bytes are valid.
+    let mut attr: rdma_mummy_sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut init: rdma_mummy_sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    let mask = rdma_mummy_sys::ibv_qp_attr_mask::IBV_QP_AV.0 as i32;
+    // SAFETY: the QP handle is valid while `qp` is borrowed; the call only
+    // writes the two structs we pass.
+    let rc = unsafe { rdma_mummy_sys::ibv_query_qp(qp.qp().as_ptr(), &mut attr, mask, &mut init) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc.abs()));
+    }
+    Ok((attr.ah_attr.sl, attr.ah_attr.grh.traffic_class))
 }
 
 /// libibverbs' text for a work completion status (`ibv_wc_status_str`).
@@ -582,11 +677,14 @@ pub const SCHED_IDLE: SchedPolicy = SchedPolicy {
     priority: 0,
 };
 
+#[cfg(test)]
+pub use fabperf_detect::memlock::set_limit as set_memlock_limit;
 /// The soft RLIMIT_MEMLOCK in bytes (`None` when unlimited), and setting it: fabperf-detect's
 /// memlock module is the one place that reads and writes the limit.
-pub use fabperf_detect::memlock::{set_limit as set_memlock_limit, soft_limit as memlock_limit};
+pub use fabperf_detect::memlock::soft_limit as memlock_limit;
 
 /// True when running as root (effective uid 0).
+#[cfg(test)]
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -640,6 +738,8 @@ mod tests {
     #[test]
     fn chains_are_linked_and_prepared_in_bounds() {
         let buf = RegBuf::new(2 * PAGE).unwrap();
+        let other = RegBuf::new(2 * PAGE).unwrap();
+        assert_ne!(buf.id(), other.id(), "identities are unique");
         let mut c = SendChain::new(4);
         assert_eq!(c.capacity(), 4);
         for i in 0..4 {
@@ -663,7 +763,8 @@ mod tests {
         assert_eq!(rkey, 7);
         // Reads are never inline.
         c.prepare(ChainOp::Read(7, 0x1000), &buf, 0, 64, true);
-        assert_eq!(c.prepared.map(|p| p.3), Some(false));
+        assert_eq!(c.prepared.map(|p| p.4), Some(false));
+        assert_eq!(c.prepared.map(|p| p.0), Some(buf.id()));
         let mut r = RecvChain::new(0);
         assert_eq!(r.capacity(), 1);
         r.prepare(&buf, 0, PAGE as u32, 42);

@@ -1,6 +1,15 @@
 //! Safe layer over sideway: device discovery, and an `Endpoint` (PD, CQ,
 //! RC queue pairs, registered buffers) with the few operations the tests
-//! need.
+//! need. Crate-private: the public API is `run_bw`/`run_lat` and the agent
+//! kinds.
+//!
+//! Teardown never takes the process down: sideway asserts that
+//! `ibv_destroy_qp`/`ibv_destroy_cq` succeed, which panics in a destructor
+//! (and aborts when that happens during unwinding). `Endpoint::close`
+//! destroys the queue pairs and the CQ one by one inside `catch_unwind` and
+//! reports failures as text; while the thread is already unwinding it
+//! leaks them instead. Buffers are deregistered with the result checked
+//! (see `sys::RegBuf`).
 
 use crate::error::{register_error, wc_hint, RdmaError, RdmaUnavailable};
 use crate::msg::{EndpointInfo, QpInfo};
@@ -10,7 +19,7 @@ use crate::select::{
 use crate::sys::{self, RegBuf};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
 use sideway::ibverbs::completion::GenericCompletionQueue;
-use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device::{Device as DeviceInfo_, DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu};
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
@@ -100,21 +109,104 @@ fn gid_table(
 }
 
 /// An opened device with the chosen port and addressing.
-pub struct Device {
+pub(crate) struct Device {
     pub ctx: Arc<DeviceContext>,
     pub name: String,
     pub port: PortSnap,
     pub addressing: Addressing,
     /// min(max_qp_rd_atom, max_qp_init_rd_atom, 16).
     pub max_rd_atomic: u8,
-    /// Set when the pick was automatic among several ports.
-    pub note: Option<String>,
+    /// The device's largest queue (work requests) and CQ (entries).
+    pub max_qp_wr: u32,
+    pub max_cqe: u32,
+    /// What the user should know about the choice: why this port among
+    /// several, and devices that could not be opened (and were skipped).
+    pub notes: Vec<String>,
     /// A software device (rxe, siw): the kernel does its protocol work.
     pub software: bool,
 }
 
-/// List devices: snapshots plus their open contexts.
-pub fn snapshot() -> Result<Vec<(DevSnap, Arc<DeviceContext>, u8)>, RdmaUnavailable> {
+/// One opened device: its snapshot, context and limits.
+struct Opened {
+    snap: DevSnap,
+    ctx: Arc<DeviceContext>,
+    max_rd_atomic: u8,
+    max_qp_wr: u32,
+    max_cqe: u32,
+}
+
+/// Open one device and read its ports and GID tables.
+fn open_one(dev: &DeviceInfo_<'_>) -> Result<Opened, String> {
+    let name = dev.name();
+    let ctx = dev.open().map_err(|e| format!("opening {name}: {e}"))?;
+    let attr = ctx
+        .query_device()
+        .map_err(|e| format!("querying {name}: {e}"))?;
+    let rd = attr
+        .attr
+        .orig_attr
+        .max_qp_rd_atom
+        .min(attr.attr.orig_attr.max_qp_init_rd_atom)
+        .clamp(1, 16) as u8;
+    let max_qp_wr = attr.attr.orig_attr.max_qp_wr.max(0) as u32;
+    let max_cqe = attr.attr.orig_attr.max_cqe.max(0) as u32;
+    // The whole table at once when the library supports it.
+    let table: Option<Vec<(u32, GidEntry)>> = ctx.query_gid_table().ok().map(|t| {
+        t.iter()
+            .filter(|e| !e.gid().is_zero())
+            .map(|e| {
+                (
+                    e.port_num(),
+                    GidEntry {
+                        index: e.gid_index(),
+                        gid: e.gid().into(),
+                        kind: gid_kind(e.gid_type()),
+                    },
+                )
+            })
+            .collect()
+    });
+    let mut ports = Vec::new();
+    for p in 1..=attr.phys_port_cnt() {
+        let pa = ctx
+            .query_port(p)
+            .map_err(|e| format!("querying {name} port {p}: {e}"))?;
+        let raw = &pa.attr;
+        let state = raw.state;
+        let link_layer = if raw.link_layer == rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET {
+            LinkLayer::Ethernet
+        } else {
+            LinkLayer::InfiniBand
+        };
+        let for_port = table.as_ref().map(|t| {
+            t.iter()
+                .filter(|(pn, _)| *pn == p as u32)
+                .map(|(_, g)| g.clone())
+                .collect::<Vec<_>>()
+        });
+        ports.push(PortSnap {
+            port: p,
+            active: state == 4,
+            state: port_state_name(state).to_string(),
+            link_layer,
+            active_mtu: mtu_bytes(raw.active_mtu),
+            lid: raw.lid,
+            gids: gid_table(&ctx, p, raw.gid_tbl_len, &for_port),
+        });
+    }
+    Ok(Opened {
+        snap: DevSnap { name, ports },
+        ctx,
+        max_rd_atomic: rd,
+        max_qp_wr,
+        max_cqe,
+    })
+}
+
+/// Open the devices a choice needs: only `device` when it is named (the
+/// others are listed by name, never opened), else every device, where one
+/// that cannot be opened is skipped with a note instead of failing the test.
+fn open_devices(device: Option<&str>) -> Result<(Vec<Opened>, Vec<String>), RdmaUnavailable> {
     let list = DeviceList::new().map_err(|e| {
         let io = match e.0 {
             sideway::ibverbs::device::GetDeviceListErrorKind::Ibverbs(io) => io,
@@ -122,100 +214,90 @@ pub fn snapshot() -> Result<Vec<(DevSnap, Arc<DeviceContext>, u8)>, RdmaUnavaila
         };
         crate::error::device_list_error(io.raw_os_error(), &io.to_string())
     })?;
-    let mut out = Vec::new();
-    for dev in list.iter() {
-        let name = dev.name();
-        let ctx = dev
-            .open()
-            .map_err(|e| RdmaUnavailable::Other(format!("opening RDMA device {name}: {e:?}")))?;
-        let attr = ctx
-            .query_device()
-            .map_err(|e| RdmaUnavailable::Other(format!("querying RDMA device {name}: {e:?}")))?;
-        let rd = attr
-            .attr
-            .orig_attr
-            .max_qp_rd_atom
-            .min(attr.attr.orig_attr.max_qp_init_rd_atom)
-            .clamp(1, 16) as u8;
-        // The whole table at once when the library supports it.
-        let table: Option<Vec<(u32, GidEntry)>> = ctx.query_gid_table().ok().map(|t| {
-            t.iter()
-                .filter(|e| !e.gid().is_zero())
-                .map(|e| {
-                    (
-                        e.port_num(),
-                        GidEntry {
-                            index: e.gid_index(),
-                            gid: e.gid().into(),
-                            kind: gid_kind(e.gid_type()),
-                        },
-                    )
-                })
-                .collect()
-        });
-        let mut ports = Vec::new();
-        for p in 1..=attr.phys_port_cnt() {
-            let pa = ctx
-                .query_port(p)
-                .map_err(|e| RdmaUnavailable::Other(format!("querying {name} port {p}: {e:?}")))?;
-            let raw = &pa.attr;
-            let state = raw.state;
-            let link_layer = if raw.link_layer == rdma_mummy_sys::IBV_LINK_LAYER_ETHERNET {
-                LinkLayer::Ethernet
-            } else {
-                LinkLayer::InfiniBand
-            };
-            let for_port = table.as_ref().map(|t| {
-                t.iter()
-                    .filter(|(pn, _)| *pn == p as u32)
-                    .map(|(_, g)| g.clone())
-                    .collect::<Vec<_>>()
-            });
-            ports.push(PortSnap {
-                port: p,
-                active: state == 4,
-                state: port_state_name(state).to_string(),
-                link_layer,
-                active_mtu: mtu_bytes(raw.active_mtu),
-                lid: raw.lid,
-                gids: gid_table(&ctx, p, raw.gid_tbl_len, &for_port),
-            });
-        }
-        out.push((DevSnap { name, ports }, ctx, rd));
+    let names: Vec<String> = list.iter().map(|d| d.name()).collect();
+    if names.is_empty() {
+        return Err(RdmaUnavailable::NoDevice);
     }
-    Ok(out)
+    if let Some(want) = device {
+        let Some(dev) = list.iter().find(|d| d.name() == want) else {
+            return Err(RdmaUnavailable::DeviceNotFound {
+                name: want.to_string(),
+                available: names,
+            });
+        };
+        let one = open_one(&dev).map_err(|e| RdmaUnavailable::Other(format!("RDMA device {e}")))?;
+        return Ok((vec![one], Vec::new()));
+    }
+    let mut opened = Vec::new();
+    let mut skipped = Vec::new();
+    for dev in list.iter() {
+        match open_one(&dev) {
+            Ok(o) => opened.push(o),
+            Err(e) => skipped.push(e),
+        }
+    }
+    if opened.is_empty() {
+        return Err(RdmaUnavailable::Other(format!(
+            "no RDMA device could be opened: {}",
+            skipped.join("; ")
+        )));
+    }
+    let notes = skipped
+        .into_iter()
+        .map(|e| {
+            format!(
+                "skipped an RDMA device that cannot be used ({e}); --device picks one explicitly"
+            )
+        })
+        .collect();
+    Ok((opened, notes))
 }
 
 /// Open the device and port to use, and pick the GID.
-pub fn open_device(
+pub(crate) fn open_device(
     device: Option<&str>,
     ib_port: Option<u8>,
     gid_index: Option<u32>,
     prefer_ip: Option<IpAddr>,
     peer_kind: Option<GidKind>,
 ) -> Result<Device, RdmaUnavailable> {
-    let mut all = snapshot()?;
-    let snaps: Vec<DevSnap> = all.iter().map(|(s, _, _)| s.clone()).collect();
+    let (mut all, mut notes) = open_devices(device)?;
+    let snaps: Vec<DevSnap> = all.iter().map(|o| o.snap.clone()).collect();
     let choice = pick_port(&snaps, device, ib_port, prefer_ip)?;
-    let (snap, ctx, rd) = all.swap_remove(choice.dev);
-    let port = snap.ports[choice.port].clone();
-    let addressing = pick_gid(&snap.name, &port, gid_index, prefer_ip, peer_kind)?;
-    let software = fabperf_detect::rdma_device_is_software(std::path::Path::new("/"), &snap.name)
+    let o = all.swap_remove(choice.dev);
+    let port = o.snap.ports[choice.port].clone();
+    let addressing = pick_gid(&o.snap.name, &port, gid_index, prefer_ip, peer_kind)?;
+    let software = fabperf_detect::rdma_device_is_software(std::path::Path::new("/"), &o.snap.name)
         .unwrap_or(false);
+    notes.extend(choice.note);
     Ok(Device {
-        ctx,
-        name: snap.name,
+        ctx: o.ctx,
+        name: o.snap.name,
         port,
         addressing,
-        max_rd_atomic: rd,
-        note: choice.note,
+        max_rd_atomic: o.max_rd_atomic,
+        max_qp_wr: o.max_qp_wr,
+        max_cqe: o.max_cqe,
+        notes,
         software,
     })
 }
 
-/// Sizes of an endpoint.
+/// The P_Key at index 0 of a port, as sysfs shows it (e.g. `0xffff`).
+pub(crate) fn pkey0(sysfs: &std::path::Path, dev: &str, port: u8) -> Option<String> {
+    let p = sysfs
+        .join("class/infiniband")
+        .join(dev)
+        .join(format!("ports/{port}/pkeys/0"));
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// Sizes and path settings of an endpoint.
 #[derive(Debug, Clone, Copy)]
-pub struct EpConfig {
+pub(crate) struct EpConfig {
     pub qps: u32,
     /// Bytes per QP slot (largest message).
     pub slot: usize,
@@ -224,41 +306,57 @@ pub struct EpConfig {
     pub rx_depth: u32,
     /// Requested inline size.
     pub inline: u32,
+    /// Service level of the address vector.
+    pub sl: u8,
+    /// GRH traffic class (RoCE: DSCP << 2 | ECN).
+    pub tclass: u8,
 }
 
-/// wr_id layout: bit 63 receive flag, bits 32..63 QP index, low 32 bits a
-/// count (how many requests a signaled completion stands for).
-pub const RECV_FLAG: u64 = 1 << 63;
+/// wr_id layout: bit 63 receive flag, bits 32..63 QP index, low 32 bits
+/// the request's number on its QP (1, 2, ...; modulo 2^32). A signaled
+/// completion for request k completes every request up to k, so the count
+/// it stands for is k minus the last completed number, and a completion
+/// delivered twice (or for a request never posted) is recognised at once.
+pub(crate) const RECV_FLAG: u64 = 1 << 63;
 
-pub fn wr_id(qp: usize, count: u32) -> u64 {
-    ((qp as u64) << 32) | count as u64
+pub(crate) fn wr_id(qp: usize, seq: u32) -> u64 {
+    ((qp as u64) << 32) | seq as u64
 }
 
-pub fn wr_qp(id: u64) -> usize {
+pub(crate) fn wr_qp(id: u64) -> usize {
     ((id & !RECV_FLAG) >> 32) as usize
 }
 
-pub fn wr_count(id: u64) -> u32 {
+pub(crate) fn wr_seq(id: u64) -> u32 {
     id as u32
+}
+
+/// Whether request number `k` of a run is signaled: every `cq_mod`-th, and
+/// the run's `last` one.
+#[inline]
+pub(crate) fn signaled(k: u64, cq_mod: u64, last: Option<u64>) -> bool {
+    k.is_multiple_of(cq_mod) || Some(k) == last
 }
 
 /// One work completion, copied out of the CQ.
 #[derive(Debug, Clone, Copy)]
-pub struct Wc {
+pub(crate) struct Wc {
     pub wr_id: u64,
     pub status: u32,
     pub vendor_err: u32,
 }
 
 /// PD, one CQ, RC QPs and two buffers (source: local only + remote read;
-/// destination: remote write). Field order matters: QPs are destroyed
-/// first (flushing every work request), then the CQ, then the buffers.
-pub struct Endpoint {
+/// destination: remote write). Teardown order (see `close`): QPs (which
+/// flushes every work request), then the CQ, then the buffers' regions,
+/// then the PD and the device.
+pub(crate) struct Endpoint {
     qps: Vec<GenericQueuePair>,
     /// Per QP: prebuilt send and receive requests (no allocation per post).
     chains: Vec<sys::SendChain>,
     rchains: Vec<sys::RecvChain>,
-    cq: GenericCompletionQueue,
+    /// `None` once closed.
+    cq: Option<GenericCompletionQueue>,
     wcs: sys::WcArray,
     pub src: RegBuf,
     pub dst: RegBuf,
@@ -272,6 +370,9 @@ pub struct Endpoint {
     pub remote: Option<EndpointInfo>,
     pub path_mtu: u32,
     pub tx_depth: u32,
+    pub sl: u8,
+    pub tclass: u8,
+    closed: bool,
 }
 
 /// Most requests one `ibv_post_send`/`ibv_post_recv` call carries.
@@ -294,8 +395,8 @@ fn psn_seed(i: usize) -> u32 {
 
 impl Endpoint {
     pub fn new(dev: Device, cfg: EpConfig) -> Result<Endpoint, RdmaError> {
-        let setup = |what: &str, e: &dyn std::fmt::Debug| {
-            RdmaError::Setup(format!("{what} on {}: {e:?}", dev.name))
+        let setup = |what: &str, e: &dyn std::fmt::Display| {
+            RdmaError::Setup(format!("{what} on {}: {e}", dev.name))
         };
         let pd = dev.ctx.alloc_pd().map_err(|e| setup("ibv_alloc_pd", &e))?;
         let cqe = cfg.qps * (cfg.tx_depth + cfg.rx_depth) + 16;
@@ -303,7 +404,24 @@ impl Endpoint {
         // providers (rdma-core 44's rxe) can hand out a completion twice.
         let mut b = dev.ctx.create_cq_builder();
         b.setup_cqe(cqe);
-        let cq: GenericCompletionQueue = b.build().map_err(|e| setup("ibv_create_cq", &e))?.into();
+        let cq: GenericCompletionQueue = b
+            .build()
+            .map_err(|e| {
+                let why = if dev.max_cqe > 0 && cqe > dev.max_cqe {
+                    format!(
+                        "; {cqe} entries (QPs x (send + receive depth) + 16) exceed the device's \
+                         max_cqe {}: use fewer --qps or a smaller --tx-depth",
+                        dev.max_cqe
+                    )
+                } else {
+                    String::new()
+                };
+                setup(
+                    &format!("ibv_create_cq ({cqe} entries)"),
+                    &format!("{e}{why}"),
+                )
+            })?
+            .into();
         let len = cfg.slot * cfg.qps as usize;
         let mut src = RegBuf::new(len).map_err(RdmaError::Setup)?;
         let mut dst = RegBuf::new(len).map_err(RdmaError::Setup)?;
@@ -311,7 +429,13 @@ impl Endpoint {
         let memlock = sys::memlock_limit();
         src.register(&pd, AccessFlags::LocalWrite | AccessFlags::RemoteRead)
             .map_err(|e| {
-                RdmaError::Register(register_error(e.bytes, "source buffer", &e.source, memlock))
+                RdmaError::Register(register_error(
+                    e.bytes,
+                    "source buffer",
+                    &e.source,
+                    memlock,
+                    0,
+                ))
             })?;
         dst.register(
             &pd,
@@ -319,15 +443,16 @@ impl Endpoint {
         )
         .map_err(|e| {
             RdmaError::Register(register_error(
-                e.bytes + src.len(),
+                e.bytes,
                 "destination buffer",
                 &e.source,
                 memlock,
+                src.len(),
             ))
         })?;
         let mut qps = Vec::new();
         let mut max_inline = cfg.inline;
-        for _ in 0..cfg.qps {
+        for i in 0..cfg.qps {
             let qp = loop {
                 let mut qb = pd.create_qp_builder();
                 qb.setup_max_send_wr(cfg.tx_depth)
@@ -341,15 +466,18 @@ impl Endpoint {
                 // providers (rdma-core 44's rxe) reports a full send queue
                 // that is not full.
                 let built: Result<GenericQueuePair, String> =
-                    qb.build().map(Into::into).map_err(|e| format!("{e:?}"));
+                    qb.build().map(Into::into).map_err(|e| e.to_string());
                 match built {
                     Ok(q) => break q,
                     // The device may not take that much inline data: halve.
                     Err(_) if max_inline > 0 => max_inline /= 2,
                     Err(e) => {
-                        return Err(RdmaError::Setup(format!(
-                            "ibv_create_qp on {} (send depth {}, receive depth {}): {e}; lower --tx-depth",
-                            dev.name, cfg.tx_depth, cfg.rx_depth
+                        return Err(RdmaError::Setup(qp_create_error(
+                            &dev.name,
+                            dev.max_qp_wr,
+                            &cfg,
+                            i,
+                            &e,
                         )))
                     }
                 }
@@ -366,7 +494,7 @@ impl Endpoint {
             qps,
             chains,
             rchains,
-            cq,
+            cq: Some(cq),
             wcs: sys::WcArray::default(),
             src,
             dst,
@@ -377,10 +505,13 @@ impl Endpoint {
             remote: None,
             path_mtu: dev.port.active_mtu,
             tx_depth: cfg.tx_depth,
+            sl: cfg.sl,
+            tclass: cfg.tclass,
+            closed: false,
             dev,
         };
         let port = ep.dev.port.port;
-        for q in &mut ep.qps {
+        for (i, q) in ep.qps.iter_mut().enumerate() {
             let mut a = QueuePairAttribute::new();
             a.setup_state(QueuePairState::Init)
                 .setup_pkey_index(0)
@@ -388,10 +519,72 @@ impl Endpoint {
                 .setup_access_flags(
                     AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
                 );
-            q.modify(&a)
-                .map_err(|e| RdmaError::Setup(format!("moving QP to INIT: {e}")))?;
+            if let Err(e) = q.modify(&a) {
+                let pkey = pkey0(std::path::Path::new("/sys"), &ep.dev.name, port)
+                    .map(|k| format!("P_Key {k}"))
+                    .unwrap_or_else(|| "P_Key unreadable".into());
+                return Err(RdmaError::Setup(format!(
+                    "moving QP {i} on {} port {port} to INIT (P_Key index 0: {pkey}): {e}; the \
+                     port's P_Key table must hold a valid key at index 0 (on InfiniBand the \
+                     subnet manager's partition setup; `cat /sys/class/infiniband/{}/ports/{port}/pkeys/0`)",
+                    ep.dev.name, ep.dev.name
+                )));
+            }
         }
         Ok(ep)
+    }
+
+    /// Destroy the QPs and the CQ and deregister the buffers, in that
+    /// order; returns what failed (empty when all went well). Never panics
+    /// and never aborts: sideway's destructors assert, so each runs inside
+    /// `catch_unwind`, and while the thread is already unwinding (where a
+    /// second panic aborts) the QPs and CQ are leaked instead.
+    pub fn close(&mut self) -> Vec<String> {
+        if self.closed {
+            return Vec::new();
+        }
+        self.closed = true;
+        let mut failed = Vec::new();
+        let dev = self.dev.name.clone();
+        let unwinding = std::thread::panicking();
+        let mut leaked_qp = false;
+        for (i, qp) in self.qps.drain(..).enumerate() {
+            if unwinding {
+                std::mem::forget(qp);
+                leaked_qp = true;
+                continue;
+            }
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(qp))).is_err() {
+                leaked_qp = true;
+                failed.push(format!(
+                    "ibv_destroy_qp failed for QP {i} on {dev}; the queue pair stays until the process ends"
+                ));
+            }
+        }
+        if let Some(cq) = self.cq.take() {
+            if unwinding || leaked_qp {
+                // A live QP still uses it; destroying it would fail.
+                std::mem::forget(cq);
+            } else if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(cq)))
+                .is_err()
+            {
+                failed.push(format!(
+                    "ibv_destroy_cq failed on {dev}; the completion queue stays until the process ends"
+                ));
+            }
+        }
+        for b in [&mut self.src, &mut self.dst] {
+            if let Err(e) = b.deregister() {
+                failed.push(e);
+            }
+        }
+        failed
+    }
+
+    /// The service level and traffic class QP `q` uses, as the device
+    /// reports them.
+    pub fn qp_av(&self, q: usize) -> std::io::Result<(u8, u8)> {
+        sys::query_qp_av(&self.qps[q])
     }
 
     pub fn nqps(&self) -> usize {
@@ -451,28 +644,16 @@ impl Endpoint {
         let mtu = mtu_attr(path_mtu)?;
         let local = self.info();
         let rd = self.read_depth(remote);
+        let av = self.address_vector(&local, remote)?;
+        let max_rd = self.dev.max_rd_atomic;
         for (i, q) in self.qps.iter_mut().enumerate() {
             let r = remote.qps[i];
-            let mut av = AddressHandleAttribute::new();
-            av.setup_port(self.dev.port.port).setup_service_level(0);
-            if self.dev.addressing.use_grh {
-                let (Some(rg), Some(li)) = (remote.gid, local.gid_index) else {
-                    return Err(RdmaError::Connect(format!(
-                        "RoCE needs a GID on both ends: this end {}, peer {}",
-                        local.describe(),
-                        remote.describe()
-                    )));
-                };
-                av.setup_grh(&Gid::from(rg), 0, li as u8, 64, 0);
-            } else {
-                av.setup_dest_lid(remote.lid);
-            }
             let mut a = QueuePairAttribute::new();
             a.setup_state(QueuePairState::ReadyToReceive)
                 .setup_path_mtu(mtu)
                 .setup_dest_qp_num(r.qpn)
                 .setup_rq_psn(r.psn)
-                .setup_max_dest_read_atomic(self.dev.max_rd_atomic)
+                .setup_max_dest_read_atomic(max_rd)
                 .setup_min_rnr_timer(12)
                 .setup_address_vector(&av);
             q.modify(&a)
@@ -489,6 +670,32 @@ impl Endpoint {
         }
         self.set_connected(remote, path_mtu);
         Ok(())
+    }
+
+    /// The address vector towards `remote`: its GID in a GRH (RoCE, with
+    /// this end's traffic class) or its LID (InfiniBand), and the service
+    /// level.
+    fn address_vector(
+        &self,
+        local: &EndpointInfo,
+        remote: &EndpointInfo,
+    ) -> Result<AddressHandleAttribute, RdmaError> {
+        let mut av = AddressHandleAttribute::new();
+        av.setup_port(self.dev.port.port)
+            .setup_service_level(self.sl);
+        if self.dev.addressing.use_grh {
+            let (Some(rg), Some(li)) = (remote.gid, local.gid_index) else {
+                return Err(RdmaError::Connect(format!(
+                    "RoCE needs a GID on both ends: this end {}, peer {}",
+                    local.describe(),
+                    remote.describe()
+                )));
+            };
+            av.setup_grh(&Gid::from(rg), 0, li as u8, 64, self.tclass);
+        } else {
+            av.setup_dest_lid(remote.lid);
+        }
+        Ok(av)
     }
 
     /// QP `q`'s number.
@@ -525,6 +732,13 @@ impl Endpoint {
             .map_err(|e| fail("RTR (rdma_init_qp_attr)", &e))?;
         a.setup_path_mtu(mtu)
             .setup_max_dest_read_atomic(self.dev.max_rd_atomic);
+        if self.sl != 0 || self.tclass != 0 {
+            // The CM's path carries service level and traffic class 0
+            // (fabperf cannot set the CM id's TOS through sideway): use
+            // this end's own address vector, built from the same GIDs.
+            let local = self.info();
+            a.setup_address_vector(&self.address_vector(&local, remote)?);
+        }
         self.qps[q].modify(&a).map_err(|e| fail("RTR", &e))?;
         let mut a = id
             .get_qp_attr(QueuePairState::ReadyToSend)
@@ -542,6 +756,7 @@ impl Endpoint {
 
     /// Point later requests at other buffers (addresses and keys) of the
     /// connected peer; the QP connection is unchanged.
+    #[cfg(test)]
     pub fn set_remote_buffers(&mut self, remote: &EndpointInfo) {
         if let Some(r) = self.remote.as_mut() {
             r.src_addr = remote.src_addr;
@@ -551,8 +766,8 @@ impl Endpoint {
         }
     }
 
-    /// Post `n` operations of `size` bytes on QP `qp`; only the last is
-    /// signaled, and its wr_id says it stands for `n` requests.
+    /// Post `n` operations of `size` bytes on QP `qp` (a run of its own:
+    /// numbered 1..=n, only the last signaled).
     pub fn post(
         &mut self,
         qp: usize,
@@ -561,13 +776,12 @@ impl Endpoint {
         size: u32,
         inline: bool,
     ) -> Result<(), RdmaError> {
-        self.post_run(qp, op, size, inline, 0, n, n, None)
+        self.post_run(qp, op, size, inline, 0, n, n, Some(n as u64))
     }
 
     /// Post `n` operations on QP `qp` that are requests number
-    /// `done + 1 ..= done + n` of this QP. Request k is signaled when
-    /// `k % cq_mod == 0` or `k == last`; its wr_id carries how many
-    /// requests it completes (those since the previous signaled one).
+    /// `done + 1 ..= done + n` of this QP; request k is signaled as
+    /// [`signaled`] says and carries k in its wr_id.
     #[allow(clippy::too_many_arguments)]
     pub fn post_run(
         &mut self,
@@ -606,22 +820,15 @@ impl Endpoint {
             let m = (end - first).min(chain.capacity() as u64) as usize;
             let base = first;
             chain
-                .post(&mut self.qps[qp], m, |i| {
+                .post(&mut self.qps[qp], buf, m, |i| {
                     let k = base + i as u64 + 1;
-                    let signaled = k % cq_mod == 0 || Some(k) == last;
-                    let count = if !signaled {
-                        0
-                    } else if k % cq_mod == 0 {
-                        cq_mod as u32
-                    } else {
-                        (k % cq_mod) as u32
-                    };
-                    (wr_id(qp, count), signaled)
+                    (wr_id(qp, k as u32), signaled(k, cq_mod, last))
                 })
                 .map_err(|rc| {
                     RdmaError::Setup(format!(
-                        "posting {m} {} request(s) on QP {qp}: {} (send queue depth {})",
+                        "posting {m} {} request(s) on QP {qp} of {}: {} (send queue depth {})",
                         op.as_str(),
+                        self.dev.name,
                         std::io::Error::from_raw_os_error(rc),
                         self.tx_depth
                     ))
@@ -639,7 +846,7 @@ impl Endpoint {
         let mut left = n as usize;
         while left > 0 {
             let m = left.min(chain.capacity());
-            chain.post(&mut self.qps[qp], m).map_err(|rc| {
+            chain.post(&mut self.qps[qp], &self.dst, m).map_err(|rc| {
                 RdmaError::Setup(format!(
                     "posting {m} receive(s) on QP {qp}: {}",
                     std::io::Error::from_raw_os_error(rc)
@@ -655,8 +862,11 @@ impl Endpoint {
     #[inline]
     pub fn poll(&mut self, out: &mut Vec<Wc>) -> Result<usize, RdmaError> {
         out.clear();
+        let Some(cq) = &self.cq else {
+            return Err(RdmaError::Setup("polling a closed endpoint".into()));
+        };
         for _ in 0..8 {
-            let n = sys::poll_cq(&self.cq, &mut self.wcs, out).map_err(|e| {
+            let n = sys::poll_cq(cq, &mut self.wcs, out).map_err(|e| {
                 RdmaError::Setup(format!(
                     "polling the completion queue: {}",
                     std::io::Error::from_raw_os_error(e)
@@ -689,8 +899,45 @@ impl Endpoint {
     }
 }
 
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        for m in self.close() {
+            eprintln!("fabperf: {m}");
+        }
+    }
+}
+
+/// The message for a failed `ibv_create_qp`: it names the limit that was
+/// exceeded when one was, and blames nothing it cannot tell.
+fn qp_create_error(dev: &str, max_qp_wr: u32, cfg: &EpConfig, i: u32, e: &str) -> String {
+    let what = format!(
+        "ibv_create_qp for QP {i} on {dev} (send depth {}, receive depth {}): {e}",
+        cfg.tx_depth, cfg.rx_depth
+    );
+    let max = max_qp_wr;
+    if max > 0 && cfg.tx_depth > max {
+        format!(
+            "{what}; --tx-depth {} exceeds the device's max_qp_wr {max}: lower --tx-depth",
+            cfg.tx_depth
+        )
+    } else if max > 0 && cfg.rx_depth > max {
+        format!(
+            "{what}; the receive depth {} (max(--tx-depth, 512) for send) exceeds the device's \
+             max_qp_wr {max}: lower --tx-depth",
+            cfg.rx_depth
+        )
+    } else if e.contains("Cannot allocate memory") || e.contains("os error 12") {
+        format!(
+            "{what}; the device or the locked-memory limit ran out of room for the queues: use \
+             fewer --qps or a smaller --tx-depth, or raise `ulimit -l`"
+        )
+    } else {
+        what
+    }
+}
+
 /// The message for a QP that cannot reach RTR/RTS.
-pub fn connect_error(
+pub(crate) fn connect_error(
     stage: &str,
     err: &dyn std::fmt::Display,
     local: &EndpointInfo,
@@ -729,10 +976,61 @@ mod tests {
     fn wr_id_encoding() {
         let id = wr_id(5, 100);
         assert_eq!(wr_qp(id), 5);
-        assert_eq!(wr_count(id), 100);
+        assert_eq!(wr_seq(id), 100);
+        assert!(signaled(200, 100, None) && !signaled(150, 100, None));
+        assert!(signaled(150, 100, Some(150)));
         let r = RECV_FLAG | wr_id(3, 1);
         assert_eq!(wr_qp(r), 3);
         assert!(r & RECV_FLAG != 0);
+    }
+
+    #[test]
+    fn qp_create_failure_blames_only_what_it_can_tell() {
+        let cfg = EpConfig {
+            qps: 1,
+            slot: 4096,
+            tx_depth: 128,
+            rx_depth: 512,
+            inline: 0,
+            sl: 0,
+            tclass: 0,
+        };
+        let e = "Invalid argument (os error 22)";
+        let m = qp_create_error("mlx5_0", 64, &cfg, 0, e);
+        assert!(
+            m.contains("--tx-depth 128 exceeds the device's max_qp_wr 64"),
+            "{m}"
+        );
+        let m = qp_create_error("mlx5_0", 256, &cfg, 0, e);
+        assert!(
+            m.contains("receive depth 512") && m.contains("max_qp_wr 256"),
+            "{m}"
+        );
+        let m = qp_create_error(
+            "mlx5_0",
+            32768,
+            &cfg,
+            3,
+            "Cannot allocate memory (os error 12)",
+        );
+        assert!(
+            m.contains("QP 3 on mlx5_0") && m.contains("ulimit -l"),
+            "{m}"
+        );
+        // Nothing known to blame: no advice that could mislead.
+        let m = qp_create_error("mlx5_0", 32768, &cfg, 0, e);
+        assert!(!m.contains("--tx-depth") && m.ends_with(e), "{m}");
+    }
+
+    #[test]
+    fn pkey_is_read_from_sysfs() {
+        let root = std::env::temp_dir().join(format!("fabperf-pkey-{}", std::process::id()));
+        let d = root.join("class/infiniband/mlx5_0/ports/1/pkeys");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("0"), "0xffff\n").unwrap();
+        assert_eq!(pkey0(&root, "mlx5_0", 1).as_deref(), Some("0xffff"));
+        assert_eq!(pkey0(&root, "mlx5_0", 2), None);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -1,214 +1,278 @@
-//! Plausibility of a record whose figures came (partly) from a peer.
-//!
-//! A client builds its records from its own measurements and the agent's
-//! reports; an agent that is broken or hostile can report anything. Before
-//! a record is shown or stored, every number must be one a measurement can
-//! produce: finite and not negative (a NaN or infinite CPU share, a
-//! negative duration, a loss above 100 % are protocol errors, named by the
-//! field), and every text field is passed through the caller's escaping.
+//! The rules every record obeys ([`Record::check`]).
 
-use crate::{LatencySummary, Record};
+use crate::{LatencyHistogram, Record, SCHEMA_VERSION};
 
-/// A field of a record holding an impossible value.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BadValue {
-    /// The record key, e.g. `cpu_remote_pct` or `lat_us.p99`.
-    pub field: String,
-    pub value: String,
-    pub rule: &'static str,
+/// Relative tolerance for recomputed floating-point figures.
+const REL: f64 = 1e-9;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= REL * a.abs().max(b.abs()).max(1e-12)
 }
 
-impl std::fmt::Display for BadValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} = {} ({})", self.field, self.value, self.rule)
+fn finite_nonneg(v: f64) -> bool {
+    v.is_finite() && v >= 0.0
+}
+
+/// Equal counts and kind, and figures equal up to float rounding (the
+/// mean and stdev are sums recomputed in another order after decoding).
+fn same_summary(a: &crate::LatencySummary, b: &crate::LatencySummary) -> bool {
+    let fa = [
+        a.min, a.p50, a.p90, a.p99, a.p999, a.p9999, a.max, a.mean, a.stdev,
+    ];
+    let fb = [
+        b.min, b.p50, b.p90, b.p99, b.p999, b.p9999, b.max, b.mean, b.stdev,
+    ];
+    a.kind == b.kind
+        && a.samples == b.samples
+        && fa
+            .iter()
+            .zip(fb)
+            .all(|(x, y)| close(*x, y) || (x - y).abs() < 1e-9)
+}
+
+pub(crate) fn check(r: &Record) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mut fail = |m: String| bad.push(m);
+    if r.schema != SCHEMA_VERSION {
+        fail(format!("schema {} is not {SCHEMA_VERSION}", r.schema));
     }
-}
-
-impl std::error::Error for BadValue {}
-
-const FINITE: &str = "must be a finite number, zero or more";
-
-fn num(field: &str, v: f64) -> Result<(), BadValue> {
-    if v.is_finite() && v >= 0.0 {
-        Ok(())
-    } else {
-        Err(BadValue {
-            field: field.to_string(),
-            value: v.to_string(),
-            rule: FINITE,
-        })
+    if !finite_nonneg(r.duration_s) {
+        fail(format!(
+            "duration_s {} is not a non-negative number",
+            r.duration_s
+        ));
     }
-}
-
-fn opt(field: &str, v: Option<f64>) -> Result<(), BadValue> {
-    v.map_or(Ok(()), |v| num(field, v))
-}
-
-fn lat(l: &LatencySummary) -> Result<(), BadValue> {
+    if r.streams == 0 {
+        fail("streams is 0".into());
+    }
+    if let Some(s) = r.stream {
+        if s >= r.streams {
+            fail(format!("stream {s} is not below streams {}", r.streams));
+        }
+    }
+    // Rates are the counts over the interval, and exist only with one.
+    match r.bw_gbps {
+        Some(bw) => {
+            if r.duration_s <= 0.0 {
+                fail(format!("bw_gbps {bw} without a measured interval"));
+            } else {
+                let want = r.bytes as f64 * 8.0 / r.duration_s / 1e9;
+                if !close(bw, want) {
+                    fail(format!(
+                        "bw_gbps {bw} != bytes {} * 8 / duration_s {} / 1e9 = {want}",
+                        r.bytes, r.duration_s
+                    ));
+                }
+            }
+        }
+        None if r.test.ends_with("-bw") && !r.has_warning("no-interval") => {
+            fail("a bandwidth record without bw_gbps must carry the no-interval warning".into())
+        }
+        None => {}
+    }
+    if let Some(m) = r.msg_rate_mpps {
+        match r.iterations {
+            Some(n) if r.duration_s > 0.0 => {
+                let want = n as f64 / r.duration_s / 1e6;
+                if !close(m, want) {
+                    fail(format!(
+                        "msg_rate_mpps {m} != iterations {n} / duration_s {} / 1e6 = {want}",
+                        r.duration_s
+                    ));
+                }
+            }
+            _ => fail(format!(
+                "msg_rate_mpps {m} without iterations and a measured interval"
+            )),
+        }
+    }
+    if let Some(p) = r.bw_peak_gbps {
+        match r.bw_gbps {
+            // perftest's peak includes the whole run's span, so it is never
+            // below the average over that span.
+            Some(bw) if p >= bw * (1.0 - 1e-6) && p.is_finite() => {}
+            Some(bw) => fail(format!("bw_peak_gbps {p} is below bw_gbps {bw}")),
+            None => fail(format!("bw_peak_gbps {p} without bw_gbps")),
+        }
+        if r.direction.as_deref() == Some("bidir") {
+            fail(
+                "a bidirectional total has no peak (the two ends' peaks are not simultaneous)"
+                    .into(),
+            );
+        }
+    }
     for (k, v) in [
-        ("min", l.min),
-        ("p50", l.p50),
-        ("p90", l.p90),
-        ("p99", l.p99),
-        ("p999", l.p999),
-        ("p9999", l.p9999),
-        ("max", l.max),
-        ("mean", l.mean),
-        ("stdev", l.stdev),
+        ("cpu_local_pct", r.cpu_local_pct),
+        ("cpu_remote_pct", r.cpu_remote_pct),
     ] {
-        num(&format!("lat_us.{k}"), v)?;
-    }
-    Ok(())
-}
-
-impl Record {
-    /// Every number finite and not negative; UDP loss within 0..=100 %
-    /// and `lost` not above `sent`.
-    pub fn check_values(&self) -> Result<(), BadValue> {
-        num("duration_s", self.duration_s)?;
-        opt("bw_gbps", self.bw_gbps)?;
-        opt("bw_peak_gbps", self.bw_peak_gbps)?;
-        opt("msg_rate_mpps", self.msg_rate_mpps)?;
-        opt("cpu_local_pct", self.cpu_local_pct)?;
-        opt("cpu_remote_pct", self.cpu_remote_pct)?;
-        if let Some(l) = &self.lat_us {
-            lat(l)?;
-        }
-        if let Some(u) = &self.udp {
-            num("udp.jitter_us", u.jitter_us)?;
-            num("udp.loss_pct", u.loss_pct)?;
-            if u.loss_pct > 100.0 {
-                return Err(BadValue {
-                    field: "udp.loss_pct".into(),
-                    value: u.loss_pct.to_string(),
-                    rule: "a share of datagrams cannot exceed 100 %",
-                });
-            }
-            if u.lost > u.sent {
-                return Err(BadValue {
-                    field: "udp.lost".into(),
-                    value: u.lost.to_string(),
-                    rule: "more datagrams lost than sent",
-                });
+        if let Some(v) = v {
+            if !finite_nonneg(v) {
+                fail(format!("{k} {v} is not a non-negative number"));
             }
         }
-        Ok(())
     }
-
-    /// Apply `f` to every text field (e.g. to escape what a peer sent
-    /// before it reaches a terminal).
-    pub fn map_text(&mut self, f: impl Fn(&str) -> String) {
-        let g = |s: &mut String| *s = f(s);
-        for o in [
-            &mut self.op,
-            &mut self.direction,
-            &mut self.local,
-            &mut self.remote,
-            &mut self.device,
-            &mut self.gid_type,
-            &mut self.link_layer,
-            &mut self.poll_priority_local,
-            &mut self.poll_priority_remote,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            g(o);
+    for (k, h) in [
+        ("host_cpu_local", &r.host_cpu_local),
+        ("host_cpu_remote", &r.host_cpu_remote),
+    ] {
+        if let Some(h) = h {
+            let parts = [h.user_pct, h.system_pct, h.irq_pct, h.softirq_pct];
+            if h.cpus == 0 || !parts.iter().all(|v| finite_nonneg(*v)) {
+                fail(format!(
+                    "{k} {h:?} is not a set of non-negative figures over >= 1 CPU"
+                ));
+            }
         }
-        g(&mut self.test);
-        g(&mut self.started_at);
-        g(&mut self.fabperf_version);
-        self.warnings.iter_mut().for_each(g);
     }
+    if let Some(l) = &r.lat_us {
+        let order = [l.min, l.p50, l.p90, l.p99, l.p999, l.p9999, l.max];
+        if l.samples == 0 {
+            fail("lat_us with 0 samples".into());
+        }
+        if !order.windows(2).all(|w| w[0] <= w[1]) || !finite_nonneg(l.min) {
+            fail(format!("lat_us percentiles out of order: {order:?}"));
+        }
+        if !(l.mean >= l.min && l.mean <= l.max && finite_nonneg(l.stdev)) {
+            fail(format!(
+                "lat_us mean {} / stdev {} impossible",
+                l.mean, l.stdev
+            ));
+        }
+        if let Some(n) = r.iterations {
+            if n != l.samples {
+                fail(format!("iterations {n} != lat_us.samples {}", l.samples));
+            }
+        }
+        if let Some(s) = &r.lat_hist {
+            match LatencyHistogram::from_base64(s, l.kind) {
+                Ok(h) if h.summary().as_ref().is_some_and(|d| same_summary(d, l)) => {}
+                Ok(h) => fail(format!(
+                    "lat_hist does not give lat_us: {:?} vs {l:?}",
+                    h.summary()
+                )),
+                Err(e) => fail(format!("lat_hist: {e}")),
+            }
+        }
+    } else if r.lat_hist.is_some() {
+        fail("lat_hist without lat_us".into());
+    }
+    if let Some(u) = &r.udp {
+        if u.received <= u.sent && u.lost != u.sent - u.received {
+            fail(format!(
+                "udp.lost {} != sent {} - received {}",
+                u.lost, u.sent, u.received
+            ));
+        }
+        if u.received > u.sent && u.lost != 0 {
+            fail(format!("udp.lost {} with more received than sent", u.lost));
+        }
+        match (u.loss_pct, u.sent) {
+            (None, 0) => {}
+            (Some(p), s) if s > 0 && close(p, u.lost as f64 * 100.0 / s as f64) => {}
+            (p, s) => fail(format!(
+                "udp.loss_pct {p:?} for lost {} of sent {s}",
+                u.lost
+            )),
+        }
+        for (k, v) in [("jitter_us", u.jitter_us), ("ipdv_us", u.ipdv_us)] {
+            if let Some(v) = v {
+                if !finite_nonneg(v) {
+                    fail(format!("udp.{k} {v} is not a non-negative number"));
+                }
+            }
+        }
+    }
+    bad
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::{LatencyKind, Record, Transport, UdpStats};
+    use crate::*;
 
-    fn rec() -> Record {
-        let mut r = Record::new("tcp-bw", Transport::Tcp, 1000, 1);
-        r.set_throughput(1000, 1.0, Some(1));
-        r.cpu_remote_pct = Some(12.0);
+    fn bw() -> Record {
+        let mut r = Record::new("rdma-bw", Transport::Rdma, 65536, 1);
+        r.set_throughput(65536 * 1000, 0.5, Some(1000));
+        r.bw_peak_gbps = Some(r.bw_gbps.unwrap() * 1.1);
         r
     }
 
     #[test]
-    fn plausible_record_passes() {
-        rec().check_values().unwrap();
-    }
-
-    #[test]
-    fn each_impossible_value_is_named() {
-        type Spoil = Box<dyn Fn(&mut Record)>;
-        let cases: Vec<(Spoil, &str)> = vec![
-            (Box::new(|r| r.duration_s = -1.0), "duration_s"),
-            (
-                Box::new(|r| r.cpu_remote_pct = Some(f64::NAN)),
-                "cpu_remote_pct",
-            ),
-            (
-                Box::new(|r| r.cpu_local_pct = Some(f64::INFINITY)),
-                "cpu_local_pct",
-            ),
-            (Box::new(|r| r.bw_gbps = Some(-0.5)), "bw_gbps"),
-            (
-                Box::new(|r| r.msg_rate_mpps = Some(f64::NEG_INFINITY)),
-                "msg_rate_mpps",
-            ),
-            (
-                Box::new(|r| r.bw_peak_gbps = Some(f64::NAN)),
-                "bw_peak_gbps",
-            ),
-            (
-                Box::new(|r| {
-                    let mut h = crate::LatencyHistogram::new(LatencyKind::Rtt);
-                    h.record_rtt_ns(1000);
-                    let mut s = h.summary().unwrap();
-                    s.p99 = -3.0;
-                    r.lat_us = Some(s);
-                }),
-                "lat_us.p99",
-            ),
-            (
-                Box::new(|r| {
-                    r.udp = Some(UdpStats {
-                        sent: 10,
-                        received: 5,
-                        lost: 5,
-                        loss_pct: 150.0,
-                        ..Default::default()
-                    })
-                }),
-                "udp.loss_pct",
-            ),
-            (
-                Box::new(|r| {
-                    r.udp = Some(UdpStats {
-                        sent: 1,
-                        lost: 5,
-                        ..Default::default()
-                    })
-                }),
-                "udp.lost",
-            ),
-        ];
-        for (f, field) in cases {
-            let mut r = rec();
-            f(&mut r);
-            let e = r.check_values().unwrap_err();
-            assert_eq!(e.field, field);
-            assert!(e.to_string().starts_with(field), "{e}");
+    fn a_consistent_record_passes() {
+        assert_eq!(bw().check(), Vec::<String>::new());
+        let mut l = Record::new("rdma-lat", Transport::Rdma, 2, 1);
+        let mut h = LatencyHistogram::new(LatencyKind::HalfRtt);
+        for ns in [10_000, 12_000, 50_000] {
+            h.record_rtt_ns(ns);
         }
+        l.set_latency(&h);
+        l.iterations = Some(3);
+        assert_eq!(l.check(), Vec::<String>::new());
     }
 
     #[test]
-    fn text_fields_are_mapped() {
-        let mut r = rec();
-        r.remote = Some("a\x1bb".into());
-        r.warnings.push("x\ny".into());
-        r.map_text(|s| s.replace(['\x1b', '\n'], "?"));
-        assert_eq!(r.remote.as_deref(), Some("a?b"));
-        assert_eq!(r.warnings, vec!["x?y".to_string()]);
+    fn each_broken_rule_is_named() {
+        let has = |r: &Record, what: &str| {
+            let c = r.check();
+            assert!(c.iter().any(|m| m.contains(what)), "{what}: {c:?}");
+        };
+        let mut r = bw();
+        r.bytes *= 2;
+        has(&r, "bw_gbps");
+        let mut r = bw();
+        r.bw_gbps = None;
+        r.bw_peak_gbps = None;
+        r.msg_rate_mpps = None;
+        has(&r, "no-interval");
+        r.warn(Warning::NoInterval { what: "x".into() });
+        assert!(r.check().is_empty(), "{:?}", r.check());
+        let mut r = bw();
+        r.iterations = Some(7);
+        has(&r, "msg_rate_mpps");
+        let mut r = bw();
+        r.bw_peak_gbps = Some(0.1);
+        has(&r, "below");
+        let mut r = bw();
+        r.direction = Some("bidir".into());
+        has(&r, "bidirectional");
+        let mut r = bw();
+        r.cpu_local_pct = Some(f64::NAN);
+        has(&r, "cpu_local_pct");
+        let mut r = bw();
+        r.stream = Some(1);
+        has(&r, "stream 1");
+        let mut r = bw();
+        r.host_cpu_remote = Some(HostCpu::default());
+        has(&r, "host_cpu_remote");
+        let mut r = Record::new("udp-bw", Transport::Udp, 1472, 1);
+        r.set_throughput(1472 * 9, 1.0, Some(9));
+        r.udp = Some(UdpStats {
+            sent: 10,
+            received: 9,
+            lost: 2,
+            loss_pct: Some(20.0),
+            ..Default::default()
+        });
+        has(&r, "udp.lost");
+        r.udp = Some(UdpStats {
+            sent: 0,
+            received: 0,
+            lost: 0,
+            loss_pct: Some(0.0),
+            ..Default::default()
+        });
+        has(&r, "loss_pct");
+        let mut l = Record::new("tcp-lat", Transport::Tcp, 64, 1);
+        let mut h = LatencyHistogram::new(LatencyKind::Rtt);
+        h.record_rtt_ns(1000);
+        l.set_latency(&h);
+        l.iterations = Some(2);
+        has(&l, "iterations 2");
+        l.iterations = Some(1);
+        let mut other = LatencyHistogram::new(LatencyKind::Rtt);
+        other.record_rtt_ns(9000);
+        l.lat_hist = Some(other.to_base64());
+        has(&l, "lat_hist does not give lat_us");
+        l.lat_hist = Some("garbage".into());
+        has(&l, "lat_hist");
     }
 }

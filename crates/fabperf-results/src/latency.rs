@@ -1,7 +1,41 @@
-//! Latency samples in an HdrHistogram, summarised in microseconds.
+//! Latency samples in an HdrHistogram, summarised in microseconds, and
+//! carried whole in records (`lat_hist`) so percentiles can be recomputed
+//! and histograms merged across repeats.
 
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use std::io::Read;
+
+/// Lowest and highest value the histograms track, in nanoseconds, and
+/// their precision (significant decimal digits).
+const LOWEST_NS: u64 = 1;
+const HIGHEST_NS: u64 = 3_600_000_000_000;
+const SIG_DIGITS: u8 = 3;
+
+/// Longest `lat_hist` string accepted by [`LatencyHistogram::from_base64`]
+/// (ours are a few hundred bytes to a few KiB).
+pub const MAX_ENCODED_LEN: usize = 1 << 20;
+/// Largest inflated V2 payload accepted (a full 1 ns .. 1 h histogram at 3
+/// digits encodes in well under this).
+const MAX_INFLATED: u64 = 4 << 20;
+/// Cookies of HdrHistogram's V2 encoding (plain and deflate-compressed).
+const V2_COOKIE: u32 = 0x1c84_9313;
+const V2_COMPRESSED_COOKIE: u32 = 0x1c84_9314;
+/// Bytes of the V2 header before the counts.
+const V2_HEADER: usize = 40;
+
+/// Why a serialized histogram was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistError(pub String);
+
+impl std::fmt::Display for HistError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "latency histogram: {}", self.0)
+    }
+}
+
+impl std::error::Error for HistError {}
 
 /// Whether a latency is a half round trip (one-way estimate, what sockperf
 /// and perftest's send/write latency print) or a full round trip.
@@ -54,7 +88,7 @@ impl LatencyHistogram {
     /// [`record_rtt_ns`](Self::record_rtt_ns) are full round trips; for
     /// `HalfRtt` they are halved before recording.
     pub fn new(kind: LatencyKind) -> LatencyHistogram {
-        let hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
+        let hist = Histogram::<u64>::new_with_bounds(LOWEST_NS, HIGHEST_NS, SIG_DIGITS)
             .expect("static histogram bounds are valid");
         let divisor = match kind {
             LatencyKind::HalfRtt => 2,
@@ -79,10 +113,20 @@ impl LatencyHistogram {
         self.hist.saturating_record(v);
     }
 
-    /// Merge another histogram of the same kind (e.g. from another thread).
-    pub fn merge(&mut self, other: &LatencyHistogram) {
+    /// Merge another histogram of the same kind (another thread, or
+    /// another repeat decoded with [`from_base64`](Self::from_base64)).
+    pub fn merge(&mut self, other: &LatencyHistogram) -> Result<(), HistError> {
+        if other.kind != self.kind {
+            return Err(HistError(format!(
+                "cannot merge a {} histogram into a {} one",
+                other.kind.label(),
+                self.kind.label()
+            )));
+        }
         // Both histograms share the same bounds, so `add` cannot fail.
-        let _ = self.hist.add(&other.hist);
+        self.hist
+            .add(&other.hist)
+            .map_err(|e| HistError(format!("{e:?}")))
     }
 
     pub fn len(&self) -> u64 {
@@ -91,6 +135,92 @@ impl LatencyHistogram {
 
     pub fn is_empty(&self) -> bool {
         self.hist.is_empty()
+    }
+
+    /// The histogram in HdrHistogram's standard text form: the V2 encoding,
+    /// deflate-compressed, in base64 (what HdrHistogram's interval logs
+    /// hold, so its tools decode it). Values are nanoseconds of this
+    /// histogram's kind (halved already for half round trips).
+    pub fn to_base64(&self) -> String {
+        use base64::Engine;
+        let mut buf = Vec::new();
+        V2DeflateSerializer::new()
+            .serialize(&self.hist, &mut buf)
+            .expect("serializing into memory cannot fail");
+        base64::engine::general_purpose::STANDARD.encode(buf)
+    }
+
+    /// Decode [`to_base64`](Self::to_base64)'s output as a histogram of
+    /// `kind`. Input from a file or a peer may be hostile: its length, the
+    /// inflated size and the histogram's parameters are bounded before any
+    /// allocation that depends on them, and anything else is an error.
+    pub fn from_base64(s: &str, kind: LatencyKind) -> Result<LatencyHistogram, HistError> {
+        use base64::Engine;
+        let bad = |m: String| HistError(m);
+        if s.len() > MAX_ENCODED_LEN {
+            return Err(bad(format!(
+                "{} characters is more than the {MAX_ENCODED_LEN} accepted",
+                s.len()
+            )));
+        }
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(s.trim())
+            .map_err(|e| bad(format!("not base64: {e}")))?;
+        let be32 = |b: &[u8], at: usize| -> Option<u32> {
+            b.get(at..at + 4)
+                .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+        };
+        if be32(&raw, 0) != Some(V2_COMPRESSED_COOKIE) {
+            return Err(bad(
+                "not a compressed V2 HdrHistogram (wrong cookie)".to_string()
+            ));
+        }
+        let clen = be32(&raw, 4).ok_or_else(|| bad("truncated header".into()))? as usize;
+        let body = &raw[8..];
+        if clen != body.len() {
+            return Err(bad(format!(
+                "compressed length {clen} does not match the {} bytes present",
+                body.len()
+            )));
+        }
+        let mut inner = Vec::new();
+        flate2::read::ZlibDecoder::new(body)
+            .take(MAX_INFLATED + 1)
+            .read_to_end(&mut inner)
+            .map_err(|e| bad(format!("bad compressed data: {e}")))?;
+        if inner.len() as u64 > MAX_INFLATED {
+            return Err(bad(format!("inflates to more than {MAX_INFLATED} bytes")));
+        }
+        if inner.len() < V2_HEADER || be32(&inner, 0) != Some(V2_COOKIE) {
+            return Err(bad("inner V2 header missing or wrong".into()));
+        }
+        let payload = be32(&inner, 4).unwrap_or(0) as usize;
+        if payload > inner.len() - V2_HEADER {
+            return Err(bad(format!(
+                "payload of {payload} bytes announced, {} present",
+                inner.len() - V2_HEADER
+            )));
+        }
+        let digits = be32(&inner, 12).unwrap_or(0);
+        let be64 = |at: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&inner[at..at + 8]);
+            u64::from_be_bytes(a)
+        };
+        let (low, high) = (be64(16), be64(24));
+        if digits != u32::from(SIG_DIGITS) || low != LOWEST_NS || high == 0 || high > HIGHEST_NS {
+            return Err(bad(format!(
+                "parameters ({digits} digits, {low}..{high} ns) are not fabperf's                  ({SIG_DIGITS} digits, {LOWEST_NS}..at most {HIGHEST_NS} ns)"
+            )));
+        }
+        let decoded: Histogram<u64> = Deserializer::new()
+            .deserialize(&mut inner.as_slice())
+            .map_err(|e| bad(format!("{e}")))?;
+        let mut out = LatencyHistogram::new(kind);
+        out.hist
+            .add(&decoded)
+            .map_err(|e| bad(format!("values outside the tracked range: {e:?}")))?;
+        Ok(out)
     }
 
     /// The summary, or `None` when no sample was recorded.
@@ -163,7 +293,103 @@ mod tests {
         let mut b = LatencyHistogram::new(LatencyKind::Rtt);
         a.record_rtt_ns(5_000);
         b.record_rtt_ns(7_000);
-        a.merge(&b);
+        a.merge(&b).unwrap();
         assert_eq!(a.len(), 2);
+        let half = LatencyHistogram::new(LatencyKind::HalfRtt);
+        assert!(a.merge(&half).unwrap_err().to_string().contains("half-RTT"));
+    }
+
+    fn sample_hist() -> LatencyHistogram {
+        let mut h = LatencyHistogram::new(LatencyKind::HalfRtt);
+        for i in 0..10_000u64 {
+            h.record_rtt_ns(10_000 + (i * 7919) % 90_000);
+        }
+        h.record_rtt_ns(3_000_000_000);
+        h
+    }
+
+    #[test]
+    fn base64_round_trip_keeps_every_percentile() {
+        let h = sample_hist();
+        let s = h.to_base64();
+        assert!(
+            s.starts_with("HISTF"),
+            "standard compressed V2 prefix: {s:.20}"
+        );
+        assert!(s.len() < 8192, "{} characters", s.len());
+        let back = LatencyHistogram::from_base64(&s, LatencyKind::HalfRtt).unwrap();
+        assert_eq!(back.summary(), h.summary());
+        assert_eq!(back.len(), h.len());
+        // Merging two repeats doubles every count and keeps the percentiles.
+        let mut m = back.clone();
+        m.merge(&back).unwrap();
+        assert_eq!(m.len(), 2 * h.len());
+        assert_eq!(m.summary().unwrap().p99, h.summary().unwrap().p99);
+        // An empty histogram round-trips too.
+        let e = LatencyHistogram::new(LatencyKind::Rtt);
+        let back = LatencyHistogram::from_base64(&e.to_base64(), LatencyKind::Rtt).unwrap();
+        assert!(back.is_empty());
+    }
+
+    #[test]
+    fn malformed_histograms_are_refused_with_the_reason() {
+        use base64::Engine;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let k = LatencyKind::Rtt;
+        let err = |s: &str| LatencyHistogram::from_base64(s, k).unwrap_err().to_string();
+        assert!(err("not base64!").contains("not base64"));
+        assert!(err("").contains("cookie"));
+        assert!(err(&b64(b"HIST")).contains("cookie"));
+        // Right cookie, wrong length.
+        let mut v = V2_COMPRESSED_COOKIE.to_be_bytes().to_vec();
+        v.extend_from_slice(&1000u32.to_be_bytes());
+        v.extend_from_slice(&[1, 2, 3]);
+        assert!(err(&b64(&v)).contains("does not match"));
+        // Right framing, garbage instead of zlib.
+        let mut v = V2_COMPRESSED_COOKIE.to_be_bytes().to_vec();
+        v.extend_from_slice(&3u32.to_be_bytes());
+        v.extend_from_slice(&[1, 2, 3]);
+        assert!(err(&b64(&v)).contains("compressed"));
+        // A decompression bomb: far more than the cap once inflated.
+        let zeros = vec![0u8; (MAX_INFLATED as usize) * 2];
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut z, &zeros).unwrap();
+        let body = z.finish().unwrap();
+        let mut v = V2_COMPRESSED_COOKIE.to_be_bytes().to_vec();
+        v.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        v.extend_from_slice(&body);
+        assert!(err(&b64(&v)).contains("more than"));
+        // A valid histogram with other parameters (5 digits) is not ours.
+        let other = Histogram::<u64>::new_with_bounds(1, 1000, 5).unwrap();
+        let mut buf = Vec::new();
+        V2DeflateSerializer::new()
+            .serialize(&other, &mut buf)
+            .unwrap();
+        assert!(err(&b64(&buf)).contains("not fabperf's"));
+        // A header that announces a 4 GB payload must not be believed.
+        let good = sample_hist().to_base64();
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(&good)
+            .unwrap();
+        let mut inner = Vec::new();
+        flate2::read::ZlibDecoder::new(&raw[8..])
+            .read_to_end(&mut inner)
+            .unwrap();
+        inner[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut z, &inner).unwrap();
+        let body = z.finish().unwrap();
+        let mut v = V2_COMPRESSED_COOKIE.to_be_bytes().to_vec();
+        v.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        v.extend_from_slice(&body);
+        assert!(err(&b64(&v)).contains("announced"));
+        // Too long to even look at.
+        assert!(err(&"A".repeat(MAX_ENCODED_LEN + 4)).contains("accepted"));
+        // Flipping bytes of a good one never panics.
+        for i in (0..good.len()).step_by(7) {
+            let mut s = good.clone().into_bytes();
+            s[i] = if s[i] == b'A' { b'B' } else { b'A' };
+            let _ = LatencyHistogram::from_base64(std::str::from_utf8(&s).unwrap(), k);
+        }
     }
 }

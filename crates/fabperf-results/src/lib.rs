@@ -1,27 +1,45 @@
 //! The result model shared by every fabperf test.
 //!
 //! One [`Record`] per measurement. Socket and RDMA tests, the suite and
-//! (later) the matrix runner all emit the same record, so the JSON Lines,
-//! CSV and tables below are the single output path of the tool.
+//! (later) the matrix runner all emit the same record. Each export format
+//! has its own module ([`json`], [`csv`], [`table`]); every warning a record
+//! can carry is defined in [`warnings`].
 //!
-//! Rules: a key that does not apply to a test is `None` (absent in JSON),
-//! never a fake zero. Latency percentiles come from an HdrHistogram holding
-//! every sample ([`LatencyHistogram`]).
+//! Rules: a key that does not apply to a test, or whose value is unknown,
+//! is `None` (absent in JSON), never a fake zero; when a value is unknown a
+//! warning says why. Every record is self-consistent ([`Record::check`]):
+//! `bytes * 8 / duration_s / 1e9 == bw_gbps` and so on. Latency percentiles
+//! come from an HdrHistogram holding every sample ([`LatencyHistogram`]),
+//! which the record also carries (`lat_hist`).
 
 mod check;
+pub mod csv;
+pub mod json;
 mod latency;
-mod output;
+pub mod table;
+pub mod warnings;
 
-pub use check::BadValue;
+mod plausible;
 
-pub use latency::{LatencyHistogram, LatencyKind, LatencySummary};
-pub use output::{csv_header, write_csv, write_json_lines, Table};
+pub use crate::csv::{csv_header, write_csv};
+pub use json::write_json_lines;
+pub use latency::{HistError, LatencyHistogram, LatencyKind, LatencySummary};
+pub use plausible::BadValue;
+pub use table::Table;
+pub use warnings::{Note, Side, Warning};
 
 use serde::{Deserialize, Serialize};
 
 /// Version of the record layout. Bump when a key changes meaning or is
 /// removed; adding an optional key does not need a bump.
-pub const SCHEMA_VERSION: u32 = 1;
+///
+/// 2: warnings are `{id, message}` objects; `udp.jitter_us` and
+/// `udp.loss_pct` are absent when unknown; udp-lat reports late replies in
+/// `udp.late` and its delay variation in `udp.ipdv_us` (no longer in
+/// `reordered`/`jitter_us`); `bw_peak_gbps` is perftest's BW peak
+/// (iteration mode only); bidirectional totals use the longer of the two
+/// directions' intervals.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The fabperf version string stamped into every record.
 pub const FABPERF_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -45,23 +63,68 @@ impl Transport {
     }
 }
 
-/// UDP receiver-side accounting.
+/// UDP accounting: the receiver's for udp-bw, the prober's for udp-lat.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UdpStats {
-    /// Datagrams the sender reports it sent.
+    /// Datagrams (udp-bw) or probes (udp-lat) sent.
     pub sent: u64,
-    /// Distinct datagrams the receiver got (duplicates excluded).
+    /// Distinct datagrams the receiver got (duplicates and stale ones
+    /// excluded), or probes answered in time.
     pub received: u64,
-    /// Datagrams never received (sent - received); reordered ones are not lost.
+    /// sent - received: never received (udp-bw; reordered ones are not
+    /// lost), or not answered within the probe timeout (udp-lat).
     pub lost: u64,
-    /// Datagrams that arrived after one with a higher sequence number.
-    pub reordered: u64,
     /// Datagrams received more than once.
     pub duplicates: u64,
-    /// lost / sent * 100.
-    pub loss_pct: f64,
-    /// RFC 3550 interarrival jitter estimate, microseconds.
-    pub jitter_us: f64,
+    /// lost / sent * 100; absent when nothing was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_pct: Option<f64>,
+    /// udp-bw: datagrams that arrived after one with a higher sequence number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reordered: Option<u64>,
+    /// udp-bw: datagrams so far behind the newest (more than the reordering
+    /// window) that a late one cannot be told from a duplicate; counted
+    /// neither as received nor as duplicates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale: Option<u64>,
+    /// udp-bw: RFC 3550 interarrival jitter, microseconds, from the
+    /// sender's per-datagram timestamp and the receiving kernel's receive
+    /// timestamp; absent when the receiver had no kernel timestamps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_us: Option<f64>,
+    /// udp-lat: replies that arrived after their probe was given up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<u64>,
+    /// udp-lat: delay variation between consecutive answered probes
+    /// (|latency(n) - latency(n-1)|, RFC 5481's IPDV, smoothed with RFC
+    /// 3550's 1/16 gain), microseconds, in the record's latency kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipdv_us: Option<f64>,
+}
+
+impl UdpStats {
+    /// lost / sent * 100, or `None` when nothing was sent.
+    pub fn loss_pct_of(lost: u64, sent: u64) -> Option<f64> {
+        (sent > 0).then(|| lost as f64 * 100.0 / sent as f64)
+    }
+}
+
+/// The host's CPU time over a test's measured interval (all CPUs, from
+/// `/proc/stat`), in percent of one CPU: `cpus * 100` is a fully busy
+/// host. Next to the test threads' own figure it shows the work the kernel
+/// does for the test (a software RDMA device's protocol work is softirq
+/// time no thread is charged with).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostCpu {
+    /// User time (including nice).
+    pub user_pct: f64,
+    pub system_pct: f64,
+    /// Hardware interrupt time.
+    pub irq_pct: f64,
+    /// Software interrupt time (network receive processing, rxe's work).
+    pub softirq_pct: f64,
+    /// Online CPUs the figures are summed over.
+    pub cpus: u32,
 }
 
 /// One measurement.
@@ -95,7 +158,9 @@ pub struct Record {
     /// Payload bits per second / 1e9.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bw_gbps: Option<f64>,
-    /// Best short-window bandwidth (perftest's "BW peak"), Gbit/s.
+    /// perftest's "BW peak", Gbit/s: size x the best message rate over any
+    /// span from the post of one message to the completion of a later one
+    /// (iteration mode only; perftest computes none in duration mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bw_peak_gbps: Option<f64>,
     /// Messages per second / 1e6.
@@ -103,12 +168,24 @@ pub struct Record {
     pub msg_rate_mpps: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lat_us: Option<LatencySummary>,
-    /// CPU time of the local (client) side over wall time, percent of one core.
+    /// Every latency sample: HdrHistogram's compressed V2 encoding in
+    /// base64 (values in nanoseconds of `lat_us.kind`), so percentiles can
+    /// be recomputed and repeats merged ([`LatencyHistogram::from_base64`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat_hist: Option<String>,
+    /// CPU time of the local (client) side's test threads over the measured
+    /// time, percent of one core.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_local_pct: Option<f64>,
-    /// CPU time of the agent side over wall time, percent of one core.
+    /// The same for the agent side.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_remote_pct: Option<f64>,
+    /// The client host's CPU time over the measured interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpu_local: Option<HostCpu>,
+    /// The agent host's CPU time over its measured interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpu_remote: Option<HostCpu>,
     /// TCP retransmitted segments of the sending side (TCP_INFO).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retransmits: Option<u64>,
@@ -134,6 +211,14 @@ pub struct Record {
     /// Path MTU in bytes (RDMA: the IB MTU used by the QPs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
+    /// RDMA service level of the QPs' address vector (InfiniBand SL; on
+    /// RoCE the priority the NIC maps it to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sl: Option<u8>,
+    /// RDMA traffic class in the GRH (RoCE: DSCP = tclass >> 2, ECN = the
+    /// low two bits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tclass: Option<u8>,
     /// Scheduling of this end's polling loops: `normal` or `idle`
     /// (SCHED_IDLE, fabperf's default on software RDMA devices).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,9 +226,10 @@ pub struct Record {
     /// The same for the agent's end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll_priority_remote: Option<String>,
-    /// Free-form warnings about this number (e.g. "sender was CPU bound").
+    /// Why this number may mislead, or why a key is absent (see
+    /// [`warnings`] for every id).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Note>,
     /// RFC 3339 UTC time at which the measurement started.
     pub started_at: String,
     pub fabperf_version: String,
@@ -168,8 +254,11 @@ impl Record {
             bw_peak_gbps: None,
             msg_rate_mpps: None,
             lat_us: None,
+            lat_hist: None,
             cpu_local_pct: None,
             cpu_remote_pct: None,
+            host_cpu_local: None,
+            host_cpu_remote: None,
             retransmits: None,
             udp: None,
             local: None,
@@ -180,6 +269,8 @@ impl Record {
             gid_type: None,
             link_layer: None,
             mtu: None,
+            sl: None,
+            tclass: None,
             poll_priority_local: None,
             poll_priority_remote: None,
             warnings: Vec::new(),
@@ -189,19 +280,61 @@ impl Record {
     }
 
     /// Fill `duration_s`, `bytes`, `bw_gbps` and (when `messages` is given)
-    /// `msg_rate_mpps` from a byte count over an interval.
+    /// `iterations` and `msg_rate_mpps` from a count over an interval. A
+    /// zero-length (or non-finite) interval leaves the rates absent; the
+    /// caller adds the [`Warning::NoInterval`] that says why.
     pub fn set_throughput(&mut self, bytes: u64, duration_s: f64, messages: Option<u64>) {
         self.bytes = bytes;
-        self.duration_s = duration_s;
-        if duration_s > 0.0 {
-            self.bw_gbps = Some(bytes as f64 * 8.0 / duration_s / 1e9);
+        self.duration_s = if duration_s.is_finite() && duration_s > 0.0 {
+            duration_s
+        } else {
+            0.0
+        };
+        self.bw_gbps = None;
+        self.msg_rate_mpps = None;
+        if self.duration_s > 0.0 {
+            self.bw_gbps = Some(bytes as f64 * 8.0 / self.duration_s / 1e9);
             if let Some(m) = messages {
-                self.msg_rate_mpps = Some(m as f64 / duration_s / 1e6);
+                self.msg_rate_mpps = Some(m as f64 / self.duration_s / 1e6);
             }
         }
-        if let Some(m) = messages {
-            self.iterations = Some(m);
+        self.iterations = messages;
+    }
+
+    /// Add a warning (once: the same id and message are not repeated).
+    pub fn warn(&mut self, w: Warning) {
+        let n = w.note();
+        if !self.warnings.contains(&n) {
+            self.warnings.push(n);
         }
+    }
+
+    /// Add already built notes (e.g. from the peer), without repeats.
+    pub fn add_notes<'a>(&mut self, notes: impl IntoIterator<Item = &'a Note>) {
+        for n in notes {
+            if !self.warnings.contains(n) {
+                self.warnings.push(n.clone());
+            }
+        }
+    }
+
+    /// Whether a warning with this id is present.
+    pub fn has_warning(&self, id: &str) -> bool {
+        self.warnings.iter().any(|n| n.id == id)
+    }
+
+    /// Set the latency summary and the serialized histogram from `h`.
+    pub fn set_latency(&mut self, h: &LatencyHistogram) {
+        self.lat_us = h.summary();
+        self.lat_hist = (!h.is_empty()).then(|| h.to_base64());
+    }
+
+    /// Whether the record is self-consistent. Returns every broken rule
+    /// (empty when the record is fine). The rules hold for every record
+    /// kind; tests run every engine's records through this, and a reader
+    /// of stored records can do the same.
+    pub fn check(&self) -> Vec<String> {
+        check::check(self)
     }
 
     /// True for the per-stream rows of a multi-stream measurement.
@@ -255,6 +388,24 @@ mod tests {
         assert!((r.bw_gbps.unwrap() - 10.0).abs() < 1e-9);
         assert!((r.msg_rate_mpps.unwrap() - 1.25).abs() < 1e-9);
         assert_eq!(r.iterations, Some(1_250_000));
+        assert!(r.check().is_empty(), "{:?}", r.check());
+        // A zero-length interval gives no rate, not a fake 0.
+        r.set_throughput(0, 0.0, Some(0));
+        assert_eq!((r.bw_gbps, r.msg_rate_mpps), (None, None));
+        r.set_throughput(10, f64::NAN, None);
+        assert_eq!((r.duration_s, r.bw_gbps), (0.0, None));
+    }
+
+    #[test]
+    fn warnings_are_not_repeated() {
+        let mut r = Record::new("udp-bw", Transport::Udp, 1472, 1);
+        r.warn(Warning::NothingSent);
+        r.warn(Warning::NothingSent);
+        assert_eq!(r.warnings.len(), 1);
+        assert!(r.has_warning("nothing-sent"));
+        let other = vec![Warning::BusyPollUnset.note(), Warning::NothingSent.note()];
+        r.add_notes(&other);
+        assert_eq!(r.warnings.len(), 2);
     }
 
     #[test]
@@ -264,10 +415,19 @@ mod tests {
             sent: 10,
             received: 9,
             lost: 1,
-            reordered: 2,
+            reordered: Some(2),
             duplicates: 0,
-            loss_pct: 10.0,
-            jitter_us: 3.5,
+            loss_pct: Some(10.0),
+            jitter_us: Some(3.5),
+            ..Default::default()
+        });
+        r.warn(Warning::NothingSent);
+        r.host_cpu_local = Some(HostCpu {
+            user_pct: 12.5,
+            system_pct: 30.0,
+            irq_pct: 0.0,
+            softirq_pct: 55.0,
+            cpus: 2,
         });
         let s = serde_json::to_string(&r).unwrap();
         let back: Record = serde_json::from_str(&s).unwrap();

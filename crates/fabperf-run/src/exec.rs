@@ -575,11 +575,10 @@ fn measurements_of(cell: &CellSpec, flows: &[(usize, DriveResult)]) -> Vec<Measu
             let dur = totals.iter().map(|r| r.duration_s).fold(0.0, f64::max);
             agg.set_throughput(bytes, dur, None);
             agg.started_at = first.started_at.clone();
-            agg.warnings.push(format!(
-                "aggregate of {} concurrent flows: bytes summed, over the longest flow's interval ({:.2} s)",
-                totals.len(),
-                dur
-            ));
+            agg.warn(fabperf_results::Warning::Aggregate {
+                flows: totals.len() as u32,
+                secs: dur,
+            });
             let (src, dst) = match cell.pattern.as_str() {
                 "incast" => (None, cell.flows.first().map(|f| f.1.clone())),
                 _ => (None, None),

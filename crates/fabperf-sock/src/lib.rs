@@ -17,8 +17,12 @@
 //!   allocation;
 //! - the warm-up (`omit`) is excluded from the measured interval;
 //! - CPU figures are the thread CPU time of the data threads of each end
-//!   over the measured wall time.
+//!   over the measured wall time, next to each host's CPU time (user,
+//!   system, irq, softirq from /proc/stat) over the same interval;
+//! - records are self-consistent (`Record::check`): a figure that is not
+//!   known is absent, with a warning from `fabperf_results::warnings`.
 
+mod cpu;
 mod error;
 mod net;
 mod params;

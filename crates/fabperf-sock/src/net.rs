@@ -96,6 +96,22 @@ pub fn set_busy_poll(fd: RawFd, usec: u32) -> io::Result<()> {
     setopt(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, &v)
 }
 
+/// Cap the socket's pacing rate (bytes per second): the kernel's TCP
+/// pacing (internal since Linux 4.13, or the fq qdisc) then spaces the
+/// packets so the flow never exceeds it.
+pub fn set_max_pacing_rate(fd: RawFd, bytes_per_sec: u64) -> io::Result<()> {
+    match u32::try_from(bytes_per_sec) {
+        Ok(v) if v != u32::MAX => setopt(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &v),
+        // Above 4 GB/s the kernel (4.20+) takes a 64-bit value.
+        _ => setopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            &bytes_per_sec,
+        ),
+    }
+}
+
 pub fn enable_zerocopy(fd: RawFd) -> io::Result<()> {
     let one: libc::c_int = 1;
     setopt(fd, libc::SOL_SOCKET, SO_ZEROCOPY, &one)
@@ -325,10 +341,10 @@ impl RecvBatch {
         }
     }
 
-    /// Ask the kernel for receive timestamps on `fd`.
-    pub fn enable_timestamps(fd: RawFd) -> bool {
+    /// Ask the kernel for receive timestamps (CLOCK_REALTIME) on `fd`.
+    pub fn enable_timestamps(fd: RawFd) -> io::Result<()> {
         let one: libc::c_int = 1;
-        setopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one).is_ok()
+        setopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &one)
     }
 
     /// Receive at least one datagram (waiting up to the socket's receive

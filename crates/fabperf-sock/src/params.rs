@@ -66,6 +66,10 @@ pub struct TcpBwParams {
     /// SO_SNDBUF/SO_RCVBUF in bytes on both ends; `None` keeps the kernel's
     /// autotuning (usually best).
     pub window: Option<u64>,
+    /// Pace every stream to this many bits per second of payload (the
+    /// kernel paces the socket: SO_MAX_PACING_RATE); `None`: as fast as
+    /// the path allows.
+    pub rate_bps: Option<u64>,
 }
 
 impl Default for TcpBwParams {
@@ -79,6 +83,7 @@ impl Default for TcpBwParams {
             zerocopy: false,
             copy: false,
             window: None,
+            rate_bps: None,
         }
     }
 }
@@ -210,6 +215,13 @@ impl TcpBwParams {
         check_secs("omit", self.omit_s, true)?;
         if let Some(w) = self.window {
             check_window(w)?;
+        }
+        if let Some(r) = self.rate_bps {
+            if r < 8000 {
+                return Err(format!(
+                    "rate must be at least 8 kbit/s per stream (or unset), got {r} bit/s"
+                ));
+            }
         }
         Ok(())
     }

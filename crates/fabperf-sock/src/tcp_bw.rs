@@ -10,13 +10,15 @@
 //! from that boundary to its last byte. Each side then reports its streams
 //! (client first), and the client builds the records.
 
+use crate::cpu::{set_host_cpu, set_thread_cpu, HostReport};
 use crate::error::SockError;
 use crate::net;
 use crate::params::{Direction, TcpBwParams};
+use fabperf_proto::cpu::{HostMeter, ThreadCpu};
 use fabperf_proto::{
     connect_data, connect_test, ClientConfig, Msg, ServeCtx, ServeError, TestKind,
 };
-use fabperf_results::{Record, Transport};
+use fabperf_results::{HostCpu, Record, Side, Transport, Warning};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -43,8 +45,8 @@ pub(crate) struct StreamReport {
     pub messages: u64,
     /// Measured interval, seconds.
     pub secs: f64,
-    /// Thread CPU seconds during the measured interval.
-    pub cpu_s: f64,
+    /// Thread CPU seconds during the measured interval (`None`: unknown).
+    pub cpu_s: Option<f64>,
     /// Retransmitted segments during the measured interval (senders).
     pub retrans: Option<u64>,
 }
@@ -53,7 +55,12 @@ pub(crate) struct StreamReport {
 #[serde(tag = "t", rename_all = "snake_case")]
 enum BwMsg {
     Ready,
-    Report { streams: Vec<StreamReport> },
+    Report {
+        streams: Vec<StreamReport>,
+        /// This end's host CPU over the measured interval, or why not.
+        #[serde(default)]
+        host: HostReport,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -75,6 +82,8 @@ struct Plan {
     duration: Duration,
     zerocopy: bool,
     copy: bool,
+    /// Pace each sender to this many bytes per second (SO_MAX_PACING_RATE).
+    pacing: Option<u64>,
 }
 
 /// How a sender hands bytes to the kernel.
@@ -117,6 +126,10 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         })?;
         flags = libc::MSG_ZEROCOPY;
     }
+    if let Some(rate) = plan.pacing {
+        net::set_max_pacing_rate(fd, rate)
+            .map_err(|e| SockError::data("setting SO_MAX_PACING_RATE (--rate)", e))?;
+    }
     let src = if plan.copy || plan.zerocopy {
         Source::Buffer(vec![0x5au8; plan.size], flags)
     } else {
@@ -132,7 +145,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
     let mut messages: u64 = 0;
     let mut measuring = false;
     let (mut m_bytes, mut m_msgs, mut m_t0, mut m_cpu0, mut m_retr0) =
-        (0u64, 0u64, start, Duration::ZERO, None);
+        (0u64, 0u64, start, ThreadCpu::start(), None);
     let mut off = 0usize;
     let mut since_drain = 0u32;
     loop {
@@ -142,7 +155,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
             m_bytes = total;
             m_msgs = messages;
             m_t0 = now;
-            m_cpu0 = fabperf_proto::cpu::thread_cpu_time();
+            m_cpu0 = ThreadCpu::start();
             m_retr0 = net::tcp_total_retrans(fd);
         }
         if now >= end && off == 0 {
@@ -182,7 +195,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         }
     }
     let t_end = Instant::now();
-    let cpu = fabperf_proto::cpu::thread_cpu_time().saturating_sub(m_cpu0);
+    let cpu = m_cpu0.used_secs();
     let retrans = match (m_retr0, net::tcp_total_retrans(fd)) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
@@ -196,7 +209,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         bytes: total - m_bytes,
         messages: messages - m_msgs,
         secs: t_end.duration_since(m_t0).as_secs_f64(),
-        cpu_s: cpu.as_secs_f64(),
+        cpu_s: cpu,
         retrans,
     })
 }
@@ -213,7 +226,8 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
     let mut first: Option<Instant> = None;
     let mut boundary = Instant::now();
     let mut measuring = false;
-    let (mut m_bytes, mut m_reads, mut m_t0, mut m_cpu0) = (0u64, 0u64, boundary, Duration::ZERO);
+    let (mut m_bytes, mut m_reads, mut m_t0) = (0u64, 0u64, boundary);
+    let mut m_cpu0 = ThreadCpu::start();
     let mut last = boundary;
     loop {
         let n = match net::recv(fd, &mut buf, rflags) {
@@ -232,16 +246,16 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
             m_bytes = total;
             m_reads = reads;
             m_t0 = now;
-            m_cpu0 = fabperf_proto::cpu::thread_cpu_time();
+            m_cpu0 = ThreadCpu::start();
         }
         total += n as u64;
         reads += 1;
         last = now;
     }
     let cpu = if measuring {
-        fabperf_proto::cpu::thread_cpu_time().saturating_sub(m_cpu0)
+        m_cpu0.used_secs()
     } else {
-        Duration::ZERO
+        Some(0.0)
     };
     let (bytes, secs) = if measuring {
         (total - m_bytes, last.duration_since(m_t0).as_secs_f64())
@@ -262,15 +276,24 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
             reads - m_reads
         },
         secs,
-        cpu_s: cpu.as_secs_f64(),
+        cpu_s: cpu,
         retrans: None,
     })
 }
 
+/// What one end's streams measured, and its host's CPU over the interval
+/// from the warm-up boundary to the end of the last stream.
+struct EndReport {
+    streams: Vec<StreamReport>,
+    host: Result<HostCpu, String>,
+}
+
 /// Run every connection on its own thread; on the first failure shut all
 /// connections down so the other threads end at once.
-fn run_streams(conns: &[Conn], plan: &Plan) -> Result<Vec<StreamReport>, SockError> {
+fn run_streams(conns: &[Conn], plan: &Plan) -> Result<EndReport, SockError> {
     let abort = AtomicBool::new(false);
+    let boundary = Instant::now() + plan.omit;
+    let mut host: Option<HostMeter> = None;
     let (tx, rx) = mpsc::channel::<Result<StreamReport, SockError>>();
     let mut reports = Vec::with_capacity(conns.len());
     let mut first_err: Option<SockError> = None;
@@ -291,7 +314,28 @@ fn run_streams(conns: &[Conn], plan: &Plan) -> Result<Vec<StreamReport>, SockErr
                 .expect("spawning a stream thread");
         }
         drop(tx);
-        for r in rx.iter() {
+        loop {
+            // The host meter starts at the warm-up boundary (or when the
+            // first stream ends, if that is earlier).
+            let wait = boundary.saturating_duration_since(Instant::now());
+            let r = if host.is_none() && !wait.is_zero() {
+                match rx.recv_timeout(wait) {
+                    Ok(r) => r,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        host = Some(HostMeter::start());
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                if host.is_none() {
+                    host = Some(HostMeter::start());
+                }
+                match rx.recv() {
+                    Ok(r) => r,
+                    Err(_) => break,
+                }
+            };
             match r {
                 Ok(rep) => reports.push(rep),
                 Err(e) => {
@@ -306,9 +350,15 @@ fn run_streams(conns: &[Conn], plan: &Plan) -> Result<Vec<StreamReport>, SockErr
             }
         }
     });
+    let host = host
+        .map(|m| m.finish())
+        .unwrap_or_else(|| Err("no measured interval".into()));
     match first_err {
         Some(e) => Err(e),
-        None => Ok(reports),
+        None => Ok(EndReport {
+            streams: reports,
+            host,
+        }),
     }
 }
 
@@ -330,6 +380,7 @@ fn plan_of(p: &TcpBwParams) -> Plan {
         duration: Duration::from_secs_f64(p.duration_s),
         zerocopy: p.zerocopy,
         copy: p.copy,
+        pacing: p.rate_bps.map(|r| (r / 8).max(1)),
     }
 }
 
@@ -393,10 +444,14 @@ pub fn run_tcp_bw(
         }
     };
     ctl.send_test(&BwMsg::Report {
-        streams: mine.clone(),
+        streams: mine.streams.clone(),
+        host: HostReport::of(mine.host.clone()),
     })?;
     let theirs = match ctl.recv_test::<BwMsg>("the agent's stream report")? {
-        BwMsg::Report { streams } => streams,
+        BwMsg::Report { streams, host } => EndReport {
+            streams,
+            host: host.result(),
+        },
         other => {
             return Err(SockError::Protocol(format!(
                 "expected report, got {other:?}"
@@ -411,10 +466,102 @@ fn find(v: &[StreamReport], idx: u32, dir: u8) -> Option<&StreamReport> {
     v.iter().find(|r| r.idx == idx && r.dir == dir)
 }
 
+/// The figures of a set of streams (one stream, one direction, or both).
+/// Bytes and messages add up; the interval is the longest receiver's, so
+/// `bytes * 8 / secs` is the rate of the set; CPU is the sum of the
+/// threads' CPU seconds over the longest interval of each end.
+#[derive(Default)]
+struct Agg {
+    bytes: u64,
+    msgs: u64,
+    secs: f64,
+    cpu_l: Option<f64>,
+    cpu_r: Option<f64>,
+    secs_l: f64,
+    secs_r: f64,
+    retrans: Option<u64>,
+    warnings: Vec<Warning>,
+    empty: bool,
+}
+
+impl Agg {
+    fn one(l: &StreamReport, r: &StreamReport) -> Agg {
+        let (snd, rcv) = if l.sender { (l, r) } else { (r, l) };
+        Agg {
+            bytes: rcv.bytes,
+            msgs: rcv.messages,
+            secs: rcv.secs,
+            cpu_l: l.cpu_s,
+            cpu_r: r.cpu_s,
+            secs_l: l.secs,
+            secs_r: r.secs,
+            retrans: snd.retrans,
+            warnings: Vec::new(),
+            empty: false,
+        }
+    }
+
+    /// Sums streams; a sum that overflows can only come from a report no
+    /// real stream produces (a protocol error naming the field).
+    fn sum<'a>(parts: impl IntoIterator<Item = &'a Agg>) -> Result<Agg, SockError> {
+        let over = |field: &str| {
+            SockError::Protocol(format!(
+                "the streams' {field} overflow when added up: a report is impossible"
+            ))
+        };
+        let mut t = Agg {
+            cpu_l: Some(0.0),
+            cpu_r: Some(0.0),
+            retrans: Some(0),
+            empty: true,
+            ..Agg::default()
+        };
+        for o in parts {
+            t.empty = false;
+            t.bytes = t.bytes.checked_add(o.bytes).ok_or_else(|| over("bytes"))?;
+            t.msgs = t.msgs.checked_add(o.msgs).ok_or_else(|| over("messages"))?;
+            t.secs = t.secs.max(o.secs);
+            t.cpu_l = t.cpu_l.zip(o.cpu_l).map(|(a, b)| a + b);
+            t.cpu_r = t.cpu_r.zip(o.cpu_r).map(|(a, b)| a + b);
+            t.secs_l = t.secs_l.max(o.secs_l);
+            t.secs_r = t.secs_r.max(o.secs_r);
+            t.retrans = match t.retrans.zip(o.retrans) {
+                Some((a, b)) => Some(a.checked_add(b).ok_or_else(|| over("retransmits"))?),
+                None => None,
+            };
+            for w in &o.warnings {
+                if !t.warnings.contains(w) {
+                    t.warnings.push(w.clone());
+                }
+            }
+        }
+        if t.empty {
+            t.cpu_l = None;
+            t.cpu_r = None;
+        }
+        Ok(t)
+    }
+
+    fn fill(&self, r: &mut Record) {
+        r.set_throughput(self.bytes, self.secs, Some(self.msgs));
+        if r.bw_gbps.is_none() {
+            r.warn(Warning::NoInterval {
+                what: "no byte arrived after the warm-up".into(),
+            });
+        }
+        set_thread_cpu(r, Side::Client, self.cpu_l, self.secs_l);
+        set_thread_cpu(r, Side::Agent, self.cpu_r, self.secs_r);
+        r.retransmits = self.retrans;
+        for w in &self.warnings {
+            r.warn(w.clone());
+        }
+    }
+}
+
 fn build_records(
     p: &TcpBwParams,
-    mine: &[StreamReport],
-    theirs: &[StreamReport],
+    mine: &EndReport,
+    theirs: &EndReport,
     started_at: &str,
     local: Option<SocketAddr>,
     remote: SocketAddr,
@@ -435,89 +582,21 @@ fn build_records(
         r.remote = Some(remote.to_string());
         r
     };
-    // (bytes, rate bits/s, msgs, local cpu s, remote cpu s, retrans, local secs, remote secs)
-    struct Agg {
-        bytes: u64,
-        rate: f64,
-        msgs: u64,
-        cpu_l: f64,
-        cpu_r: f64,
-        secs_l: f64,
-        secs_r: f64,
-        retrans: Option<u64>,
-        warnings: Vec<String>,
-    }
-    impl Agg {
-        fn new() -> Agg {
-            Agg {
-                bytes: 0,
-                rate: 0.0,
-                msgs: 0,
-                cpu_l: 0.0,
-                cpu_r: 0.0,
-                secs_l: 0.0,
-                secs_r: 0.0,
-                retrans: Some(0),
-                warnings: Vec::new(),
-            }
-        }
-        /// Sums streams; a sum that overflows can only come from a
-        /// report no real stream produces.
-        fn add(&mut self, o: &Agg) -> Result<(), SockError> {
-            let over = |field: &str| {
-                SockError::Protocol(format!(
-                    "the streams' {field} overflow when added up: a report is impossible"
-                ))
-            };
-            self.bytes = self
-                .bytes
-                .checked_add(o.bytes)
-                .ok_or_else(|| over("bytes"))?;
-            self.rate += o.rate;
-            self.msgs = self
-                .msgs
-                .checked_add(o.msgs)
-                .ok_or_else(|| over("messages"))?;
-            self.cpu_l += o.cpu_l;
-            self.cpu_r += o.cpu_r;
-            self.secs_l = self.secs_l.max(o.secs_l);
-            self.secs_r = self.secs_r.max(o.secs_r);
-            self.retrans = match (self.retrans, o.retrans) {
-                (Some(a), Some(b)) => Some(a.checked_add(b).ok_or_else(|| over("retransmits"))?),
-                _ => None,
-            };
-            for w in &o.warnings {
-                if !self.warnings.contains(w) {
-                    self.warnings.push(w.clone());
-                }
-            }
-            Ok(())
-        }
-        fn fill(&self, r: &mut Record) {
-            let secs = if self.rate > 0.0 {
-                self.bytes as f64 * 8.0 / self.rate
-            } else {
-                0.0
-            };
-            r.set_throughput(self.bytes, secs, Some(self.msgs));
-            if self.secs_l > 0.0 {
-                r.cpu_local_pct = Some(self.cpu_l / self.secs_l * 100.0);
-            }
-            if self.secs_r > 0.0 {
-                r.cpu_remote_pct = Some(self.cpu_r / self.secs_r * 100.0);
-            }
-            r.retransmits = self.retrans;
-            r.warnings = self.warnings.clone();
-        }
-    }
-    let mut total = Agg::new();
+    // The hosts' CPU goes on every record that is not a single stream's.
+    let host = |r: &mut Record| {
+        set_host_cpu(r, Side::Client, &mine.host);
+        set_host_cpu(r, Side::Agent, &theirs.host);
+    };
     let mut per_dir = Vec::new();
     let mut rows = Vec::new();
     for &dir in &dirs {
         let dname = if dir == C2A { "forward" } else { "reverse" };
-        let mut dsum = Agg::new();
+        let mut parts = Vec::new();
         for idx in 0..p.streams {
-            let (l, r) = match (find(mine, idx, dir), find(theirs, idx, dir)) {
+            let (l, r) = match (
+                find(&mine.streams, idx, dir),
+                find(&theirs.streams, idx, dir),
+            ) {
                 (Some(l), Some(r)) => (l, r),
                 _ => {
                     return Err(SockError::Protocol(format!(
@@ -525,42 +604,24 @@ fn build_records(
                     )))
                 }
             };
-            let (snd, rcv) = if l.sender { (l, r) } else { (r, l) };
-            let mut a = Agg::new();
-            a.bytes = rcv.bytes;
-            a.rate = if rcv.secs > 0.0 {
-                rcv.bytes as f64 * 8.0 / rcv.secs
-            } else {
-                0.0
-            };
-            a.msgs = rcv.messages;
-            a.cpu_l = l.cpu_s;
-            a.cpu_r = r.cpu_s;
-            a.secs_l = l.secs;
-            a.secs_r = r.secs;
-            a.retrans = snd.retrans;
-            if rcv.bytes == 0 || rcv.secs <= 0.0 {
-                a.warnings.push(format!(
-                    "stream {idx} ({dname}) received nothing after the warm-up: raise --duration or lower --omit"
-                ));
-            }
+            let mut a = Agg::one(l, r);
+            let rcv = if l.sender { r } else { l };
             if rcv.secs > 0.0 && rcv.secs < 0.5 {
-                a.warnings.push(format!(
-                    "measured interval of {:.3} s is short; use --duration 2 or more for a stable figure",
-                    rcv.secs
-                ));
+                a.warnings.push(Warning::ShortInterval { secs: rcv.secs });
             }
-            for (who, rep) in [("sender", snd), ("receiver", rcv)] {
-                if rep.secs > 0.0 && rep.cpu_s / rep.secs > 0.95 {
-                    let side = if std::ptr::eq(rep, l) {
-                        "client"
-                    } else {
-                        "agent"
-                    };
-                    a.warnings.push(format!(
-                        "the {who} thread ({side}) used {:.0}% of a core: the figure may be limited by host CPU, not the network; try more --streams",
-                        rep.cpu_s / rep.secs * 100.0
-                    ));
+            for (rep, side) in [(l, Side::Client), (r, Side::Agent)] {
+                if let Some(cpu) = rep.cpu_s.filter(|_| rep.secs > 0.0) {
+                    if cpu / rep.secs > 0.95 {
+                        a.warnings.push(Warning::CpuBound {
+                            role: format!(
+                                "{} thread",
+                                if rep.sender { "sender" } else { "receiver" }
+                            ),
+                            side,
+                            pct: cpu / rep.secs * 100.0,
+                            hint: "try more --streams".into(),
+                        });
+                    }
                 }
             }
             if p.streams > 1 || p.direction == Direction::Bidir {
@@ -568,27 +629,22 @@ fn build_records(
                 a.fill(&mut rec);
                 rows.push(rec);
             }
-            dsum.add(&a)?;
+            parts.push(a);
         }
-        per_dir.push((dname, dsum));
+        per_dir.push((dname, Agg::sum(&parts)?));
     }
     let mut out = Vec::new();
     if p.direction == Direction::Bidir {
-        for (_, d) in &per_dir {
-            total.add(d)?;
-        }
+        let total = Agg::sum(per_dir.iter().map(|(_, d)| d))?;
         let mut rec = base(None, "bidir");
         total.fill(&mut rec);
+        host(&mut rec);
         out.push(rec);
-        for (dname, d) in &per_dir {
-            let mut rec = base(None, dname);
-            d.fill(&mut rec);
-            out.push(rec);
-        }
-    } else {
-        let (dname, d) = &per_dir[0];
+    }
+    for (dname, d) in &per_dir {
         let mut rec = base(None, dname);
         d.fill(&mut rec);
+        host(&mut rec);
         out.push(rec);
     }
     out.extend(rows);
@@ -658,7 +714,10 @@ impl TestKind for TcpBw {
                 )))
             }
         }
-        ctx.ctl.send_test(&BwMsg::Report { streams: mine })?;
+        ctx.ctl.send_test(&BwMsg::Report {
+            streams: mine.streams,
+            host: HostReport::of(mine.host),
+        })?;
         Ok(())
     }
 }

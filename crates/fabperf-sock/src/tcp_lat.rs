@@ -8,13 +8,15 @@
 //! non-blocking receives (and set SO_BUSY_POLL), trading a core per end for
 //! lower latency.
 
+use crate::cpu::{set_host_cpu, set_thread_cpu, HostReport, LoopEnd};
 use crate::error::SockError;
 use crate::net;
 use crate::params::TcpLatParams;
+use fabperf_proto::cpu::{HostMeter, ThreadCpu};
 use fabperf_proto::{
     connect_data, connect_test, ClientConfig, ErrorCode, Msg, ServeCtx, ServeError, TestKind,
 };
-use fabperf_results::{LatencyHistogram, LatencyKind, Record, Transport};
+use fabperf_results::{LatencyHistogram, LatencyKind, Record, Side, Transport, Warning};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -39,8 +41,10 @@ enum LatMsg {
     /// Agent -> client: its CPU over the measured interval.
     Report {
         echoed: u64,
-        cpu_s: f64,
+        cpu_s: Option<f64>,
         secs: f64,
+        #[serde(default)]
+        host: HostReport,
     },
 }
 
@@ -165,11 +169,12 @@ pub fn run_tcp_lat(
             Err(e) => Err(SockError::data("tcp-lat reply", e)),
         }
     };
-    let res = (|| -> Result<(u64, f64, Duration), SockError> {
+    let res = (|| -> Result<LoopEnd, SockError> {
         for i in 0..p.warmup {
             rt(&mut out, &mut inb, i)?;
         }
-        let cpu0 = fabperf_proto::cpu::thread_cpu_time();
+        let cpu0 = ThreadCpu::start();
+        let host = HostMeter::start();
         let t0 = Instant::now();
         let end = t0 + Duration::from_secs_f64(p.duration_s);
         let limit = p.iterations.unwrap_or(u64::MAX);
@@ -188,13 +193,9 @@ pub fn run_tcp_lat(
             }
         }
         let secs = prev.duration_since(t0).as_secs_f64();
-        Ok((
-            n,
-            secs,
-            fabperf_proto::cpu::thread_cpu_time().saturating_sub(cpu0),
-        ))
+        Ok((n, secs, cpu0.used_secs(), host.finish()))
     })();
-    let (n, secs, cpu) = match res {
+    let (n, secs, cpu, host) = match res {
         Ok(v) => v,
         Err(e) => {
             ctl.send_error(ErrorCode::TestFailed, &format!("client: {e}"));
@@ -203,12 +204,13 @@ pub fn run_tcp_lat(
     };
     let _ = s.shutdown(Shutdown::Write);
     ctl.send_test(&LatMsg::Done { round_trips: n })?;
-    let (echoed, rcpu, rsecs) = match ctl.recv_test::<LatMsg>("the agent's report")? {
+    let (echoed, rcpu, rsecs, rhost) = match ctl.recv_test::<LatMsg>("the agent's report")? {
         LatMsg::Report {
             echoed,
             cpu_s,
             secs,
-        } => (echoed, cpu_s, secs),
+            host,
+        } => (echoed, cpu_s, secs, host.result()),
         other => {
             return Err(SockError::Protocol(format!(
                 "expected report, got {other:?}"
@@ -222,30 +224,36 @@ pub fn run_tcp_lat(
     r.remote = Some(addr.to_string());
     // Payload moved: request and response.
     r.set_throughput(n * p.size * 2, secs, Some(n));
-    r.lat_us = hist.summary();
-    if secs > 0.0 {
-        r.cpu_local_pct = Some(cpu.as_secs_f64() / secs * 100.0);
+    r.set_latency(&hist);
+    if r.bw_gbps.is_none() {
+        r.warn(Warning::NoInterval {
+            what: "no round trip completed".into(),
+        });
     }
-    if rsecs > 0.0 {
-        r.cpu_remote_pct = Some(rcpu / rsecs * 100.0);
-    }
+    set_thread_cpu(&mut r, Side::Client, cpu, secs);
+    set_thread_cpu(&mut r, Side::Agent, rcpu, rsecs);
+    set_host_cpu(&mut r, Side::Client, &host);
+    set_host_cpu(&mut r, Side::Agent, &rhost);
     if echoed != n + p.warmup {
-        r.warnings.push(format!(
-            "the agent echoed {echoed} messages, the client counted {}",
-            n + p.warmup
-        ));
+        r.warn(Warning::CountMismatch {
+            text: format!(
+                "the agent echoed {echoed} messages, the client counted {}",
+                n + p.warmup
+            ),
+        });
     }
-    r.warnings
-        .extend(fabperf_proto::clock::slow_clock_warning());
+    if let Some(text) = fabperf_proto::clock::slow_clock_warning() {
+        r.warn(Warning::SlowClock { text });
+    }
     if n < 1000 {
-        r.warnings.push(format!(
-            "only {n} round trips: tail percentiles (p99.9 and up) need many more samples"
-        ));
+        r.warn(Warning::FewSamples {
+            count: n,
+            what: "round trips".into(),
+            hint: "tail percentiles (p99.9 and up) need many more samples".into(),
+        });
     }
     if p.busy_poll && (!busy_local || !info.busy_poll_set) {
-        r.warnings.push(
-            "SO_BUSY_POLL could not be set on both ends (needs CAP_NET_ADMIN above net.core.busy_read); both ends still spin on non-blocking receives".into(),
-        );
+        r.warn(Warning::BusyPollUnset);
     }
     Ok(vec![r])
 }
@@ -303,7 +311,8 @@ impl TestKind for TcpLat {
             }
         };
         arm(0);
-        let cpu0 = fabperf_proto::cpu::thread_cpu_time();
+        let cpu0 = ThreadCpu::start();
+        let host = HostMeter::start();
         let t0 = Instant::now();
         let mut echoed: u64 = 0;
         loop {
@@ -321,7 +330,8 @@ impl TestKind for TcpLat {
             arm(echoed);
         }
         let secs = t0.elapsed().as_secs_f64();
-        let cpu = fabperf_proto::cpu::thread_cpu_time().saturating_sub(cpu0);
+        let cpu = cpu0.used_secs();
+        let host = HostReport::of(host.finish());
         match ctx.ctl.recv_test::<LatMsg>("the client's done")? {
             LatMsg::Done { .. } => {}
             other => {
@@ -332,8 +342,9 @@ impl TestKind for TcpLat {
         }
         ctx.ctl.send_test(&LatMsg::Report {
             echoed,
-            cpu_s: cpu.as_secs_f64(),
+            cpu_s: cpu,
             secs,
+            host,
         })?;
         Ok(())
     }

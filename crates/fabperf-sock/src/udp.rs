@@ -17,6 +17,10 @@ pub(crate) const T_DATA: u8 = 2;
 pub(crate) const T_PROBE: u8 = 3;
 pub(crate) const T_REPLY: u8 = 4;
 pub(crate) const F_MEASURED: u8 = 1;
+/// Not the first datagram of its `sendmmsg` call: its timestamp is the
+/// call's (the first datagram's send time), not its own, so the receiver
+/// leaves it out of the jitter estimate.
+pub(crate) const F_BATCHED: u8 = 2;
 
 /// The fixed 32-byte header at the start of every fabperf datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +29,8 @@ pub(crate) struct Header {
     pub flags: u8,
     pub session: u32,
     pub seq: u64,
-    /// Sender's monotonic clock, nanoseconds since its own start.
+    /// Sender's monotonic clock, nanoseconds since its own start: this
+    /// datagram's send time, or its call's when `F_BATCHED` is set.
     pub ts_ns: u64,
 }
 
@@ -81,8 +86,8 @@ pub(crate) enum Seen {
     Reordered,
     /// Already seen.
     Duplicate,
-    /// Older than the window; counted as reordered (a duplicate this old
-    /// cannot be told apart).
+    /// Older than the window: a late datagram cannot be told from a
+    /// duplicate this old, so it counts as neither received nor duplicate.
     TooOld,
 }
 
@@ -154,7 +159,11 @@ pub(crate) struct RxAccount {
     pub bytes: u64,
     pub reordered: u64,
     pub duplicates: u64,
+    /// Older than the window (see [`Seen::TooOld`]).
+    pub stale: u64,
     jitter_ns: f64,
+    /// Datagrams that went into the jitter estimate.
+    pub jitter_samples: u64,
     prev_transit: Option<i64>,
     pub first_arrival: Option<Instant>,
     pub last_arrival: Option<Instant>,
@@ -162,37 +171,47 @@ pub(crate) struct RxAccount {
 
 impl RxAccount {
     pub fn new() -> RxAccount {
+        RxAccount::with_seen(SeenWindow::new())
+    }
+
+    #[cfg(test)]
+    fn with_window(window: u64) -> RxAccount {
+        RxAccount::with_seen(SeenWindow::with_window(window))
+    }
+
+    fn with_seen(seen: SeenWindow) -> RxAccount {
         RxAccount {
-            seen: SeenWindow::new(),
+            seen,
             received: 0,
             bytes: 0,
             reordered: 0,
             duplicates: 0,
+            stale: 0,
             jitter_ns: 0.0,
+            jitter_samples: 0,
             prev_transit: None,
             first_arrival: None,
             last_arrival: None,
         }
     }
 
-    /// Account one measured datagram: `arrival_ns` on the receiver's clock,
-    /// `send_ns` on the sender's (the offset between the clocks cancels in
-    /// the jitter estimate).
+    /// Account one measured datagram. `stamps` is `(send_ns, arrival_ns)`
+    /// when the datagram can time jitter: `send_ns` read by the sender for
+    /// this datagram just before it went out, `arrival_ns` the receiving
+    /// kernel's timestamp of it (one clock per side; the offset between the
+    /// two clocks cancels in the estimate). `None` leaves it out.
     #[inline]
-    pub fn on_datagram(
-        &mut self,
-        seq: u64,
-        len: usize,
-        send_ns: u64,
-        arrival_ns: u64,
-        now: Instant,
-    ) {
+    pub fn on_datagram(&mut self, seq: u64, len: usize, stamps: Option<(u64, u64)>, now: Instant) {
         match self.seen.mark(seq) {
             Seen::Duplicate => {
                 self.duplicates += 1;
                 return;
             }
-            Seen::Reordered | Seen::TooOld => self.reordered += 1,
+            Seen::TooOld => {
+                self.stale += 1;
+                return;
+            }
+            Seen::Reordered => self.reordered += 1,
             Seen::New => {}
         }
         self.received += 1;
@@ -202,15 +221,18 @@ impl RxAccount {
         }
         self.last_arrival = Some(now);
         // RFC 3550 section 6.4.1: J += (|D| - J) / 16, D from successive
-        // arrivals' transit times.
-        // Wrapping: the two clocks are unrelated and the sender's stamp is
-        // the peer's choice; only differences of transits matter.
-        let transit = (arrival_ns as i64).wrapping_sub(send_ns as i64);
-        if let Some(p) = self.prev_transit {
-            let d = transit.wrapping_sub(p).unsigned_abs() as f64;
-            self.jitter_ns += (d - self.jitter_ns) / 16.0;
+        // timed arrivals' transit times. Wrapping: the two clocks are
+        // unrelated and the sender's stamp is the peer's choice; only
+        // differences of transits matter.
+        if let Some((send_ns, arrival_ns)) = stamps {
+            let transit = (arrival_ns as i64).wrapping_sub(send_ns as i64);
+            if let Some(p) = self.prev_transit {
+                let d = transit.wrapping_sub(p).unsigned_abs() as f64;
+                self.jitter_ns += (d - self.jitter_ns) / 16.0;
+                self.jitter_samples += 1;
+            }
+            self.prev_transit = Some(transit);
         }
-        self.prev_transit = Some(transit);
     }
 
     /// A receiver with a small window (for fuzzing, where a fresh one is
@@ -222,8 +244,9 @@ impl RxAccount {
         }
     }
 
-    pub fn jitter_us(&self) -> f64 {
-        self.jitter_ns / 1000.0
+    /// The jitter estimate, once at least one pair of timed datagrams came.
+    pub fn jitter_us(&self) -> Option<f64> {
+        (self.jitter_samples > 0).then_some(self.jitter_ns / 1000.0)
     }
 }
 
@@ -371,7 +394,7 @@ pub mod test_support {
             arrival = arrival.wrapping_add(977);
             if let Some(h) = super::Header::read(d) {
                 if h.session == session && h.kind == super::T_DATA {
-                    acc.on_datagram(h.seq, d.len(), h.ts_ns, arrival, now);
+                    acc.on_datagram(h.seq, d.len(), Some((h.ts_ns, arrival)), now);
                 }
             }
         }
@@ -429,7 +452,7 @@ mod tests {
         let now = Instant::now();
         // 0..10 sent; 3 dropped, 5 and 6 swapped, 8 duplicated.
         for (i, s) in [0u64, 1, 2, 4, 6, 5, 7, 8, 8, 9].iter().enumerate() {
-            a.on_datagram(*s, 100, *s * 1000, i as u64 * 1000, now);
+            a.on_datagram(*s, 100, Some((*s * 1000, i as u64 * 1000)), now);
         }
         assert_eq!(a.received, 9);
         assert_eq!(a.reordered, 1);
@@ -440,21 +463,56 @@ mod tests {
     }
 
     #[test]
+    fn a_duplicate_older_than_the_window_does_not_hide_a_loss() {
+        // Window of 64: datagram 3 is lost, then 0 arrives again long after
+        // (a duplicate from far behind): it must not count as received.
+        let mut a = RxAccount::with_window(64);
+        let now = Instant::now();
+        for s in (0..200u64).filter(|&s| s != 3) {
+            a.on_datagram(s, 10, None, now);
+        }
+        a.on_datagram(0, 10, None, now);
+        assert_eq!(a.received, 199, "sent 200, one lost");
+        assert_eq!(a.stale, 1);
+        assert_eq!(a.duplicates + a.reordered, 0);
+        // A late original of 3, as far behind, is stale too (counted lost:
+        // the conservative side).
+        a.on_datagram(3, 10, None, now);
+        assert_eq!((a.received, a.stale), (199, 2));
+    }
+
+    #[test]
     fn jitter_follows_rfc3550() {
         let mut a = RxAccount::new();
         let now = Instant::now();
+        assert_eq!(a.jitter_us(), None, "no jitter before two timed datagrams");
         // Constant transit: zero jitter.
         for s in 0..100u64 {
-            a.on_datagram(s, 10, s * 1000, s * 1000 + 500, now);
+            a.on_datagram(s, 10, Some((s * 1000, s * 1000 + 500)), now);
         }
-        assert!(a.jitter_us() < 1e-9);
+        assert!(a.jitter_us().unwrap() < 1e-9);
         // Alternating transit of 0 and 2000 ns: |D| = 2000 every time, so J
         // converges to 2 us.
         let mut a = RxAccount::new();
         for s in 0..2000u64 {
             let extra = if s % 2 == 0 { 0 } else { 2000 };
-            a.on_datagram(s, 10, s * 10_000, s * 10_000 + extra, now);
+            a.on_datagram(s, 10, Some((s * 10_000, s * 10_000 + extra)), now);
         }
-        assert!((a.jitter_us() - 2.0).abs() < 0.01, "{}", a.jitter_us());
+        let j = a.jitter_us().unwrap();
+        assert!((j - 2.0).abs() < 0.01, "{j}");
+        // Untimed datagrams (later ones of a send batch) are counted but
+        // leave the estimate alone: a burst of 31 arriving 1 us apart
+        // behind each timed one adds no jitter.
+        let mut a = RxAccount::new();
+        for b in 0..100u64 {
+            let t = b * 100_000;
+            a.on_datagram(b * 32, 10, Some((t, t + 5_000)), now);
+            for i in 1..32 {
+                a.on_datagram(b * 32 + i, 10, None, now);
+            }
+        }
+        assert_eq!(a.received, 3200);
+        assert!(a.jitter_us().unwrap() < 1e-9);
+        assert_eq!(a.jitter_samples, 99);
     }
 }

@@ -13,14 +13,16 @@
 //! drained (100 ms without a datagram after the peer's `SenderDone`). The
 //! client ends with `Finished`.
 
+use crate::cpu::{set_host_cpu, set_thread_cpu, HostReport};
 use crate::error::SockError;
 use crate::net;
 use crate::params::{Direction, UdpBwParams};
-use crate::udp::{self, Header, RxAccount, F_MEASURED, T_DATA};
+use crate::udp::{self, Header, RxAccount, SeenWindow, F_BATCHED, F_MEASURED, T_DATA};
+use fabperf_proto::cpu::{HostMeter, ThreadCpu};
 use fabperf_proto::{
     connect_test, ClientConfig, Control, ErrorCode, Msg, ServeCtx, ServeError, TestKind,
 };
-use fabperf_results::{Record, Transport, UdpStats};
+use fabperf_results::{Record, Side, Transport, UdpStats, Warning};
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -49,7 +51,8 @@ pub(crate) struct SenderStats {
     pub sent: u64,
     pub bytes: u64,
     pub secs: f64,
-    pub cpu_s: f64,
+    /// Thread CPU seconds (`None`: unknown).
+    pub cpu_s: Option<f64>,
     /// Sends refused with ENOBUFS (local queue full), retried.
     pub enobufs: u64,
 }
@@ -60,9 +63,17 @@ pub(crate) struct RxStats {
     pub bytes: u64,
     pub reordered: u64,
     pub duplicates: u64,
-    pub jitter_us: f64,
+    /// Older than the reordering window (see `Seen::TooOld`).
+    #[serde(default)]
+    pub stale: u64,
+    /// `None`: no kernel receive timestamps (`jitter_error` says why), or
+    /// fewer than two timed datagrams.
+    pub jitter_us: Option<f64>,
+    #[serde(default)]
+    pub jitter_error: Option<String>,
     pub secs: f64,
-    pub cpu_s: f64,
+    /// Thread CPU seconds (`None`: unknown).
+    pub cpu_s: Option<f64>,
     /// Receive buffer the kernel granted.
     pub rcvbuf: u64,
     /// Datagrams that were not this test's (ignored).
@@ -78,6 +89,8 @@ enum UdpMsg {
     Alive,
     SenderDone(SenderStats),
     RxReport(RxStats),
+    /// This end's host CPU over the exchange (after the warm-up).
+    Host(HostReport),
     Finished,
 }
 
@@ -111,7 +124,7 @@ fn run_sender(
     let mut st = SenderStats::default();
     let mut measuring = plan.omit.is_zero();
     let mut m_t0 = start;
-    let mut cpu0 = fabperf_proto::cpu::thread_cpu_time();
+    let mut cpu0 = ThreadCpu::start();
     let mut seq: u64 = 0;
     let mut h = Header {
         kind: T_DATA,
@@ -121,7 +134,7 @@ fn run_sender(
         ts_ns: 0,
     };
     loop {
-        let mut now = Instant::now();
+        let now = Instant::now();
         let mut k = batch.len();
         if let Some(script) = plan.script {
             if seq as usize >= script.len() {
@@ -136,7 +149,7 @@ fn run_sender(
             if !measuring && now >= boundary {
                 measuring = true;
                 m_t0 = now;
-                cpu0 = fabperf_proto::cpu::thread_cpu_time();
+                cpu0 = ThreadCpu::start();
             }
         }
         if abort.load(Ordering::Relaxed) {
@@ -157,11 +170,19 @@ fn run_sender(
                 continue;
             }
             k = k.min((due_count - seq) as usize);
-            now = Instant::now();
         }
-        h.flags = if measuring { F_MEASURED } else { 0 };
-        h.ts_ns = now.duration_since(start).as_nanos() as u64;
+        // The send time, read for this call just before it: the first
+        // datagram of the call is handed to the kernel then, so its stamp is
+        // its own send time. The others leave in the same call behind it;
+        // they carry the same stamp flagged as the call's, not theirs, and
+        // the receiver leaves them out of the jitter, so the spacing inside
+        // a batch never counts as jitter. (A clock read for each of them
+        // would be unused, and at full rate cost ~4 % of the send rate.)
+        // Paced below the system-call rate, every call holds one datagram.
+        let base_flags = if measuring { F_MEASURED } else { 0 };
+        h.ts_ns = start.elapsed().as_nanos() as u64;
         for i in 0..k {
+            h.flags = base_flags | if i > 0 { F_BATCHED } else { 0 };
             h.seq = match plan.script {
                 Some(s) => s[seq as usize + i],
                 None => seq + i as u64,
@@ -191,9 +212,7 @@ fn run_sender(
     if plan.script.is_some() {
         st.secs = t_end.duration_since(start).as_secs_f64();
     }
-    st.cpu_s = fabperf_proto::cpu::thread_cpu_time()
-        .saturating_sub(cpu0)
-        .as_secs_f64();
+    st.cpu_s = cpu0.used_secs();
     Ok(st)
 }
 
@@ -214,15 +233,24 @@ fn run_receiver(
         .map_err(|e| SockError::data("setting UDP receive timeout", e))?;
     // Kernel receive timestamps make the jitter independent of when this
     // thread gets to run, and let one recvmmsg(2) take many datagrams.
+    // They are the only arrival clock: without them there is no jitter
+    // figure (a user-space clock read per recvmmsg batch would count the
+    // batch as jitter).
     let kernel_ts = net::RecvBatch::enable_timestamps(fd);
     let mut batch = net::RecvBatch::new(net::BATCH, 65536);
     let base = Instant::now();
     let mut acc = RxAccount::new();
     let mut st = RxStats {
         rcvbuf,
+        jitter_error: kernel_ts
+            .as_ref()
+            .err()
+            .map(|e| format!("SO_TIMESTAMPNS: {e}")),
         ..Default::default()
     };
-    let mut cpu0: Option<Duration> = None;
+    let kernel_ts = kernel_ts.is_ok();
+    let mut untimed: u64 = 0;
+    let mut cpu0: Option<ThreadCpu> = None;
     let mut last_any = base;
     let mut drain_since: Option<Instant> = None;
     loop {
@@ -230,20 +258,25 @@ fn run_receiver(
             Ok(k) => {
                 let now = Instant::now();
                 last_any = now;
-                let user_ns = now.duration_since(base).as_nanos() as u64;
                 for i in 0..k {
                     let (d, ts) = batch.datagram(i);
                     match Header::read(d) {
                         Some(h) if h.session == session && h.kind == T_DATA => {
                             if h.flags & F_MEASURED != 0 {
                                 if cpu0.is_none() {
-                                    cpu0 = Some(fabperf_proto::cpu::thread_cpu_time());
+                                    cpu0 = Some(ThreadCpu::start());
                                 }
-                                let arrival = match (kernel_ts, ts) {
-                                    (true, Some(t)) => t,
-                                    _ => user_ns,
+                                let stamps = match (kernel_ts, ts) {
+                                    (true, Some(t)) if h.flags & F_BATCHED == 0 => {
+                                        Some((h.ts_ns, t))
+                                    }
+                                    (true, None) => {
+                                        untimed += 1;
+                                        None
+                                    }
+                                    _ => None,
                                 };
-                                acc.on_datagram(h.seq, d.len(), h.ts_ns, arrival, now);
+                                acc.on_datagram(h.seq, d.len(), stamps, now);
                             } else {
                                 st.warmup += 1;
                             }
@@ -270,19 +303,25 @@ fn run_receiver(
             }
         }
     }
+    let _ = base;
     st.received = acc.received;
     st.bytes = acc.bytes;
     st.reordered = acc.reordered;
     st.duplicates = acc.duplicates;
+    st.stale = acc.stale;
     st.jitter_us = acc.jitter_us();
+    if kernel_ts && untimed > 0 && st.jitter_us.is_none() {
+        st.jitter_error = Some(format!(
+            "{untimed} datagrams came without a kernel timestamp"
+        ));
+    }
     if let (Some(a), Some(b)) = (acc.first_arrival, acc.last_arrival) {
         st.secs = b.duration_since(a).as_secs_f64();
     }
-    if let Some(c0) = cpu0 {
-        st.cpu_s = fabperf_proto::cpu::thread_cpu_time()
-            .saturating_sub(c0)
-            .as_secs_f64();
-    }
+    st.cpu_s = match cpu0 {
+        Some(c0) => c0.used_secs(),
+        None => Some(0.0),
+    };
     Ok(st)
 }
 
@@ -291,8 +330,10 @@ fn run_receiver(
 struct Outcome {
     my_send: Option<SenderStats>,
     my_rx: Option<RxStats>,
+    my_host: Option<HostReport>,
     peer_send: Option<SenderStats>,
     peer_rx: Option<RxStats>,
+    peer_host: Option<HostReport>,
 }
 
 /// Run this side's sender and receiver threads and the control exchange.
@@ -337,6 +378,7 @@ fn exchange(
         let r = control_loop(
             ctl,
             is_agent,
+            plan.omit,
             &rx_ctl,
             srx,
             rrx,
@@ -357,6 +399,7 @@ fn exchange(
 fn control_loop(
     ctl: &mut Control,
     is_agent: bool,
+    omit: Duration,
     rx_ctl: &RxCtl,
     srx: Receiver<Result<SenderStats, SockError>>,
     rrx: Receiver<Result<RxStats, SockError>>,
@@ -371,6 +414,10 @@ fn control_loop(
     let mut finished_peer = false; // agent: client said Finished
     let mut last_heard = Instant::now();
     let mut last_alive = Instant::now();
+    // The host meter runs from the warm-up boundary until this end's
+    // threads are done.
+    let boundary = Instant::now() + omit;
+    let mut host: Option<HostMeter> = None;
     let fd = ctl.stream().as_raw_fd();
     // The agent's framework reports a failed serve to the client itself.
     let fail = |ctl: &mut Control, e: SockError| -> SockError {
@@ -408,9 +455,23 @@ fn control_loop(
                 }
             }
         }
-        let mine_done = (!sends || out.my_send.is_some()) && (!receives || out.my_rx.is_some());
-        let theirs_done =
-            (!peer_sends || out.peer_send.is_some()) && (!peer_receives || out.peer_rx.is_some());
+        if host.is_none() && Instant::now() >= boundary {
+            host = Some(HostMeter::start());
+        }
+        let threads_done = (!sends || out.my_send.is_some()) && (!receives || out.my_rx.is_some());
+        if threads_done && out.my_host.is_none() {
+            let h = HostReport::of(
+                host.as_ref()
+                    .map(|m| m.finish())
+                    .unwrap_or_else(|| Err("the test ended within its warm-up".into())),
+            );
+            ctl.send_test(&UdpMsg::Host(h.clone()))?;
+            out.my_host = Some(h);
+        }
+        let mine_done = threads_done && out.my_host.is_some();
+        let theirs_done = (!peer_sends || out.peer_send.is_some())
+            && (!peer_receives || out.peer_rx.is_some())
+            && out.peer_host.is_some();
         if mine_done && theirs_done {
             if !is_agent {
                 ctl.send_test(&UdpMsg::Finished)?;
@@ -444,6 +505,7 @@ fn control_loop(
                 out.peer_send = Some(st);
             }
             UdpMsg::RxReport(st) if peer_receives => out.peer_rx = Some(st),
+            UdpMsg::Host(h) => out.peer_host = Some(h),
             UdpMsg::Finished if is_agent => finished_peer = true,
             other => {
                 return Err(SockError::Protocol(format!(
@@ -533,36 +595,35 @@ fn client(
         r.remote = Some(addr.to_string());
         r
     };
+    let my_host = out.my_host.clone().unwrap_or_default().result();
+    let peer_host = out.peer_host.clone().unwrap_or_default().result();
     let mut recs = Vec::new();
     if let (Some(tx), Some(rx)) = (&out.my_send, &out.peer_rx) {
         let mut r = base("forward");
-        fill(&mut r, p, tx, rx, "client", "agent", want);
-        r.cpu_local_pct = pct(tx.cpu_s, tx.secs);
-        r.cpu_remote_pct = pct(rx.cpu_s, rx.secs);
+        fill(&mut r, p, tx, rx, Side::Client, Side::Agent, want);
+        set_thread_cpu(&mut r, Side::Client, tx.cpu_s, tx.secs);
+        set_thread_cpu(&mut r, Side::Agent, rx.cpu_s, rx.secs);
         recs.push(r);
     }
     if let (Some(tx), Some(rx)) = (&out.peer_send, &out.my_rx) {
         let mut r = base("reverse");
-        fill(&mut r, p, tx, rx, "agent", "client", want);
-        r.cpu_local_pct = pct(rx.cpu_s, rx.secs);
-        r.cpu_remote_pct = pct(tx.cpu_s, tx.secs);
+        fill(&mut r, p, tx, rx, Side::Agent, Side::Client, want);
+        set_thread_cpu(&mut r, Side::Client, rx.cpu_s, rx.secs);
+        set_thread_cpu(&mut r, Side::Agent, tx.cpu_s, tx.secs);
         recs.push(r);
     }
     if p.direction == Direction::Bidir && recs.len() == 2 {
         let mut t = base("bidir");
         let (a, b) = (&recs[0], &recs[1]);
+        // Both directions' bytes over the longer of their intervals; a sum
+        // that overflows can only come from an impossible report.
         let over = |f: &str| {
             SockError::Protocol(format!(
                 "the two directions' {f} overflow when added up: a report is impossible"
             ))
         };
         let bytes = a.bytes.checked_add(b.bytes).ok_or_else(|| over("bytes"))?;
-        let gbps = a.bw_gbps.unwrap_or(0.0) + b.bw_gbps.unwrap_or(0.0);
-        let secs = if gbps > 0.0 {
-            bytes as f64 * 8.0 / (gbps * 1e9)
-        } else {
-            0.0
-        };
+        let secs = a.duration_s.max(b.duration_s);
         let msgs = a
             .iterations
             .unwrap_or(0)
@@ -573,28 +634,42 @@ fn client(
             a.udp.clone().unwrap_or_default(),
             b.udp.clone().unwrap_or_default(),
         );
-        let add = |x: u64, y: u64, f: &str| x.checked_add(y).ok_or_else(|| over(f));
-        let sent = add(ua.sent, ub.sent, "sent datagrams")?;
-        let lost = add(ua.lost, ub.lost, "lost datagrams")?;
+        let sum = |x: u64, y: u64, f: &str| x.checked_add(y).ok_or_else(|| over(f));
+        let sent = sum(ua.sent, ub.sent, "sent datagrams")?;
+        let received = sum(ua.received, ub.received, "received datagrams")?;
+        let lost = sent.saturating_sub(received);
+        let add = |x: Option<u64>, y: Option<u64>| x.zip(y).and_then(|(x, y)| x.checked_add(y));
         t.udp = Some(UdpStats {
             sent,
-            received: add(ua.received, ub.received, "received datagrams")?,
+            received,
             lost,
-            reordered: add(ua.reordered, ub.reordered, "reordered datagrams")?,
-            duplicates: add(ua.duplicates, ub.duplicates, "duplicate datagrams")?,
-            loss_pct: if sent > 0 {
-                lost as f64 * 100.0 / sent as f64
-            } else {
-                0.0
-            },
-            jitter_us: ua.jitter_us.max(ub.jitter_us),
+            duplicates: sum(ua.duplicates, ub.duplicates, "duplicate datagrams")?,
+            loss_pct: UdpStats::loss_pct_of(lost, sent),
+            reordered: add(ua.reordered, ub.reordered),
+            stale: add(ua.stale, ub.stale),
+            // Per direction only: two directions' jitter do not combine.
+            jitter_us: None,
+            ..Default::default()
         });
         t.cpu_local_pct = sum_opt(a.cpu_local_pct, b.cpu_local_pct);
         t.cpu_remote_pct = sum_opt(a.cpu_remote_pct, b.cpu_remote_pct);
-        for w in a.warnings.iter().chain(b.warnings.iter()) {
-            t.warnings.push(w.clone());
+        let notes: Vec<_> = a
+            .warnings
+            .iter()
+            .chain(b.warnings.iter())
+            .cloned()
+            .collect();
+        t.add_notes(&notes);
+        if t.bw_gbps.is_none() && !t.has_warning("no-interval") {
+            t.warn(Warning::NoInterval {
+                what: "no datagram arrived after the warm-up in either direction".into(),
+            });
         }
         recs.insert(0, t);
+    }
+    for r in recs.iter_mut() {
+        set_host_cpu(r, Side::Client, &my_host);
+        set_host_cpu(r, Side::Agent, &peer_host);
     }
     if recs.is_empty() {
         return Err(SockError::Protocol(
@@ -604,15 +679,9 @@ fn client(
     Ok(recs)
 }
 
+/// The sum when both are known (a partial sum would read as a whole).
 fn sum_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a + b),
-        _ => a.or(b),
-    }
-}
-
-fn pct(cpu: f64, secs: f64) -> Option<f64> {
-    (secs > 0.0).then(|| cpu / secs * 100.0)
+    a.zip(b).map(|(a, b)| a + b)
 }
 
 fn fill(
@@ -620,8 +689,8 @@ fn fill(
     p: &UdpBwParams,
     tx: &SenderStats,
     rx: &RxStats,
-    txs: &str,
-    rxs: &str,
+    txs: Side,
+    rxs: Side,
     want: u64,
 ) {
     // The receiver's bytes over the sender's measured interval.
@@ -631,67 +700,90 @@ fn fill(
         sent: tx.sent,
         received: rx.received,
         lost,
-        reordered: rx.reordered,
         duplicates: rx.duplicates,
-        loss_pct: if tx.sent > 0 {
-            lost as f64 * 100.0 / tx.sent as f64
-        } else {
-            0.0
-        },
+        loss_pct: UdpStats::loss_pct_of(lost, tx.sent),
+        reordered: Some(rx.reordered),
+        stale: Some(rx.stale),
         jitter_us: rx.jitter_us,
+        ..Default::default()
     });
+    if r.bw_gbps.is_none() {
+        r.warn(Warning::NoInterval {
+            what: "the sender's measured interval had no length".into(),
+        });
+    }
     if rx.received > tx.sent {
-        r.warnings.push(format!(
-            "the receiver counted {} datagrams but the sender reported {}: datagrams from the warm-up boundary or a confused peer",
-            rx.received, tx.sent
-        ));
+        r.warn(Warning::CountMismatch {
+            text: format!(
+                "the receiver counted {} datagrams but the sender reported {}: datagrams from the \
+                 warm-up boundary or a confused peer",
+                rx.received, tx.sent
+            ),
+        });
     }
     if tx.sent == 0 {
-        r.warnings
-            .push("nothing was sent after the warm-up: raise --duration".into());
+        r.warn(Warning::NothingSent);
     } else if rx.received == 0 {
-        r.warnings.push(format!(
-            "no datagram reached the {rxs}: UDP from the {txs} to the {rxs} is blocked (firewall, NAT, security group)"
-        ));
+        r.warn(Warning::UdpBlocked { from: txs, to: rxs });
+    }
+    if rx.stale > 0 {
+        r.warn(Warning::StaleDatagrams {
+            count: rx.stale,
+            window: SeenWindow::WINDOW,
+        });
+    }
+    if rx.jitter_us.is_none() && rx.received > 1 {
+        r.warn(Warning::NoJitter {
+            side: rxs,
+            why: rx
+                .jitter_error
+                .clone()
+                .unwrap_or_else(|| "fewer than two timed datagrams".into()),
+        });
     }
     // A paced sender spins between datagrams, so its CPU says nothing then.
-    if p.rate_bps.is_none() && tx.secs > 0.0 && tx.cpu_s / tx.secs > 0.95 {
-        r.warnings.push(format!(
-            "the sender ({txs}) used {:.0}% of a core: it may be the limit, not the network",
-            tx.cpu_s / tx.secs * 100.0
-        ));
+    if let Some(cpu) = tx.cpu_s {
+        if p.rate_bps.is_none() && tx.secs > 0.0 && cpu / tx.secs > 0.95 {
+            r.warn(Warning::CpuBound {
+                role: "sender".into(),
+                side: txs,
+                pct: cpu / tx.secs * 100.0,
+                hint: String::new(),
+            });
+        }
     }
-    if rx.secs > 0.0 && rx.cpu_s / rx.secs > 0.95 && lost > 0 {
-        r.warnings.push(format!(
-            "the receiver ({rxs}) used {:.0}% of a core and lost datagrams: loss is the receiving host's, not the network's",
-            rx.cpu_s / rx.secs * 100.0
-        ));
+    if let Some(cpu) = rx.cpu_s {
+        if rx.secs > 0.0 && cpu / rx.secs > 0.95 && lost > 0 {
+            r.warn(Warning::ReceiverCpuLoss {
+                side: rxs,
+                pct: cpu / rx.secs * 100.0,
+            });
+        }
     }
     if rx.rcvbuf.saturating_add(4096) < want {
-        r.warnings.push(format!(
-            "the {rxs}'s receive buffer is {} bytes, not the {want} asked for: raise net.core.rmem_max (or run as root) to avoid drops",
-            rx.rcvbuf
-        ));
+        r.warn(Warning::SmallReceiveBuffer {
+            side: rxs,
+            got: rx.rcvbuf,
+            want,
+        });
     }
     if let Some(rate) = p.rate_bps {
         let offered = tx.bytes as f64 * 8.0 / tx.secs.max(1e-9);
         if tx.sent > 0 && offered < rate as f64 * 0.9 {
-            r.warnings.push(format!(
-                "the sender reached only {:.3} Gbit/s of the {:.3} Gbit/s asked for",
-                offered / 1e9,
-                rate as f64 / 1e9
-            ));
+            r.warn(Warning::RateNotReached {
+                reached_gbps: offered / 1e9,
+                asked_gbps: rate as f64 / 1e9,
+            });
         }
     }
     if tx.enobufs > 0 {
-        r.warnings.push(format!(
-            "the {txs}'s send queue was full {} times (ENOBUFS); those datagrams were retried",
-            tx.enobufs
-        ));
+        r.warn(Warning::SendQueueFull {
+            side: txs,
+            count: tx.enobufs,
+        });
     }
     if tx.secs > 0.0 && tx.secs < 0.5 && p.duration_s >= 0.5 {
-        r.warnings
-            .push(format!("measured interval of {:.3} s is short", tx.secs));
+        r.warn(Warning::ShortInterval { secs: tx.secs });
     }
 }
 

@@ -3,17 +3,20 @@
 //! The client sends one probe (sequence number + timestamp) and waits for
 //! its reply for at most the probe timeout; a probe without a reply by then
 //! is counted lost and the next one goes out. A reply that turns up after
-//! its probe was given up is counted late (reported as `reordered`) and is
-//! never mistaken for the reply to the current probe, because replies are
-//! matched by sequence number. If no reply at all arrives for the client's
+//! its probe was given up is counted late (`udp.late`) and is never
+//! mistaken for the reply to the current probe, because replies are
+//! matched by sequence number. The delay variation between consecutive
+//! answered probes is `udp.ipdv_us`. If no reply at all arrives for the client's
 //! `--timeout`, the agent is declared gone.
 
+use crate::cpu::{set_host_cpu, set_thread_cpu, HostReport};
 use crate::error::SockError;
 use crate::net;
 use crate::params::UdpLatParams;
 use crate::udp::{self, Header, Seen, SeenWindow, T_PROBE, T_REPLY};
+use fabperf_proto::cpu::{HostMeter, ThreadCpu};
 use fabperf_proto::{connect_test, ClientConfig, ErrorCode, Msg, ServeCtx, ServeError, TestKind};
-use fabperf_results::{LatencyHistogram, LatencyKind, Record, Transport, UdpStats};
+use fabperf_results::{LatencyHistogram, LatencyKind, Record, Side, Transport, UdpStats, Warning};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -32,8 +35,16 @@ struct AcceptInfo {
 #[serde(tag = "t", rename_all = "snake_case")]
 enum LatMsg {
     Seen,
-    Done { probes: u64 },
-    Report { echoed: u64, cpu_s: f64, secs: f64 },
+    Done {
+        probes: u64,
+    },
+    Report {
+        echoed: u64,
+        cpu_s: Option<f64>,
+        secs: f64,
+        #[serde(default)]
+        host: HostReport,
+    },
 }
 
 #[derive(Default)]
@@ -174,16 +185,18 @@ pub fn run_udp_lat(
         last_reply: now,
     };
     let mut c = Counts::default();
-    let mut jitter_ns = 0.0f64;
+    let mut ipdv_ns = 0.0f64;
+    let mut ipdv_n = 0u64;
     let div = if p.rtt { 1 } else { 2 };
-    let res = (|| -> Result<(f64, Duration), SockError> {
+    let res = (|| -> Result<(f64, Option<f64>, Result<_, String>), SockError> {
         let mut seq = 0u64;
         for _ in 0..p.warmup {
             pr.probe(seq, &mut c)?;
             seq += 1;
         }
         c = Counts::default();
-        let cpu0 = fabperf_proto::cpu::thread_cpu_time();
+        let cpu0 = ThreadCpu::start();
+        let host = HostMeter::start();
         let t0 = Instant::now();
         let end = t0 + Duration::from_secs_f64(p.duration_s);
         let limit = p.iterations.unwrap_or(u64::MAX);
@@ -195,7 +208,8 @@ pub fn run_udp_lat(
                 let v = ns / div;
                 if let Some(pv) = prev {
                     let d = v.abs_diff(pv) as f64;
-                    jitter_ns += (d - jitter_ns) / 16.0;
+                    ipdv_ns += (d - ipdv_ns) / 16.0;
+                    ipdv_n += 1;
                 }
                 prev = Some(v);
             }
@@ -204,12 +218,9 @@ pub fn run_udp_lat(
                 break;
             }
         }
-        Ok((
-            t0.elapsed().as_secs_f64(),
-            fabperf_proto::cpu::thread_cpu_time().saturating_sub(cpu0),
-        ))
+        Ok((t0.elapsed().as_secs_f64(), cpu0.used_secs(), host.finish()))
     })();
-    let (secs, cpu) = match res {
+    let (secs, cpu, host) = match res {
         Ok(v) => v,
         Err(e) => {
             ctl.send_error(ErrorCode::TestFailed, &format!("client: {e}"));
@@ -217,12 +228,13 @@ pub fn run_udp_lat(
         }
     };
     ctl.send_test(&LatMsg::Done { probes: c.sent })?;
-    let (_echoed, rcpu, rsecs) = match ctl.recv_test::<LatMsg>("the agent's report")? {
+    let (_echoed, rcpu, rsecs, rhost) = match ctl.recv_test::<LatMsg>("the agent's report")? {
         LatMsg::Report {
             echoed,
             cpu_s,
             secs,
-        } => (echoed, cpu_s, secs),
+            host,
+        } => (echoed, cpu_s, secs, host.result()),
         other => {
             return Err(SockError::Protocol(format!(
                 "expected report, got {other:?}"
@@ -236,42 +248,43 @@ pub fn run_udp_lat(
     r.local = local.map(|a| a.to_string());
     r.remote = Some(addr.to_string());
     r.set_throughput(c.received * p.size * 2, secs, Some(c.received));
-    r.lat_us = hist.summary();
-    r.cpu_local_pct = (secs > 0.0).then(|| cpu.as_secs_f64() / secs * 100.0);
-    r.cpu_remote_pct = (rsecs > 0.0).then(|| rcpu / rsecs * 100.0);
+    r.set_latency(&hist);
+    if r.bw_gbps.is_none() {
+        r.warn(Warning::NoInterval {
+            what: "the test ended before a probe was sent".into(),
+        });
+    }
+    set_thread_cpu(&mut r, Side::Client, cpu, secs);
+    set_thread_cpu(&mut r, Side::Agent, rcpu, rsecs);
+    set_host_cpu(&mut r, Side::Client, &host);
+    set_host_cpu(&mut r, Side::Agent, &rhost);
     r.udp = Some(UdpStats {
         sent: c.sent,
         received: c.received,
         lost: c.lost,
-        reordered: c.late,
         duplicates: c.duplicates,
-        loss_pct: if c.sent > 0 {
-            c.lost as f64 * 100.0 / c.sent as f64
-        } else {
-            0.0
-        },
-        jitter_us: jitter_ns / 1000.0,
+        loss_pct: UdpStats::loss_pct_of(c.lost, c.sent),
+        late: Some(c.late),
+        ipdv_us: (ipdv_n > 0).then_some(ipdv_ns / 1000.0),
+        ..Default::default()
     });
     if c.lost > 0 {
-        r.warnings.push(format!(
-            "{} of {} probes got no reply within {} ms (counted lost{})",
-            c.lost,
-            c.sent,
-            p.probe_timeout_ms,
-            if c.late > 0 {
-                format!("; {} replies came later", c.late)
-            } else {
-                String::new()
-            }
-        ));
+        r.warn(Warning::ProbesLost {
+            lost: c.lost,
+            sent: c.sent,
+            timeout_ms: p.probe_timeout_ms,
+            late: c.late,
+        });
     }
-    r.warnings
-        .extend(fabperf_proto::clock::slow_clock_warning());
+    if let Some(text) = fabperf_proto::clock::slow_clock_warning() {
+        r.warn(Warning::SlowClock { text });
+    }
     if c.received < 1000 {
-        r.warnings.push(format!(
-            "only {} replies: tail percentiles (p99.9 and up) need many more samples",
-            c.received
-        ));
+        r.warn(Warning::FewSamples {
+            count: c.received,
+            what: "replies".into(),
+            hint: "tail percentiles (p99.9 and up) need many more samples".into(),
+        });
     }
     Ok(vec![r])
 }
@@ -287,12 +300,13 @@ fn echo(
     stop: &AtomicBool,
     t0: Instant,
     last_probe: &AtomicU64,
-) -> io::Result<(u64, f64, f64)> {
+) -> io::Result<(u64, Option<f64>, f64, HostReport)> {
     let fd = sock.as_raw_fd();
     sock.set_read_timeout(Some(Duration::from_millis(50)))?;
     let mut buf = vec![0u8; 65536];
     let mut echoed = 0u64;
-    let cpu0 = fabperf_proto::cpu::thread_cpu_time();
+    let cpu0 = ThreadCpu::start();
+    let host = HostMeter::start();
     while !stop.load(Ordering::Relaxed) {
         match net::recv(fd, &mut buf, 0) {
             Ok(n) => {
@@ -316,8 +330,12 @@ fn echo(
             Err(e) => return Err(e),
         }
     }
-    let cpu = fabperf_proto::cpu::thread_cpu_time().saturating_sub(cpu0);
-    Ok((echoed, cpu.as_secs_f64(), t0.elapsed().as_secs_f64()))
+    Ok((
+        echoed,
+        cpu0.used_secs(),
+        t0.elapsed().as_secs_f64(),
+        HostReport::of(host.finish()),
+    ))
 }
 
 impl TestKind for UdpLat {
@@ -404,7 +422,7 @@ impl TestKind for UdpLat {
                 "expected done, got {done:?}"
             )));
         }
-        let (echoed, cpu_s, secs) = match res {
+        let (echoed, cpu_s, secs, host) = match res {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => return Err(ServeError::failed(format!("udp-lat echo: {e}"))),
             Err(_) => return Err(ServeError::failed("the udp-lat echo thread panicked")),
@@ -413,6 +431,7 @@ impl TestKind for UdpLat {
             echoed,
             cpu_s,
             secs,
+            host,
         })?;
         Ok(())
     }

@@ -100,7 +100,15 @@ fn json_lines(out: &Output) -> Vec<Value> {
     String::from_utf8(out.stdout.clone())
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("each line is one JSON object");
+            // Every line is a record that obeys the record rules.
+            let r: fabperf_results::Record =
+                serde_json::from_value(v.clone()).expect("each line is a fabperf record");
+            let bad = r.check();
+            assert!(bad.is_empty(), "{bad:?} in {l}");
+            v
+        })
         .collect()
 }
 
@@ -137,15 +145,10 @@ const COMMON: &[&str] = &[
 const LAT: &[&str] = &[
     "min", "p50", "p90", "p99", "p999", "p9999", "max", "mean", "stdev", "kind",
 ];
-const UDP: &[&str] = &[
-    "sent",
-    "received",
-    "lost",
-    "reordered",
-    "duplicates",
-    "loss_pct",
-    "jitter_us",
-];
+const UDP: &[&str] = &["sent", "received", "lost", "duplicates", "loss_pct"];
+/// udp-bw's own UDP keys, and udp-lat's.
+const UDP_BW: &[&str] = &["reordered", "stale", "jitter_us"];
+const UDP_LAT: &[&str] = &["late", "ipdv_us"];
 
 #[test]
 fn json_schema_keys_of_every_socket_test() {
@@ -163,7 +166,7 @@ fn json_schema_keys_of_every_socket_test() {
         lacks(r, &["lat_us", "udp"]);
         assert_eq!(r["test"], "tcp-bw");
         assert_eq!(r["transport"], "tcp");
-        assert_eq!(r["schema"], 1);
+        assert_eq!(r["schema"], fabperf_results::SCHEMA_VERSION);
     }
     assert!(v[0].get("stream").is_none());
     assert_eq!(v[1]["stream"], 0);
@@ -188,13 +191,18 @@ fn json_schema_keys_of_every_socket_test() {
     has(&v[0], COMMON);
     has(&v[0], &["bw_gbps", "udp", "direction"]);
     has(&v[0]["udp"], UDP);
+    has(&v[0]["udp"], UDP_BW);
+    lacks(&v[0]["udp"], UDP_LAT);
     assert_eq!(v[0]["transport"], "udp");
     lacks(&v[0], &["lat_us", "retransmits"]);
 
     let v = json_lines(&run(p, &["udp-lat", "-n", "300", "--json"]));
     has(&v[0], COMMON);
     has(&v[0]["lat_us"], LAT);
+    has(&v[0], &["lat_hist"]);
     has(&v[0]["udp"], UDP);
+    has(&v[0]["udp"], UDP_LAT);
+    lacks(&v[0]["udp"], UDP_BW);
     lacks(&v[0], &["retransmits"]);
 
     // The human table labels the latency kind.

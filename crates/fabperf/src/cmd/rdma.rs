@@ -62,6 +62,15 @@ pub struct DevOpts {
     /// needs the same CPUs), normal on a NIC.
     #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = parse_poll)]
     pub poll_priority: PollPriority,
+    /// Service level of the queue pairs, both ends (InfiniBand SL; on RoCE
+    /// the NIC maps it to a priority).
+    #[arg(long, value_name = "0-15", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15))]
+    pub sl: u8,
+    /// Traffic class in the GRH, both ends (RoCE: DSCP = TCLASS >> 2, e.g.
+    /// 106 for DSCP 26 with ECN capable; a lossless RoCE fabric runs its
+    /// RDMA class on a non-zero DSCP).
+    #[arg(long, value_name = "0-255", default_value_t = 0)]
+    pub tclass: u8,
 }
 
 fn parse_poll(s: &str) -> Result<PollPriority, String> {
@@ -124,6 +133,14 @@ pub struct BwArgs {
     /// Seconds of traffic excluded before measuring (default 1 with --duration, else 0).
     #[arg(long, value_name = "SECS", value_parser = warmup_secs(), allow_negative_numbers = true)]
     pub warmup: Option<f64>,
+    /// Messages per QP sent and completed before the measured --iterations.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        conflicts_with = "duration"
+    )]
+    pub warmup_iterations: u64,
     #[command(flatten)]
     pub dev: DevOpts,
     /// Report MiB/s instead of Gbit/s in the table.
@@ -163,6 +180,14 @@ pub struct LatArgs {
     /// Seconds excluded before recording (default 1 with --duration, else 0).
     #[arg(long, value_name = "SECS", value_parser = warmup_secs(), allow_negative_numbers = true)]
     pub warmup: Option<f64>,
+    /// Ping-pongs before the recorded --iterations.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        conflicts_with = "duration"
+    )]
+    pub warmup_iterations: u64,
     /// Inline limit in bytes (default: up to 236 as the device allows).
     #[arg(long, value_name = "SIZE", value_parser = inline_arg)]
     pub inline: Option<u32>,
@@ -209,12 +234,7 @@ fn pollers_note(r: &Record) -> String {
 }
 
 fn cpu_table(records: &[Record]) -> String {
-    let mut t = Table::new(["#bytes", "CPU local[%]", "CPU remote[%]"]);
-    for r in records.iter().filter(|r| r.stream.is_none()) {
-        let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
-        t.row([r.size.to_string(), f(r.cpu_local_pct), f(r.cpu_remote_pct)]);
-    }
-    t.render()
+    Table::cpu(records).render()
 }
 
 pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
@@ -229,6 +249,9 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
         duration: a.duration,
         iterations: a.iterations.unwrap_or(5000),
         warmup: a.warmup,
+        warmup_iterations: a.warmup_iterations,
+        sl: a.dev.sl,
+        tclass: a.dev.tclass,
         device: a.dev.device(),
         ib_port: a.dev.ib_port,
         gid_index: a.dev.gid_index,
@@ -285,11 +308,14 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
             println!("per QP:");
             let mut t = Table::new(["#bytes", "QP", "BW average[Gb/sec]", "MsgRate[Mpps]"]);
             for r in &per_qp {
+                let f = |v: Option<f64>, d: usize| {
+                    v.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "-".into())
+                };
                 t.row([
                     r.size.to_string(),
                     r.stream.unwrap_or(0).to_string(),
-                    format!("{:.2}", r.bw_gbps.unwrap_or(0.0)),
-                    format!("{:.6}", r.msg_rate_mpps.unwrap_or(0.0)),
+                    f(r.bw_gbps, 2),
+                    f(r.msg_rate_mpps, 6),
                 ]);
             }
             print!("{}", t.render());
@@ -318,6 +344,9 @@ pub fn run_lat(a: LatArgs) -> anyhow::Result<ExitCode> {
         iterations: a.iterations.unwrap_or(1000),
         duration: a.duration,
         warmup: a.warmup,
+        warmup_iterations: a.warmup_iterations,
+        sl: a.dev.sl,
+        tclass: a.dev.tclass,
         inline: a.inline,
         device: a.dev.device(),
         ib_port: a.dev.ib_port,
@@ -413,6 +442,30 @@ mod tests {
         assert!(T::try_parse_from(["t", "h", "-n", "0"]).is_err());
         assert!(T::try_parse_from(["t", "h", "-t", "-1"]).is_err());
         assert_eq!(t.bw.op, Op::Send);
+        assert_eq!(
+            (t.bw.dev.sl, t.bw.dev.tclass, t.bw.warmup_iterations),
+            (0, 0, 0)
+        );
+        let t = T::try_parse_from([
+            "t",
+            "h",
+            "--sl",
+            "3",
+            "--tclass",
+            "106",
+            "--warmup-iterations",
+            "100",
+        ])
+        .unwrap();
+        assert_eq!(
+            (t.bw.dev.sl, t.bw.dev.tclass, t.bw.warmup_iterations),
+            (3, 106, 100)
+        );
+        assert!(T::try_parse_from(["t", "h", "--sl", "16"]).is_err());
+        assert!(T::try_parse_from(["t", "h", "--tclass", "256"]).is_err());
+        assert!(
+            T::try_parse_from(["t", "h", "--warmup-iterations", "5", "--duration", "2"]).is_err()
+        );
         assert!(T::try_parse_from(["t", "h", "--sizes", "2", "--all-sizes"]).is_err());
         assert!(T::try_parse_from(["t", "h", "--op", "atomic"]).is_err());
         assert_eq!(sizes(None, &None, false, 65536), vec![65536]);

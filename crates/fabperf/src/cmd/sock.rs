@@ -186,43 +186,9 @@ pub struct UdpLatArgs {
 fn report(records: &[Record], out: &OutputOpts) -> anyhow::Result<ExitCode> {
     emit(records, out, TableStyle::Summary)?;
     if !out.json {
-        let stdout = std::io::stdout();
-        let mut o = stdout.lock();
-        for r in records {
-            if let Some(l) = &r.lat_us {
-                writeln!(
-                    o,
-                    "{} {} latency (us, {} samples): min {:.2}  p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  p99.99 {:.2}  max {:.2}  mean {:.2}  stdev {:.2}",
-                    r.test,
-                    l.kind.label(),
-                    l.samples,
-                    l.min,
-                    l.p50,
-                    l.p90,
-                    l.p99,
-                    l.p999,
-                    l.p9999,
-                    l.max,
-                    l.mean,
-                    l.stdev
-                )?;
-            }
-            if let Some(u) = &r.udp {
-                writeln!(
-                    o,
-                    "{} {} datagrams: sent {}  received {}  lost {} ({:.3}%)  reordered {}  duplicates {}  jitter {:.2} us",
-                    r.test,
-                    r.direction.as_deref().or(r.op.as_deref()).unwrap_or(""),
-                    u.sent,
-                    u.received,
-                    u.lost,
-                    u.loss_pct,
-                    u.reordered,
-                    u.duplicates,
-                    u.jitter_us
-                )?;
-            }
-        }
+        std::io::stdout()
+            .lock()
+            .write_all(fabperf_results::table::details(records).as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -237,6 +203,7 @@ pub fn run_tcp_bw(a: TcpBwArgs) -> anyhow::Result<ExitCode> {
         zerocopy: a.zerocopy,
         copy: a.copy,
         window: a.window,
+        rate_bps: None,
     };
     p.validate().map_err(usage)?;
     let recs = checked(fabperf_sock::run_tcp_bw(

@@ -233,8 +233,8 @@ fn headline(r: &Record) -> String {
         format!("p50 {:.2} us ({})", l.p50, l.kind.label())
     } else if let Some(bw) = r.bw_gbps {
         let mut s = format!("{bw:.2} Gbit/s");
-        if let Some(u) = &r.udp {
-            s.push_str(&format!(", {:.3}% lost", u.loss_pct));
+        if let Some(p) = r.udp.as_ref().and_then(|u| u.loss_pct) {
+            s.push_str(&format!(", {p:.3}% lost"));
         }
         s
     } else {

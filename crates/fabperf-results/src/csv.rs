@@ -1,0 +1,222 @@
+//! Flat CSV: one row per record, nested objects flattened into columns.
+
+use crate::{HostCpu, LatencyKind, LatencySummary, Record, UdpStats};
+use std::io::{self, Write};
+
+/// Flat CSV column names, in order. Nested objects (`lat_us`, `udp`,
+/// `host_cpu_*`) become `lat_us_p50`, `udp_lost`, `host_cpu_local_softirq_pct`, ...
+pub fn csv_header() -> Vec<&'static str> {
+    vec![
+        "schema",
+        "test",
+        "transport",
+        "op",
+        "direction",
+        "stream",
+        "size",
+        "streams",
+        "duration_s",
+        "bytes",
+        "iterations",
+        "bw_gbps",
+        "bw_peak_gbps",
+        "msg_rate_mpps",
+        "lat_kind",
+        "lat_samples",
+        "lat_us_min",
+        "lat_us_p50",
+        "lat_us_p90",
+        "lat_us_p99",
+        "lat_us_p999",
+        "lat_us_p9999",
+        "lat_us_max",
+        "lat_us_mean",
+        "lat_us_stdev",
+        "lat_hist",
+        "cpu_local_pct",
+        "cpu_remote_pct",
+        "host_cpu_local_user_pct",
+        "host_cpu_local_system_pct",
+        "host_cpu_local_irq_pct",
+        "host_cpu_local_softirq_pct",
+        "host_cpu_local_cpus",
+        "host_cpu_remote_user_pct",
+        "host_cpu_remote_system_pct",
+        "host_cpu_remote_irq_pct",
+        "host_cpu_remote_softirq_pct",
+        "host_cpu_remote_cpus",
+        "retransmits",
+        "udp_sent",
+        "udp_received",
+        "udp_lost",
+        "udp_duplicates",
+        "udp_loss_pct",
+        "udp_reordered",
+        "udp_stale",
+        "udp_jitter_us",
+        "udp_late",
+        "udp_ipdv_us",
+        "local",
+        "remote",
+        "device",
+        "ib_port",
+        "gid_index",
+        "gid_type",
+        "link_layer",
+        "mtu",
+        "sl",
+        "tclass",
+        "poll_priority_local",
+        "poll_priority_remote",
+        "warning_ids",
+        "warnings",
+        "started_at",
+        "fabperf_version",
+    ]
+}
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map(|x| x.to_string()).unwrap_or_default()
+}
+
+fn host(h: &Option<HostCpu>) -> [String; 5] {
+    match h {
+        Some(h) => [
+            h.user_pct.to_string(),
+            h.system_pct.to_string(),
+            h.irq_pct.to_string(),
+            h.softirq_pct.to_string(),
+            h.cpus.to_string(),
+        ],
+        None => Default::default(),
+    }
+}
+
+fn csv_row(r: &Record) -> Vec<String> {
+    let lat = r.lat_us.as_ref();
+    let udp = r.udp.as_ref();
+    let l = |f: fn(&LatencySummary) -> f64| lat.map(|s| f(s).to_string()).unwrap_or_default();
+    let u = |f: fn(&UdpStats) -> String| udp.map(f).unwrap_or_default();
+    let mut row = vec![
+        r.schema.to_string(),
+        r.test.clone(),
+        r.transport.as_str().to_string(),
+        opt(&r.op),
+        opt(&r.direction),
+        opt(&r.stream),
+        r.size.to_string(),
+        r.streams.to_string(),
+        r.duration_s.to_string(),
+        r.bytes.to_string(),
+        opt(&r.iterations),
+        opt(&r.bw_gbps),
+        opt(&r.bw_peak_gbps),
+        opt(&r.msg_rate_mpps),
+        lat.map(|s| match s.kind {
+            LatencyKind::HalfRtt => "half_rtt".to_string(),
+            LatencyKind::Rtt => "rtt".to_string(),
+        })
+        .unwrap_or_default(),
+        lat.map(|s| s.samples.to_string()).unwrap_or_default(),
+        l(|s| s.min),
+        l(|s| s.p50),
+        l(|s| s.p90),
+        l(|s| s.p99),
+        l(|s| s.p999),
+        l(|s| s.p9999),
+        l(|s| s.max),
+        l(|s| s.mean),
+        l(|s| s.stdev),
+        opt(&r.lat_hist),
+        opt(&r.cpu_local_pct),
+        opt(&r.cpu_remote_pct),
+    ];
+    row.extend(host(&r.host_cpu_local));
+    row.extend(host(&r.host_cpu_remote));
+    row.extend([
+        opt(&r.retransmits),
+        u(|s| s.sent.to_string()),
+        u(|s| s.received.to_string()),
+        u(|s| s.lost.to_string()),
+        u(|s| s.duplicates.to_string()),
+        u(|s| opt(&s.loss_pct)),
+        u(|s| opt(&s.reordered)),
+        u(|s| opt(&s.stale)),
+        u(|s| opt(&s.jitter_us)),
+        u(|s| opt(&s.late)),
+        u(|s| opt(&s.ipdv_us)),
+        opt(&r.local),
+        opt(&r.remote),
+        opt(&r.device),
+        opt(&r.ib_port),
+        opt(&r.gid_index),
+        opt(&r.gid_type),
+        opt(&r.link_layer),
+        opt(&r.mtu),
+        opt(&r.sl),
+        opt(&r.tclass),
+        opt(&r.poll_priority_local),
+        opt(&r.poll_priority_remote),
+        r.warnings
+            .iter()
+            .map(|n| n.id.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        r.warnings
+            .iter()
+            .map(|n| n.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; "),
+        r.started_at.clone(),
+        r.fabperf_version.clone(),
+    ]);
+    row
+}
+
+/// Write records as CSV with [`csv_header`] columns. `with_header` is false
+/// when appending to an existing file.
+pub fn write_csv<W: Write>(w: W, records: &[Record], with_header: bool) -> io::Result<()> {
+    let mut wr = ::csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(w);
+    let map = |e: ::csv::Error| io::Error::other(e.to_string());
+    if with_header {
+        wr.write_record(csv_header()).map_err(map)?;
+    }
+    for r in records {
+        wr.write_record(csv_row(r)).map_err(map)?;
+    }
+    wr.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::tests::sample;
+
+    #[test]
+    fn header_and_flat_columns() {
+        let mut buf = Vec::new();
+        write_csv(&mut buf, &sample(), true).unwrap();
+        let s = String::from_utf8(buf).unwrap();
+        let mut rd = ::csv::Reader::from_reader(s.as_bytes());
+        let hdr = rd.headers().unwrap().clone();
+        assert_eq!(hdr.len(), csv_header().len());
+        let rows: Vec<_> = rd.records().map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), 2);
+        for row in &rows {
+            assert_eq!(row.len(), hdr.len());
+        }
+        let col = |name: &str| hdr.iter().position(|h| h == name).unwrap();
+        let v: f64 = rows[0][col("lat_us_p50")].parse().unwrap();
+        assert!((v - 15.0).abs() < 0.02, "{v}");
+        assert!(rows[0][col("lat_hist")].starts_with("HISTF"));
+        // Not applicable -> empty cell, not 0.
+        assert_eq!(&rows[0][col("retransmits")], "");
+        assert_eq!(&rows[1][col("retransmits")], "3");
+        assert_eq!(&rows[1][col("warning_ids")], "short-interval");
+        assert!(rows[1][col("warnings")].contains("0.100 s"));
+        assert_eq!(&rows[1][col("host_cpu_local_softirq_pct")], "7.5");
+        assert_eq!(&rows[0][col("host_cpu_local_softirq_pct")], "");
+    }
+}

@@ -1,0 +1,524 @@
+//! Every warning a record can carry, defined in one place.
+//!
+//! A warning says why a figure may mislead, or why a key is absent. Each
+//! has a stable `id` (kebab-case; exports and reports key on it and it never
+//! changes meaning) and a message written here from the variant's data, so
+//! the same situation reads the same in every test. Engines build a
+//! [`Warning`] and push [`Warning::note`] into `Record::warnings`.
+//!
+//! Adding a warning: add the variant, its arm in [`Warning::id`] and
+//! [`Warning::message`], a line in [`REGISTRY`] and an example in the tests
+//! (the tests check that the three agree and that every id is documented
+//! in `docs/records.md`).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A warning as stored in a record: its stable id and the message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Note {
+    pub id: String,
+    pub message: String,
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Which end of a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Agent,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Client => "client",
+            Side::Agent => "agent",
+        }
+    }
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every warning fabperf puts in a record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Warning {
+    /// No measured interval (nothing completed after the warm-up, or the
+    /// interval had zero length): the rate keys are absent.
+    NoInterval { what: String },
+    /// The measured interval is too short for a stable figure.
+    ShortInterval { secs: f64 },
+    /// A thread used (nearly) a whole core.
+    CpuBound {
+        role: String,
+        side: Side,
+        pct: f64,
+        hint: String,
+    },
+    /// A thread's CPU time could not be read (getrusage failed).
+    CpuUnknown { side: Side, why: String },
+    /// The host's CPU time could not be read (/proc/stat).
+    HostCpuUnknown { side: Side, why: String },
+    /// Fewer samples or messages than a stable figure needs.
+    FewSamples {
+        count: u64,
+        what: String,
+        hint: String,
+    },
+    /// A clock read is slow here (the text comes from fabperf-proto's clock module).
+    SlowClock { text: String },
+    /// The two ends disagree about how many messages went through.
+    CountMismatch { text: String },
+    /// UDP: nothing reached the receiver.
+    UdpBlocked { from: Side, to: Side },
+    /// UDP: nothing was sent after the warm-up.
+    NothingSent,
+    /// UDP: the receiver's loss happened on a saturated receiving host.
+    ReceiverCpuLoss { side: Side, pct: f64 },
+    /// UDP: the socket receive buffer is smaller than asked for.
+    SmallReceiveBuffer { side: Side, got: u64, want: u64 },
+    /// UDP: the paced sender could not reach the asked rate.
+    RateNotReached { reached_gbps: f64, asked_gbps: f64 },
+    /// UDP: the local send queue was full (ENOBUFS) and sends were retried.
+    SendQueueFull { side: Side, count: u64 },
+    /// UDP: datagrams arrived further behind than the reordering window.
+    StaleDatagrams { count: u64, window: u64 },
+    /// UDP: no kernel receive timestamps, so no jitter figure.
+    NoJitter { side: Side, why: String },
+    /// udp-lat: probes without a reply within the probe timeout.
+    ProbesLost {
+        lost: u64,
+        sent: u64,
+        timeout_ms: u64,
+        late: u64,
+    },
+    /// tcp-lat: SO_BUSY_POLL could not be set on both ends.
+    BusyPollUnset,
+    /// RDMA duration mode: fewer than two completions inside the window.
+    WindowTooFewCompletions { cq_mod: u32 },
+    /// RDMA iteration mode: the bandwidth peak was not computed (more
+    /// post/completion points than it keeps). In duration mode there is no
+    /// peak by design (as in perftest) and no warning.
+    NoPeak { why: String },
+    /// RDMA: the polling loops could not run at SCHED_IDLE.
+    PollerPriorityRefused { side: Side, text: String },
+    /// RDMA: the device reports a different service level or traffic
+    /// class for the QP than was asked (a software device may not keep
+    /// one that has no meaning on its wire).
+    PathSettingDiffers { what: String, asked: u8, got: u8 },
+    /// RDMA: deregistering a memory region failed; the buffer was leaked
+    /// so the NIC can never write freed memory.
+    BufferLeaked { side: Side, text: String },
+    /// RDMA: destroying a queue pair failed (reported, not fatal).
+    TeardownFailed { side: Side, text: String },
+    /// A run's aggregate of concurrent flows (incast, bisection): the
+    /// flows' bytes over the longest flow's interval.
+    Aggregate { flows: u32, secs: f64 },
+}
+
+/// `(id, what it means)` for every warning, in the order of the enum.
+pub const REGISTRY: &[(&str, &str)] = &[
+    (
+        "no-interval",
+        "nothing was measured after the warm-up; rate keys are absent",
+    ),
+    (
+        "short-interval",
+        "the measured interval is too short for a stable figure",
+    ),
+    (
+        "cpu-bound",
+        "a test thread used (nearly) a whole core: the host may be the limit",
+    ),
+    (
+        "cpu-unknown",
+        "a thread's CPU time could not be read; the CPU key is absent",
+    ),
+    (
+        "host-cpu-unknown",
+        "the host's CPU time (/proc/stat) could not be read; host_cpu is absent",
+    ),
+    (
+        "few-samples",
+        "fewer samples or messages than a stable figure or tail percentile needs",
+    ),
+    (
+        "slow-clock",
+        "a clock read is slow here; latency samples carry part of its cost",
+    ),
+    (
+        "count-mismatch",
+        "the two ends counted different numbers of messages",
+    ),
+    (
+        "udp-blocked",
+        "no UDP datagram reached the receiver (firewall, NAT, security group)",
+    ),
+    ("nothing-sent", "the sender sent nothing after the warm-up"),
+    (
+        "receiver-cpu-loss",
+        "datagrams were lost on a receiving host that was CPU bound",
+    ),
+    (
+        "small-receive-buffer",
+        "the socket receive buffer is smaller than asked for",
+    ),
+    (
+        "rate-not-reached",
+        "the paced UDP sender could not reach the asked rate",
+    ),
+    (
+        "send-queue-full",
+        "the local send queue was full (ENOBUFS); sends were retried",
+    ),
+    (
+        "stale-datagrams",
+        "datagrams arrived further behind than the reordering window",
+    ),
+    (
+        "no-jitter",
+        "no kernel receive timestamps: jitter is not reported",
+    ),
+    (
+        "probes-lost",
+        "udp-lat probes got no reply within the probe timeout",
+    ),
+    (
+        "busy-poll-unset",
+        "SO_BUSY_POLL could not be set on both ends",
+    ),
+    (
+        "window-too-few-completions",
+        "RDMA duration mode: fewer than two completions in the window",
+    ),
+    ("no-peak", "the RDMA bandwidth peak was not computed"),
+    (
+        "poller-priority-refused",
+        "the RDMA polling loops could not run at SCHED_IDLE",
+    ),
+    (
+        "path-setting-differs",
+        "the device reports another service level or traffic class than asked",
+    ),
+    (
+        "buffer-leaked",
+        "an RDMA memory region could not be deregistered; its buffer was leaked",
+    ),
+    (
+        "teardown-failed",
+        "an RDMA queue pair or completion queue could not be destroyed",
+    ),
+    (
+        "aggregate",
+        "the sum of a run cell's concurrent flows (incast, bisection) over the longest flow's interval",
+    ),
+];
+
+impl Warning {
+    /// The stable id.
+    pub fn id(&self) -> &'static str {
+        match self {
+            Warning::NoInterval { .. } => "no-interval",
+            Warning::ShortInterval { .. } => "short-interval",
+            Warning::CpuBound { .. } => "cpu-bound",
+            Warning::CpuUnknown { .. } => "cpu-unknown",
+            Warning::HostCpuUnknown { .. } => "host-cpu-unknown",
+            Warning::FewSamples { .. } => "few-samples",
+            Warning::SlowClock { .. } => "slow-clock",
+            Warning::CountMismatch { .. } => "count-mismatch",
+            Warning::UdpBlocked { .. } => "udp-blocked",
+            Warning::NothingSent => "nothing-sent",
+            Warning::ReceiverCpuLoss { .. } => "receiver-cpu-loss",
+            Warning::SmallReceiveBuffer { .. } => "small-receive-buffer",
+            Warning::RateNotReached { .. } => "rate-not-reached",
+            Warning::SendQueueFull { .. } => "send-queue-full",
+            Warning::StaleDatagrams { .. } => "stale-datagrams",
+            Warning::NoJitter { .. } => "no-jitter",
+            Warning::ProbesLost { .. } => "probes-lost",
+            Warning::BusyPollUnset => "busy-poll-unset",
+            Warning::WindowTooFewCompletions { .. } => "window-too-few-completions",
+            Warning::NoPeak { .. } => "no-peak",
+            Warning::PollerPriorityRefused { .. } => "poller-priority-refused",
+            Warning::PathSettingDiffers { .. } => "path-setting-differs",
+            Warning::BufferLeaked { .. } => "buffer-leaked",
+            Warning::TeardownFailed { .. } => "teardown-failed",
+            Warning::Aggregate { .. } => "aggregate",
+        }
+    }
+
+    /// The message, written from the variant's data.
+    pub fn message(&self) -> String {
+        match self {
+            Warning::NoInterval { what } => format!(
+                "no measured interval: {what}; the rate keys (bw_gbps, msg_rate_mpps) are absent \
+                 — raise --duration / --iterations or lower the warm-up"
+            ),
+            Warning::ShortInterval { secs } => format!(
+                "measured interval of {secs:.3} s is short; use --duration 2 or more for a stable figure"
+            ),
+            Warning::CpuBound {
+                role,
+                side,
+                pct,
+                hint,
+            } => format!(
+                "the {role} ({side}) used {pct:.0}% of a core: the figure may be limited by host CPU, \
+                 not the network{}{hint}",
+                if hint.is_empty() { "" } else { "; " }
+            ),
+            Warning::CpuUnknown { side, why } => format!(
+                "the {side}'s thread CPU time could not be read ({why}); its CPU figure is absent"
+            ),
+            Warning::HostCpuUnknown { side, why } => {
+                format!("no host CPU figure for the {side}: {why}")
+            }
+            Warning::FewSamples { count, what, hint } => {
+                format!("only {count} {what}: {hint}")
+            }
+            Warning::SlowClock { text } => text.clone(),
+            Warning::CountMismatch { text } => text.clone(),
+            Warning::UdpBlocked { from, to } => format!(
+                "no datagram reached the {to}: UDP from the {from} to the {to} is blocked \
+                 (firewall, NAT, security group)"
+            ),
+            Warning::NothingSent => "nothing was sent after the warm-up: raise --duration".into(),
+            Warning::ReceiverCpuLoss { side, pct } => format!(
+                "the receiver ({side}) used {pct:.0}% of a core and lost datagrams: the loss is the \
+                 receiving host's, not the network's"
+            ),
+            Warning::SmallReceiveBuffer { side, got, want } => format!(
+                "the {side}'s receive buffer is {got} bytes, not the {want} asked for: raise \
+                 net.core.rmem_max (or run as root) to avoid drops"
+            ),
+            Warning::RateNotReached {
+                reached_gbps,
+                asked_gbps,
+            } => format!(
+                "the sender reached only {reached_gbps:.3} Gbit/s of the {asked_gbps:.3} Gbit/s asked for"
+            ),
+            Warning::SendQueueFull { side, count } => format!(
+                "the {side}'s send queue was full {count} times (ENOBUFS); those datagrams were retried"
+            ),
+            Warning::StaleDatagrams { count, window } => format!(
+                "{count} datagrams arrived more than {window} sequence numbers behind the newest: \
+                 too old to tell a late datagram from a duplicate, so they are counted in \
+                 udp.stale and not as received (a late one shows as lost)"
+            ),
+            Warning::NoJitter { side, why } => format!(
+                "the {side} got no kernel receive timestamps ({why}): jitter needs one clock and a \
+                 timestamp per datagram, so it is not reported"
+            ),
+            Warning::ProbesLost {
+                lost,
+                sent,
+                timeout_ms,
+                late,
+            } => format!(
+                "{lost} of {sent} probes got no reply within {timeout_ms} ms (counted lost{})",
+                if *late > 0 {
+                    format!("; {late} replies came later, counted in udp.late")
+                } else {
+                    String::new()
+                }
+            ),
+            Warning::BusyPollUnset => {
+                "SO_BUSY_POLL could not be set on both ends (needs CAP_NET_ADMIN above \
+                 net.core.busy_read); both ends still spin on non-blocking receives"
+                    .into()
+            }
+            Warning::WindowTooFewCompletions { cq_mod } => format!(
+                "fewer than two completions inside the measured window (the link moved less than \
+                 2 x --cq-mod {cq_mod} messages); the figure covers the whole run including warm-up \
+                 — use a longer --duration or a smaller --cq-mod"
+            ),
+            Warning::NoPeak { why } => format!("BW peak not computed: {why}"),
+            Warning::PollerPriorityRefused { side, text } => format!("{side}: {text}"),
+            Warning::PathSettingDiffers { what, asked, got } => format!(
+                "{what} {asked} was asked for, but the device reports {got} for the queue pair \
+                 (the record holds what the device reports); a software device may not keep a \
+                 setting its wire format has no place for"
+            ),
+            Warning::BufferLeaked { side, text } => format!("{side}: {text}"),
+            Warning::TeardownFailed { side, text } => format!("{side}: {text}"),
+            Warning::Aggregate { flows, secs } => format!(
+                "aggregate of {flows} concurrent flows: their bytes over the longest flow's \
+                 interval ({secs:.2} s); each flow has its own record"
+            ),
+        }
+    }
+
+    /// The warning as stored in a record.
+    pub fn note(&self) -> Note {
+        Note {
+            id: self.id().to_string(),
+            message: self.message(),
+        }
+    }
+}
+
+impl From<Warning> for Note {
+    fn from(w: Warning) -> Note {
+        w.note()
+    }
+}
+
+/// Is `id` a warning fabperf defines?
+pub fn is_known(id: &str) -> bool {
+    REGISTRY.iter().any(|(i, _)| *i == id)
+}
+
+#[cfg(test)]
+pub(crate) fn examples() -> Vec<Warning> {
+    use Side::*;
+    vec![
+        Warning::NoInterval {
+            what: "nothing completed".into(),
+        },
+        Warning::ShortInterval { secs: 0.1 },
+        Warning::CpuBound {
+            role: "sender thread".into(),
+            side: Client,
+            pct: 99.0,
+            hint: "try more --streams".into(),
+        },
+        Warning::CpuUnknown {
+            side: Agent,
+            why: "getrusage: EINVAL".into(),
+        },
+        Warning::HostCpuUnknown {
+            side: Client,
+            why: "/proc/stat: not found".into(),
+        },
+        Warning::FewSamples {
+            count: 10,
+            what: "round trips".into(),
+            hint: "tail percentiles need more".into(),
+        },
+        Warning::SlowClock {
+            text: "a clock read costs 800 ns here".into(),
+        },
+        Warning::CountMismatch {
+            text: "the agent echoed 3 messages, the client counted 4".into(),
+        },
+        Warning::UdpBlocked {
+            from: Client,
+            to: Agent,
+        },
+        Warning::NothingSent,
+        Warning::ReceiverCpuLoss {
+            side: Agent,
+            pct: 99.0,
+        },
+        Warning::SmallReceiveBuffer {
+            side: Agent,
+            got: 212992,
+            want: 8 << 20,
+        },
+        Warning::RateNotReached {
+            reached_gbps: 0.5,
+            asked_gbps: 1.0,
+        },
+        Warning::SendQueueFull {
+            side: Client,
+            count: 3,
+        },
+        Warning::StaleDatagrams {
+            count: 2,
+            window: 1 << 22,
+        },
+        Warning::NoJitter {
+            side: Agent,
+            why: "SO_TIMESTAMPNS refused".into(),
+        },
+        Warning::ProbesLost {
+            lost: 1,
+            sent: 100,
+            timeout_ms: 200,
+            late: 1,
+        },
+        Warning::BusyPollUnset,
+        Warning::WindowTooFewCompletions { cq_mod: 100 },
+        Warning::NoPeak {
+            why: "more than 4194304 points".into(),
+        },
+        Warning::PollerPriorityRefused {
+            side: Agent,
+            text: "EPERM".into(),
+        },
+        Warning::PathSettingDiffers {
+            what: "service level".into(),
+            asked: 3,
+            got: 0,
+        },
+        Warning::BufferLeaked {
+            side: Client,
+            text: "ibv_dereg_mr failed".into(),
+        },
+        Warning::TeardownFailed {
+            side: Client,
+            text: "ibv_destroy_qp failed".into(),
+        },
+        Warning::Aggregate {
+            flows: 3,
+            secs: 2.0,
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_registered_and_in_enum_order() {
+        let ex = examples();
+        assert_eq!(ex.len(), REGISTRY.len(), "one example per registry entry");
+        for (w, (id, what)) in ex.iter().zip(REGISTRY) {
+            assert_eq!(w.id(), *id);
+            assert!(!what.is_empty());
+            assert!(
+                id.chars().all(|c| c.is_ascii_lowercase() || c == '-'),
+                "{id} is not kebab-case"
+            );
+            let n = w.note();
+            assert_eq!(n.id, *id);
+            assert!(!n.message.is_empty());
+            assert_eq!(n.to_string(), n.message);
+        }
+        let mut ids: Vec<_> = REGISTRY.iter().map(|(i, _)| *i).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), REGISTRY.len(), "duplicate id");
+        assert!(is_known("cpu-bound") && !is_known("bogus"));
+    }
+
+    #[test]
+    fn every_id_is_documented() {
+        let doc = include_str!("../../../docs/records.md");
+        for (id, _) in REGISTRY {
+            assert!(
+                doc.contains(&format!("`{id}`")),
+                "docs/records.md lacks `{id}`"
+            );
+        }
+    }
+
+    #[test]
+    fn notes_serialize_with_id_and_message() {
+        let n = Warning::NothingSent.note();
+        let v = serde_json::to_value(&n).unwrap();
+        assert_eq!(v["id"], "nothing-sent");
+        assert!(v["message"].as_str().unwrap().contains("--duration"));
+        let back: Note = serde_json::from_value(v).unwrap();
+        assert_eq!(back, n);
+    }
+}
