@@ -323,6 +323,8 @@ fn render_is_deterministic_and_names_concerns() {
             "cni/antrea-values.yaml",
             "cni/calico-values.yaml",
             "cni/flannel-values.yaml",
+            "run/00-runner.yaml",
+            "run/10-job.yaml",
         ]
     );
     let dp: Vec<&str> = a
