@@ -317,6 +317,34 @@ mod tests {
         }
     }
 
+    /// Random schedules from cron's alphabet (and some noise): an answer,
+    /// never a panic; whatever is accepted has five fields or a descriptor.
+    #[test]
+    fn random_schedules_never_panic() {
+        let alphabet: Vec<char> = "0123456789*/-,? @abcdefhijklmnorstuvwyTZ=\t\u{e9}\u{0}"
+            .chars()
+            .collect();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            let mut s = String::new();
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            for i in 0..(x % 24) {
+                let k = (x >> (i % 50)) as usize ^ (i as usize * 7);
+                s.push(alphabet[k % alphabet.len()]);
+            }
+            if check_schedule(&s).is_ok() {
+                let t = s.trim();
+                assert!(
+                    t.starts_with('@') || t.split_whitespace().count() == 5,
+                    "{s:?}"
+                );
+            }
+            let _ = check_time_zone(&s);
+        }
+    }
+
     #[test]
     fn time_zones() {
         for z in [
