@@ -87,7 +87,7 @@ impl PathKind {
             PathKind::Roce => "roce",
         }
     }
-    fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         PathKind::ALL.into_iter().find(|p| p.name() == s)
     }
     /// Paths that run their own DaemonSet (`service` fronts the `pod` agents).
@@ -364,6 +364,8 @@ pub struct Plan {
     /// Things the plan allows but the user should know (printed by render
     /// and written into the headers they concern).
     pub warnings: Vec<String>,
+    /// The in-cluster runner (`[runner]`; `None` with `enabled = false`).
+    pub runner: Option<crate::runner::RunnerPlan>,
 }
 
 impl Plan {
@@ -411,6 +413,7 @@ struct RawPlan {
     device_plugin: Option<S<RawDevicePlugin>>,
     network_operator: Option<S<RawOperator>>,
     cni: Option<S<RawCni>>,
+    runner: Option<S<crate::runner::RawRunner>>,
 }
 
 #[derive(Deserialize)]
@@ -552,11 +555,11 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
-fn is_label_value(s: &str) -> bool {
+pub(crate) fn is_label_value(s: &str) -> bool {
     s.len() <= 63
         && (s.is_empty()
             || (s
@@ -566,7 +569,7 @@ fn is_label_value(s: &str) -> bool {
                 && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()))
 }
 
-fn is_label_key(s: &str) -> bool {
+pub(crate) fn is_label_key(s: &str) -> bool {
     let (prefix, name) = match s.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, s),
@@ -1152,6 +1155,41 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         }
     }
 
+    // The in-cluster runner: its run plan is validated here, so its
+    // problems come with the plan's others (unless what it builds on is
+    // already reported broken: no cascade of errors from one).
+    let runner_inputs_ok = !namespace.is_empty() && control_port != 0 && !paths.is_empty();
+    let runner = if !runner_inputs_ok {
+        None
+    } else {
+        let mut rdma_paths = BTreeSet::new();
+        if paths.contains(&PathKind::Roce) {
+            rdma_paths.insert(PathKind::Roce);
+        }
+        if paths.contains(&PathKind::Ipoib)
+            && ipoib.as_ref().is_some_and(|i| i.attach == Attach::Sriov)
+        {
+            rdma_paths.insert(PathKind::Ipoib);
+        }
+        let inputs = crate::runner::Inputs {
+            text: cx.text,
+            source_name: cx.file,
+            namespace: &namespace,
+            paths: &paths,
+            control_port,
+            rdma_paths,
+        };
+        let mut errs = Vec::new();
+        let r = crate::runner::check(raw.runner.as_ref(), &inputs, &mut |sp, m| {
+            errs.push((sp, m))
+        });
+        errs.sort_by_key(|(sp, _): &(Range<usize>, String)| sp.start);
+        for (sp, m) in errs {
+            cx.at(sp, m);
+        }
+        r
+    };
+
     if !cx.errors.is_empty() {
         return None;
     }
@@ -1178,6 +1216,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         operator,
         cni,
         warnings,
+        runner,
     })
 }
 
@@ -1296,7 +1335,7 @@ fn check_tolerations(cx: &mut Ctx, raw: &[S<RawToleration>]) -> Vec<TolerationPl
 }
 
 /// `512Mi`, `4Gi` -> MiB.
-fn parse_memory_mib(s: &str) -> Option<u64> {
+pub(crate) fn parse_memory_mib(s: &str) -> Option<u64> {
     let (num, mul) = if let Some(n) = s.strip_suffix("Gi") {
         (n, 1024)
     } else if let Some(n) = s.strip_suffix("Mi") {
