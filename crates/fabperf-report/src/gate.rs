@@ -887,8 +887,7 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                 {
                     continue;
                 }
-                let on_node =
-                    |a: &str, b: &str| sel.node.as_ref().is_none_or(|n| n == a || n == b);
+                let on_node = |a: &str, b: &str| sel.node.as_ref().is_none_or(|n| n == a || n == b);
                 let v = match g.metric {
                     Metric::MeshOutliers => m
                         .suspects
