@@ -375,6 +375,8 @@ impl RecvBatch {
         let m = &self.msgs[i];
         let len = (m.msg_len as usize).min(self.stride);
         let data = &self.buf[i * self.stride..i * self.stride + len];
+        // socklen_t on musl, size_t on glibc.
+        #[allow(clippy::unnecessary_cast)]
         let clen = (m.msg_hdr.msg_controllen as usize).min(CTRL_LEN);
         let ctrl = &self.ctrl[i * CTRL_LEN..i * CTRL_LEN + clen];
         (data, scm_timestampns(ctrl))
@@ -390,8 +392,12 @@ fn scm_timestampns(mut c: &[u8]) -> Option<u64> {
     const W: usize = size_of::<usize>();
     const L: usize = size_of::<libc::c_long>();
     const HDR: usize = (W + 8).next_multiple_of(L);
+    // c_long is i32 on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
     let ne_long = |b: &[u8]| -> Option<i64> {
-        Some(libc::c_long::from_ne_bytes(b.get(..L)?.try_into().ok()?) as i64)
+        Some(i64::from(libc::c_long::from_ne_bytes(
+            b.get(..L)?.try_into().ok()?,
+        )))
     };
     while c.len() >= HDR {
         let len = usize::from_ne_bytes(c[..W].try_into().ok()?);
