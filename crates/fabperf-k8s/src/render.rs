@@ -1,6 +1,6 @@
 //! Turn a validated plan into files: multi-document YAML, one file per concern.
 
-use crate::cidr::Cidr;
+use crate::cidr;
 use crate::cni;
 use crate::crd::{
     CniConfig, CniPlugin, CustomResource, IbKubernetesSpec, ImageSpec, ImageSpecWithConfig,
@@ -162,14 +162,12 @@ fn ip_to_u32(s: &str) -> Option<u32> {
 /// nv-ipam exclusions (startIP..endIP) that leave only range_start..range_end
 /// minus `exclude` to the pool, like the whereabouts config would.
 pub fn nv_ipam_exclusions(range: &WhereaboutsIpam) -> Vec<IpRange> {
-    let Ok(cidr) = range.range.parse::<Cidr>() else {
+    let Ok(ipnet::IpNet::V4(net)) = cidr::parse(&range.range) else {
         return Vec::new();
     };
-    if cidr.is_v6() {
-        return Vec::new();
-    }
-    let (lo, hi) = cidr.bounds();
-    let (first, last) = (lo as u32 + 1, hi as u32 - 1);
+    // The usable addresses: without the network and broadcast addresses.
+    let first = u32::from(net.network()).saturating_add(1);
+    let last = u32::from(net.broadcast()).saturating_sub(1);
     let mut out = Vec::new();
     let mut push = |a: u32, b: u32| {
         if a <= b {
@@ -190,9 +188,11 @@ pub fn nv_ipam_exclusions(range: &WhereaboutsIpam) -> Vec<IpRange> {
         }
     }
     for x in &range.exclude {
-        if let Ok(c) = x.parse::<Cidr>() {
-            let (a, b) = c.bounds();
-            push((a as u32).max(first), (b as u32).min(last));
+        if let Ok(ipnet::IpNet::V4(c)) = cidr::parse(x) {
+            push(
+                u32::from(c.network()).max(first),
+                u32::from(c.broadcast()).min(last),
+            );
         }
     }
     out
@@ -782,4 +782,67 @@ pub fn concat(files: &[RenderedFile]) -> String {
         out.push_str(&f.content);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ipam(
+        range: &str,
+        start: Option<&str>,
+        end: Option<&str>,
+        exclude: &[&str],
+    ) -> WhereaboutsIpam {
+        WhereaboutsIpam {
+            kind: "whereabouts",
+            range: range.into(),
+            range_start: start.map(Into::into),
+            range_end: end.map(Into::into),
+            exclude: exclude.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn pairs(r: &[IpRange]) -> Vec<(&str, &str)> {
+        r.iter()
+            .map(|x| (x.start_ip.as_str(), x.end_ip.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn nv_ipam_exclusions_leave_the_whereabouts_pool() {
+        let r = ipam(
+            "192.168.150.0/24",
+            Some("192.168.150.10"),
+            Some("192.168.150.250"),
+            &["192.168.150.64/30", "192.168.0.0/16"],
+        );
+        assert_eq!(
+            pairs(&nv_ipam_exclusions(&r)),
+            [
+                ("192.168.150.1", "192.168.150.9"),
+                ("192.168.150.251", "192.168.150.254"),
+                ("192.168.150.64", "192.168.150.67"),
+                // An exclude larger than the range is clipped to it.
+                ("192.168.150.1", "192.168.150.254"),
+            ]
+        );
+        // Nothing to exclude: the whole range is the pool.
+        assert!(nv_ipam_exclusions(&ipam("10.0.0.0/24", None, None, &[])).is_empty());
+        // A start at the first usable address excludes nothing below it.
+        assert!(nv_ipam_exclusions(&ipam("10.0.0.0/24", Some("10.0.0.1"), None, &[])).is_empty());
+        // IPv6 ranges and unparsable ones get none (the plan check reports them).
+        assert!(nv_ipam_exclusions(&ipam("fd00::/64", Some("fd00::10"), None, &[])).is_empty());
+        assert!(nv_ipam_exclusions(&ipam("10.0.0.0", Some("10.0.0.10"), None, &[])).is_empty());
+        // Tiny and edge ranges do not overflow.
+        for r in [
+            "0.0.0.0/32",
+            "255.255.255.255/32",
+            "10.0.0.0/31",
+            "0.0.0.0/0",
+        ] {
+            let _ =
+                nv_ipam_exclusions(&ipam(r, Some("10.0.0.0"), Some("10.0.0.1"), &["0.0.0.0/0"]));
+        }
+    }
 }

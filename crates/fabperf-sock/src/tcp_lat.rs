@@ -20,7 +20,7 @@ use fabperf_results::{LatencyHistogram, LatencyKind, Record, Side, Transport, Wa
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -58,7 +58,7 @@ struct RecvMode {
 /// Receive exactly `buf.len()` bytes. `Ok(false)` on a clean end of stream
 /// before the first byte.
 #[inline]
-fn recv_exact(fd: RawFd, buf: &mut [u8], mode: RecvMode) -> io::Result<bool> {
+fn recv_exact(fd: BorrowedFd<'_>, buf: &mut [u8], mode: RecvMode) -> io::Result<bool> {
     let mut off = 0;
     let mut spins: u32 = 0;
     let mut spin_start: Option<Instant> = None;
@@ -93,7 +93,7 @@ fn recv_exact(fd: RawFd, buf: &mut [u8], mode: RecvMode) -> io::Result<bool> {
 }
 
 #[inline]
-fn send_all(fd: RawFd, buf: &[u8]) -> io::Result<()> {
+fn send_all(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<()> {
     let mut off = 0;
     while off < buf.len() {
         match net::send(fd, &buf[off..], 0) {
@@ -106,7 +106,7 @@ fn send_all(fd: RawFd, buf: &[u8]) -> io::Result<()> {
 }
 
 fn prepare(s: &TcpStream, busy: bool, timeout: Duration) -> io::Result<bool> {
-    let fd = s.as_raw_fd();
+    let fd = s.as_fd();
     net::set_nodelay(fd)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
@@ -146,7 +146,7 @@ pub fn run_tcp_lat(
         LatencyKind::HalfRtt
     };
     let mut hist = LatencyHistogram::new(kind);
-    let fd = s.as_raw_fd();
+    let fd = s.as_fd();
     let size = p.size as usize;
     let mut out = vec![0x5au8; size];
     let mut inb = vec![0u8; size];
@@ -299,7 +299,7 @@ impl TestKind for TcpLat {
         prepare(&s, p.busy_poll, io)
             .map_err(|e| ServeError::failed(format!("data socket options: {e}")))?;
         ctx.ctl.send_test(&LatMsg::Ready)?;
-        let fd = s.as_raw_fd();
+        let fd = s.as_fd();
         let mut buf = vec![0u8; p.size as usize];
         let mode = RecvMode {
             spin: p.busy_poll,
@@ -352,7 +352,7 @@ impl TestKind for TcpLat {
 
 fn probe_busy_poll() -> bool {
     match std::net::UdpSocket::bind("127.0.0.1:0") {
-        Ok(u) => net::set_busy_poll(u.as_raw_fd(), 50).is_ok(),
+        Ok(u) => net::set_busy_poll(u.as_fd(), 50).is_ok(),
         Err(_) => false,
     }
 }

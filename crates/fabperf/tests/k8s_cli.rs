@@ -160,8 +160,7 @@ fn cni_bench_usage_errors_exit_2() {
 
 #[test]
 fn cni_bench_reports_finished_chains_when_a_later_one_fails() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         eprintln!("skipped: needs root for network namespaces");
         return;
     }
@@ -205,10 +204,6 @@ fn cni_bench_reports_finished_chains_when_a_later_one_fails() {
         "{}",
         stderr(&o)
     );
-}
-
-extern "C" {
-    fn geteuid() -> u32;
 }
 
 #[test]
