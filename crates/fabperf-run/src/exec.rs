@@ -8,6 +8,7 @@ use crate::summary;
 use fabperf_proto::{connect_test, ClientConfig, Control, ErrorCode, Msg, ProtoError};
 use fabperf_results::Record;
 use fabperf_store::{Attempt, CellRow, CellSpec, CellState, Measurement, Role, Store};
+use fabperf_tune::{end_tune, open_tune, TuneParams};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -448,8 +449,12 @@ struct Session {
 /// A cell's flows' results (flow index, result), or why it failed.
 type CellResult = Result<Vec<(usize, DriveResult)>, CellError>;
 
-/// Where a flow's drive request goes and what it says.
-type FlowPlan = (usize, usize, Result<(SocketAddr, Value), CellError>);
+/// Where a flow's drive request goes, what it says, and its test group.
+type FlowPlan = (
+    usize,
+    usize,
+    Result<(SocketAddr, Value, Option<String>), CellError>,
+);
 
 struct FlowResult {
     cell: usize,
@@ -608,6 +613,30 @@ struct Exec<'a> {
     /// Observed wall / expected seconds, for the ETA.
     seen_wall: f64,
     seen_expected: f64,
+    /// Tuning warnings already in the log (each is logged once per run).
+    logged: BTreeSet<String>,
+}
+
+/// A batch's tune sessions, the cells that could not be tuned, and each
+/// cell's warnings.
+type TunedBatch = (
+    Vec<TuneSession>,
+    BTreeMap<usize, CellError>,
+    BTreeMap<usize, Vec<String>>,
+);
+
+/// A tune session as opened: cell, agent, the session and its report.
+type TuneOpened = (
+    usize,
+    String,
+    Result<(Control, fabperf_tune::ApplyReport), ProtoError>,
+);
+
+/// One agent holding a cell's environment.
+struct TuneSession {
+    cell: usize,
+    agent: String,
+    ctl: Control,
 }
 
 impl Exec<'_> {
@@ -630,13 +659,186 @@ impl Exec<'_> {
         Some(remaining_batches.iter().sum::<f64>() * ratio)
     }
 
-    /// Open the drive sessions of a batch, start them together, collect.
+    /// Log a warning once per run.
+    fn warn_once(&mut self, w: &str) {
+        if self.logged.insert(w.to_string()) {
+            self.progress.warn(w);
+        }
+    }
+
+    /// The tune request for a cell with an environment (a profile, a
+    /// policy count), or `None`.
+    fn tune_params(&self, c: &CellSpec, agent: &RosterAgent) -> Option<TuneParams> {
+        let profile = c
+            .dims
+            .get("profile")
+            .and_then(Value::as_str)
+            .and_then(|n| self.plan.profiles.get(n))
+            .cloned();
+        let policies =
+            c.dims
+                .get("policies")
+                .and_then(Value::as_u64)
+                .map(|n| fabperf_tune::PolicySpec {
+                    rules: n as u32,
+                    conntrack: c
+                        .dims
+                        .get("policy_conntrack")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                });
+        if profile.is_none() && policies.is_none() {
+            return None;
+        }
+        Some(TuneParams {
+            profile,
+            policies,
+            addr: Some(agent.test_addr.ip()),
+            hold_s: self.expected(c) + 3.0 * self.plan.timeout.as_secs_f64() + 30.0,
+        })
+    }
+
+    /// Every agent of every cell with an environment applies it; returns
+    /// the sessions that hold it, the cells that could not get it, and the
+    /// warnings of each cell (settings not applied, outside entries).
+    fn tune_batch(
+        &mut self,
+        cells: &[CellSpec],
+    ) -> TunedBatch {
+        let mut asks: Vec<(usize, String, SocketAddr, TuneParams, ClientConfig)> = Vec::new();
+        let mut failed: BTreeMap<usize, CellError> = BTreeMap::new();
+        for (ci, c) in cells.iter().enumerate() {
+            let mut names: Vec<&String> = c.flows.iter().flat_map(|(a, b)| [a, b]).collect();
+            names.sort();
+            names.dedup();
+            for n in names {
+                let Some(a) = self.agent(&c.path, n) else {
+                    continue;
+                };
+                let Some(p) = self.tune_params(c, a) else {
+                    continue;
+                };
+                if a.addr.port() == 0 {
+                    continue;
+                }
+                let mut cfg = self.cfg.clone();
+                cfg.group = Some(c.cell_id.clone());
+                asks.push((ci, n.clone(), a.addr, p, cfg));
+            }
+        }
+        let opened: Vec<TuneOpened> = std::thread::scope(|s| {
+            let hs: Vec<_> = asks
+                .into_iter()
+                .map(|(ci, name, addr, p, cfg)| {
+                    s.spawn(move || (ci, name, open_tune(addr, &cfg, &p)))
+                })
+                .collect();
+            hs.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut sessions = Vec::new();
+        let mut warnings: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (ci, agent, r) in opened {
+            match r {
+                Ok((ctl, report)) => {
+                    let w = warnings.entry(ci).or_default();
+                    for n in &report.notes {
+                        w.push(format!("{} on {agent}: {n}", report.what));
+                    }
+                    w.extend(report.warnings(&agent));
+                    sessions.push(TuneSession {
+                        cell: ci,
+                        agent,
+                        ctl,
+                    });
+                }
+                Err(e) => {
+                    failed.entry(ci).or_insert(CellError {
+                        transient: classify(&e),
+                        msg: format!("tuning {agent} for the cell: {e}"),
+                    });
+                }
+            }
+        }
+        for ws in warnings.values() {
+            for w in ws {
+                self.warn_once(w);
+            }
+        }
+        (sessions, failed, warnings)
+    }
+
+    /// End the cells' environments: every agent restores and says what it
+    /// put back. Returns warnings per cell for restores that failed.
+    fn untune(&mut self, sessions: Vec<TuneSession>) -> BTreeMap<usize, Vec<String>> {
+        let within = self.plan.timeout + Duration::from_secs(30);
+        let ended: Vec<(
+            usize,
+            String,
+            Result<fabperf_tune::RestoreReport, ProtoError>,
+        )> = std::thread::scope(|s| {
+            let hs: Vec<_> = sessions
+                .into_iter()
+                .map(|t| s.spawn(move || (t.cell, t.agent, end_tune(t.ctl, within))))
+                .collect();
+            hs.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut out: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (ci, agent, r) in ended {
+            let w = match r {
+                Ok(r) if r.ok() => continue,
+                Ok(r) => format!("restore on {agent} after the cell: {}", r.summary()),
+                Err(e) => format!(
+                    "restore on {agent} after the cell: no report ({e}); the agent restores when the session ends, check its log"
+                ),
+            };
+            self.progress.warn(&w);
+            out.entry(ci).or_default().push(w);
+        }
+        out
+    }
+
     fn run_batch(&mut self, cells: &[CellSpec]) -> (Vec<CellResult>, f64) {
+        // Cells with an environment: their agents apply it first, and hold
+        // it (one test group per cell) until the flows are done.
+        let (tunes, tune_failed, mut env_warnings) = self.tune_batch(cells);
+        let tuned: BTreeSet<usize> = cells
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.dims.get("profile").is_some() || c.dims.get("policies").is_some())
+            .map(|(i, _)| i)
+            .collect();
+        let (mut per_cell, test_s) = self.run_flows(cells, &tuned, tune_failed);
+        for (ci, ws) in self.untune(tunes) {
+            env_warnings.entry(ci).or_default().extend(ws);
+        }
+        for (ci, ws) in env_warnings {
+            if let Some(Ok(flows)) = per_cell.get_mut(ci) {
+                for (_, d) in flows.iter_mut() {
+                    for r in d.records.iter_mut() {
+                        r.warnings.extend(ws.iter().cloned());
+                    }
+                }
+            }
+        }
+        (per_cell, test_s)
+    }
+
+    /// Open the drive sessions of a batch, start them together, collect.
+    fn run_flows(
+        &mut self,
+        cells: &[CellSpec],
+        tuned: &BTreeSet<usize>,
+        mut failed: BTreeMap<usize, CellError>,
+    ) -> (Vec<CellResult>, f64) {
         let nflows: usize = cells.iter().map(|c| c.flows.len()).sum();
         let sync = nflows > 1;
         // What each flow needs.
         let mut plans: Vec<FlowPlan> = Vec::new();
         for (ci, c) in cells.iter().enumerate() {
+            // A cell whose environment could not be applied runs no flow.
+            if failed.contains_key(&ci) {
+                continue;
+            }
             for (fi, (src, dst)) in c.flows.iter().enumerate() {
                 let p = (|| {
                     let s = self.agent(&c.path, src).ok_or_else(|| CellError {
@@ -663,7 +865,8 @@ impl Exec<'_> {
                     }
                     // A cell's concurrent flows share one group, so their
                     // common receiver serves them at once.
-                    let group = (c.flows.len() > 1).then(|| c.cell_id.clone());
+                    let group =
+                        (c.flows.len() > 1 || tuned.contains(&ci)).then(|| c.cell_id.clone());
                     let params = serde_json::to_value(DriveParams {
                         target: d.test_addr,
                         test: c.kind.clone(),
@@ -675,7 +878,13 @@ impl Exec<'_> {
                         msg: e.to_string(),
                         transient: false,
                     })?;
-                    Ok((s.addr, params))
+                    // A tuned cell's drive session joins the group of the
+                    // sender's tune session.
+                    Ok((
+                        s.addr,
+                        params,
+                        tuned.contains(&ci).then(|| c.cell_id.clone()),
+                    ))
                 })();
                 plans.push((ci, fi, p));
             }
@@ -686,9 +895,10 @@ impl Exec<'_> {
             let hs: Vec<_> = plans
                 .into_iter()
                 .map(|(ci, fi, p)| {
-                    let cfg = cfg.clone();
+                    let mut cfg = cfg.clone();
                     s.spawn(move || {
-                        let r = p.and_then(|(addr, params)| {
+                        let r = p.and_then(|(addr, params, group)| {
+                            cfg.group = group;
                             open_session(addr, &cfg, params)
                                 .map(|ctl| Session {
                                     cell: ci,
@@ -717,7 +927,6 @@ impl Exec<'_> {
                 })
                 .collect()
         });
-        let mut failed: BTreeMap<usize, CellError> = BTreeMap::new();
         let mut sessions = Vec::new();
         for (ci, _fi, r) in opened {
             match r {
@@ -1147,6 +1356,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         measured_s: 0.0,
         seen_wall: 0.0,
         seen_expected: 0.0,
+        logged: BTreeSet::new(),
     };
 
     // Test by test: cells, then the mesh re-tests of that test.
@@ -1225,8 +1435,15 @@ fn retest_mesh(ex: &mut Exec<'_>, t: &plan::TestDecl, rounds: u32) -> Result<boo
                 };
                 let instance = json!({"retest": round, "pair": [s.src, s.dst]});
                 let mut c = proto.clone();
-                c.cell_id =
-                    crate::cells::cell_id(&ex.plan.name, t, &c.path, &instance, &c.params, round);
+                c.cell_id = crate::cells::cell_id(
+                    &ex.plan.name,
+                    t,
+                    &c.path,
+                    &instance,
+                    &c.params,
+                    round,
+                    crate::cells::env_key(ex.plan, &c.dims).as_ref(),
+                );
                 c.pattern = "retest".into();
                 c.flows = vec![(s.src.clone(), s.dst.clone())];
                 c.repeat = round;

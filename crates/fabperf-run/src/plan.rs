@@ -30,7 +30,7 @@
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -175,6 +175,28 @@ pub struct SweepPoint {
     pub dims: Map<String, Value>,
     /// The engine parameters to send.
     pub params: Value,
+    /// The tuning profile and policy-rule count the cell runs under.
+    pub env: CellEnv,
+}
+
+/// What a cell runs under besides its engine parameters: a tuning profile
+/// and a policy-rule count (the plan dimensions `profiles` and
+/// `policies`), applied by the cell's agents for the cell's length.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CellEnv {
+    /// A profile of [`Plan::profiles`], by name.
+    pub profile: Option<String>,
+    /// Allow rules per pod chain (fabperf-tune's nftables model).
+    pub policies: Option<u32>,
+    /// Established flows skip the rules (as iptables-mode controllers do).
+    pub policy_conntrack: bool,
+}
+
+impl CellEnv {
+    /// Nothing to apply.
+    pub fn is_empty(&self) -> bool {
+        self.profile.is_none() && self.policies.is_none()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -205,6 +227,9 @@ pub struct Plan {
     pub retry_delay: Duration,
     pub agents: Vec<AgentDecl>,
     pub tests: Vec<TestDecl>,
+    /// The tuning profiles the tests name (`profiles = [FILE, ...]`), by
+    /// profile name.
+    pub profiles: BTreeMap<String, fabperf_tune::Profile>,
     /// The plan file's text and its hash (sha256, hex).
     pub text: String,
     pub hash: String,
@@ -269,6 +294,11 @@ struct RawTest {
     params: Option<S<toml::Table>>,
     suspect_bw: Option<S<f64>>,
     suspect_lat: Option<S<f64>>,
+    /// Tuning profile files (dimension `profile`).
+    profiles: Option<S<Vec<S<String>>>>,
+    /// Policy-rule counts (dimension `policies`).
+    policies: Option<S<Vec<S<i64>>>>,
+    policy_conntrack: Option<S<bool>>,
 }
 
 // --------------------------------------------------------------- errors
@@ -633,6 +663,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
 
     // Tests.
     let mut tests = Vec::new();
+    let mut profiles = BTreeMap::new();
     let mut test_names = BTreeSet::new();
     let mut total_cells: usize = 0;
     for (i, t) in raw.tests.iter().enumerate() {
@@ -914,6 +945,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
         let suspect_bw = frac(cx, &t.suspect_bw, 0.93, 0.0, 1.0, "suspect_bw");
         let suspect_lat = frac(cx, &t.suspect_lat, 2.1, 1.0, 1000.0, "suspect_lat");
         let points = sweep(cx, t, kind, &name);
+        let points = env_dims(cx, t, &name, base_dir, &mut profiles, points);
         let cell_secs = points
             .iter()
             .map(|p| expected_secs(kind, &p.params))
@@ -950,6 +982,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
         retry_delay: Duration::from_secs_f64(retry_delay),
         agents,
         tests,
+        profiles: profiles.into_iter().map(|(k, (p, _))| (k, p)).collect(),
         text: text.to_string(),
         hash,
     }
@@ -1242,7 +1275,11 @@ fn sweep(cx: &mut Ctx, t: &RawTest, kind: Kind, name: &str) -> Vec<SweepPoint> {
             );
             continue;
         }
-        out.push(SweepPoint { dims, params });
+        out.push(SweepPoint {
+            dims,
+            params,
+            env: CellEnv::default(),
+        });
     }
     out
 }
@@ -1260,4 +1297,111 @@ fn apply_dim(kind: Kind, p: &mut Value, dim: &str, v: &Value) {
         ("rate", _) => p["rate_bps"] = v.clone(),
         _ => {}
     }
+}
+
+/// The environment dimensions of a test: each sweep point under each
+/// profile (`profiles = [FILE, ...]`, relative to the plan) and each
+/// policy-rule count (`policies = [0, 50, 200]`).
+fn env_dims(
+    cx: &mut Ctx,
+    t: &RawTest,
+    name: &str,
+    base_dir: &Path,
+    profiles: &mut BTreeMap<String, (fabperf_tune::Profile, PathBuf)>,
+    points: Vec<SweepPoint>,
+) -> Vec<SweepPoint> {
+    let mut names: Vec<Option<String>> = vec![None];
+    if let Some(list) = &t.profiles {
+        names.clear();
+        if list.get_ref().is_empty() {
+            cx.at(list.span(), "`profiles` is empty");
+        }
+        for f in list.get_ref() {
+            let path = base_dir.join(f.get_ref());
+            match fabperf_tune::load_profile(&path) {
+                Err(errs) => {
+                    for e in errs {
+                        cx.at(f.span(), format!("test {name:?}: profile {}", e));
+                    }
+                }
+                Ok(p) => {
+                    if let Some((old, file)) = profiles.get(&p.name) {
+                        if *old != p {
+                            cx.at(
+                                f.span(),
+                                format!(
+                                    "two different profiles are named {:?} ({} and {}); give each its own name",
+                                    p.name,
+                                    file.display(),
+                                    path.display()
+                                ),
+                            );
+                            continue;
+                        }
+                    }
+                    if names.contains(&Some(p.name.clone())) {
+                        cx.at(f.span(), format!("profile {:?} is listed twice", p.name));
+                        continue;
+                    }
+                    names.push(Some(p.name.clone()));
+                    profiles.insert(p.name.clone(), (p, path));
+                }
+            }
+        }
+    }
+    let mut counts: Vec<Option<u32>> = vec![None];
+    if let Some(list) = &t.policies {
+        counts.clear();
+        if list.get_ref().is_empty() {
+            cx.at(list.span(), "`policies` is empty");
+        }
+        for n in list.get_ref() {
+            let v = *n.get_ref();
+            if !(0..=fabperf_tune::policy::MAX_RULES as i64).contains(&v) {
+                cx.at(
+                    n.span(),
+                    format!(
+                        "policies {v} is out of range 0..={}",
+                        fabperf_tune::policy::MAX_RULES
+                    ),
+                );
+            } else if counts.contains(&Some(v as u32)) {
+                cx.at(n.span(), format!("policies {v} is listed twice"));
+            } else {
+                counts.push(Some(v as u32));
+            }
+        }
+    }
+    let conntrack = match &t.policy_conntrack {
+        Some(c) if t.policies.is_none() => {
+            cx.at(c.span(), "`policy_conntrack` applies with `policies` only");
+            false
+        }
+        Some(c) => *c.get_ref(),
+        None => false,
+    };
+    let mut out = Vec::new();
+    for prof in &names {
+        for n in &counts {
+            for p in &points {
+                let mut q = p.clone();
+                if let Some(pn) = prof {
+                    q.dims.insert("profile".into(), json!(pn));
+                }
+                if let Some(n) = n {
+                    q.dims.insert("policies".into(), json!(n));
+                    if conntrack {
+                        q.dims.insert("policy_conntrack".into(), json!(true));
+                    }
+                }
+                q.env = CellEnv {
+                    profile: prof.clone(),
+                    policies: *n,
+                    policy_conntrack: conntrack && n.is_some(),
+                };
+                out.push(q);
+            }
+        }
+    }
+    out
 }

@@ -11,3 +11,4 @@ pub mod run;
 pub mod server;
 pub mod sock;
 pub mod suite;
+pub mod tune;
