@@ -701,10 +701,7 @@ impl Exec<'_> {
     /// Every agent of every cell with an environment applies it; returns
     /// the sessions that hold it, the cells that could not get it, and the
     /// warnings of each cell (settings not applied, outside entries).
-    fn tune_batch(
-        &mut self,
-        cells: &[CellSpec],
-    ) -> TunedBatch {
+    fn tune_batch(&mut self, cells: &[CellSpec]) -> TunedBatch {
         let mut asks: Vec<(usize, String, SocketAddr, TuneParams, ClientConfig)> = Vec::new();
         let mut failed: BTreeMap<usize, CellError> = BTreeMap::new();
         for (ci, c) in cells.iter().enumerate() {

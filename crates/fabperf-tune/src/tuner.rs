@@ -1257,6 +1257,11 @@ fn restore_one(e: &Saved) -> Result<bool, String> {
     let gone = |ifindex: u32, ifname: &str| !same_link(ifindex, ifname);
     match e {
         Saved::Sysctl { name, previous } => {
+            // A value that never changed (its write was refused) needs no
+            // write, and may not allow one.
+            if sysctl::read(name).is_ok_and(|v| &v == previous) {
+                return Ok(true);
+            }
             sysctl::write(name, previous).map_err(|e| e.to_string())?;
             let back = sysctl::read(name).map_err(|e| e.to_string())?;
             if &back != previous {
@@ -1272,6 +1277,10 @@ fn restore_one(e: &Saved) -> Result<bool, String> {
                 return Ok(false);
             }
             let mut et = Ethtool::open().map_err(|e| e.to_string())?;
+            let now = et.features(*ifindex).map_err(|e| e.to_string())?;
+            if previous.iter().all(|(n, on)| now.wanted.contains(n) == *on) {
+                return Ok(true);
+            }
             et.set_features(*ifindex, previous)
                 .map_err(|e| e.to_string())?;
             let f = et.features(*ifindex).map_err(|e| e.to_string())?;
@@ -1301,6 +1310,10 @@ fn restore_one(e: &Saved) -> Result<bool, String> {
                 return Ok(false);
             }
             let mut et = Ethtool::open().map_err(|e| e.to_string())?;
+            let now = et.rings(*ifindex).map_err(|e| e.to_string())?;
+            if rx.is_none_or(|v| now.rx == Some(v)) && tx.is_none_or(|v| now.tx == Some(v)) {
+                return Ok(true);
+            }
             et.set_rings(*ifindex, *rx, *tx)
                 .map_err(|e| e.to_string())?;
             let r = et.rings(*ifindex).map_err(|e| e.to_string())?;
@@ -1324,6 +1337,13 @@ fn restore_one(e: &Saved) -> Result<bool, String> {
                 return Ok(false);
             }
             let mut et = Ethtool::open().map_err(|e| e.to_string())?;
+            let now = et.channels(*ifindex).map_err(|e| e.to_string())?;
+            if rx.is_none_or(|v| now.rx == Some(v))
+                && tx.is_none_or(|v| now.tx == Some(v))
+                && combined.is_none_or(|v| now.combined == Some(v))
+            {
+                return Ok(true);
+            }
             et.set_channels(*ifindex, *rx, *tx, *combined)
                 .map_err(|e| e.to_string())?;
             let c = et.channels(*ifindex).map_err(|e| e.to_string())?;
@@ -1344,6 +1364,10 @@ fn restore_one(e: &Saved) -> Result<bool, String> {
                 return Ok(false);
             }
             let mut et = Ethtool::open().map_err(|e| e.to_string())?;
+            let now = et.coalesce(*ifindex).map_err(|e| e.to_string())?;
+            if previous.iter().all(|(k, v)| now.get(k) == Some(v)) {
+                return Ok(true);
+            }
             et.set_coalesce(*ifindex, previous)
                 .map_err(|e| e.to_string())?;
             let c = et.coalesce(*ifindex).map_err(|e| e.to_string())?;
@@ -1359,6 +1383,9 @@ fn restore_one(e: &Saved) -> Result<bool, String> {
             if gone(*ifindex, ifname) {
                 return Ok(false);
             }
+            if link::link(*ifindex).is_ok_and(|l| l.mtu == *previous) {
+                return Ok(true);
+            }
             link::set_mtu(*ifindex, *previous).map_err(|e| e.to_string())?;
             let l = link::link(*ifindex).map_err(|e| e.to_string())?;
             if l.mtu != *previous {
@@ -1367,6 +1394,13 @@ fn restore_one(e: &Saved) -> Result<bool, String> {
             let _ = link::wait_up(*ifindex, Duration::from_secs(10));
         }
         Saved::Irq { irq: n, previous } => {
+            let same = |s: &str| {
+                crate::profile::parse_cpu_list(s).ok()
+                    == crate::profile::parse_cpu_list(previous).ok()
+            };
+            if irq::read_affinity(*n).is_ok_and(|v| same(&v)) {
+                return Ok(true);
+            }
             irq::write_affinity(*n, previous)?;
             let back = irq::read_affinity(*n)?;
             let norm = |s: &str| crate::profile::parse_cpu_list(s).unwrap_or_default();
