@@ -39,12 +39,16 @@ pub fn path_of(name: &str) -> Result<PathBuf, SysctlError> {
 fn classify(e: std::io::Error, writing: bool) -> SysctlError {
     match e.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ENOTDIR) => SysctlError::Absent,
-        Some(libc::EACCES) | Some(libc::EPERM) => SysctlError::Denied(if writing {
-            "permission denied (the agent needs root or CAP_NET_ADMIN in its network namespace)"
-                .into()
-        } else {
-            "permission denied reading it".into()
-        }),
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            SysctlError::Denied(if writing && rustix::process::geteuid().is_root() {
+                "the kernel lets only the host's network namespace change it (a host-wide setting: set it on the host)".into()
+            } else if writing {
+                "permission denied (the agent needs root or CAP_NET_ADMIN in its network namespace)"
+                    .into()
+            } else {
+                "permission denied reading it".into()
+            })
+        }
         Some(libc::EROFS) => SysctlError::Denied(
             "/proc/sys is read-only for this agent (an unprivileged container)".into(),
         ),
