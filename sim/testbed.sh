@@ -249,6 +249,7 @@ start_agent() { # K PATH
     setsid ip netns exec "$(tb_node_ns "$k")" unshare --uts -- \
         sh -c 'hostname "$1" && shift && exec "$@"' sh "$(tb_node_ns "$k")" \
         "$FABPERF" server --bind "$ip" --port "$TB_PORT" --token-file "$STATE/token" --path-label "$path" \
+        --allow-tune all --state-dir "$STATE/tune-state" \
         </dev/null >"$log" 2>&1 9>&- &
     pid=$!
     echo "$pid" >"$pidf"

@@ -615,6 +615,68 @@ struct Exec<'a> {
     seen_expected: f64,
     /// Tuning warnings already in the log (each is logged once per run).
     logged: BTreeSet<String>,
+    /// The policy count the `[policy] command` last set (`None`: unknown,
+    /// e.g. after a failure).
+    policy_now: Option<u32>,
+    /// The policy command ran in this invocation.
+    policy_touched: bool,
+}
+
+/// Run the plan's policy command with FABPERF_POLICIES=n, bounded by its
+/// timeout (killed after it). Err: why, with the end of its output.
+pub fn run_policy_command(
+    argv: &[String],
+    timeout: Duration,
+    n: u32,
+    plan: &str,
+    cell: &str,
+) -> Result<(), String> {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env("FABPERF_POLICIES", n.to_string())
+        .env("FABPERF_PLAN", plan)
+        .env("FABPERF_CELL", cell)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot run the policy command {:?}: {}",
+                argv[0],
+                plan::os_text(&e)
+            )
+        })?;
+    let t0 = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if t0.elapsed() > timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the policy command did not finish within {} s and was killed",
+                    timeout.as_secs_f64()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("waiting for the policy command: {e}")),
+        }
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("waiting for the policy command: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let text = String::from_utf8_lossy(&out.stderr);
+    let tail: Vec<&str> = text.lines().rev().take(3).collect();
+    Err(format!(
+        "the policy command for {n} policies failed ({}): {}",
+        out.status,
+        printable(&tail.into_iter().rev().collect::<Vec<_>>().join(" | "))
+    ))
 }
 
 /// A batch's tune sessions, the cells that could not be tuned, and each
@@ -675,18 +737,21 @@ impl Exec<'_> {
             .and_then(Value::as_str)
             .and_then(|n| self.plan.profiles.get(n))
             .cloned();
-        let policies =
-            c.dims
-                .get("policies")
-                .and_then(Value::as_u64)
-                .map(|n| fabperf_tune::PolicySpec {
-                    rules: n as u32,
-                    conntrack: c
-                        .dims
-                        .get("policy_conntrack")
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false),
-                });
+        // With a policy command the runner sets the count, not the agents.
+        let by_agents = self.plan.policy_target == crate::plan::PolicyTarget::Agents;
+        let policies = c
+            .dims
+            .get("policies")
+            .and_then(Value::as_u64)
+            .filter(|_| by_agents)
+            .map(|n| fabperf_tune::PolicySpec {
+                rules: n as u32,
+                conntrack: c
+                    .dims
+                    .get("policy_conntrack")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            });
         if profile.is_none() && policies.is_none() {
             return None;
         }
@@ -794,7 +859,55 @@ impl Exec<'_> {
         out
     }
 
+    /// With `[policy] target = "command"`: set the batch's policy count
+    /// (when it differs from what is set).
+    fn policy_step(&mut self, cells: &[CellSpec]) -> Result<(), CellError> {
+        let crate::plan::PolicyTarget::Command { argv, timeout } = &self.plan.policy_target else {
+            return Ok(());
+        };
+        let Some(n) = cells
+            .first()
+            .and_then(|c| c.dims.get("policies"))
+            .and_then(Value::as_u64)
+        else {
+            return Ok(());
+        };
+        let n = n as u32;
+        if self.policy_now == Some(n) {
+            return Ok(());
+        }
+        self.progress
+            .line(&format!("fabperf run: policy command: {n} policies"));
+        // Unknown until it succeeds: a failed command may have set part.
+        self.policy_now = None;
+        self.policy_touched = true;
+        run_policy_command(argv, *timeout, n, &self.plan.name, &cells[0].cell_id).map_err(
+            |msg| CellError {
+                msg,
+                transient: false,
+            },
+        )?;
+        self.policy_now = Some(n);
+        Ok(())
+    }
+
+    /// With `[policy] target = "command"`: back to 0 policies at the end.
+    fn policy_reset(&mut self) {
+        if let crate::plan::PolicyTarget::Command { argv, timeout } = &self.plan.policy_target {
+            if self.policy_touched && self.policy_now != Some(0) {
+                if let Err(e) = run_policy_command(argv, *timeout, 0, &self.plan.name, "end") {
+                    self.progress
+                        .warn(&format!("setting 0 policies at the end of the run: {e}"));
+                }
+                self.policy_now = Some(0);
+            }
+        }
+    }
+
     fn run_batch(&mut self, cells: &[CellSpec]) -> (Vec<CellResult>, f64) {
+        if let Err(e) = self.policy_step(cells) {
+            return ((0..cells.len()).map(|_| Err(e.clone())).collect(), 0.0);
+        }
         // Cells with an environment: their agents apply it first, and hold
         // it (one test group per cell) until the flows are done.
         let (tunes, tune_failed, mut env_warnings) = self.tune_batch(cells);
@@ -1354,6 +1467,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         seen_wall: 0.0,
         seen_expected: 0.0,
         logged: BTreeSet::new(),
+        policy_now: None,
+        policy_touched: false,
     };
 
     // Test by test: cells, then the mesh re-tests of that test.
@@ -1375,6 +1490,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             }
         }
     }
+    ex.policy_reset();
     ex.progress.finish();
     let (ran, test_s, measured_s) = (ex.ran, ex.test_s, ex.measured_s);
     let rows = store.cells(run.id)?;

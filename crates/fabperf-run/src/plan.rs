@@ -179,6 +179,22 @@ pub struct SweepPoint {
     pub env: CellEnv,
 }
 
+/// Who applies a cell's policy count (`[policy] target`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum PolicyTarget {
+    /// The cell's agents install N rules in their data path (fabperf-tune's
+    /// nftables per-pod chain model).
+    #[default]
+    Agents,
+    /// The runner runs a command (e.g. kubectl with `fabperf k8s
+    /// policy-scale`) with FABPERF_POLICIES=N before the cells of each
+    /// count, and with 0 at the end of the run.
+    Command {
+        argv: Vec<String>,
+        timeout: Duration,
+    },
+}
+
 /// What a cell runs under besides its engine parameters: a tuning profile
 /// and a policy-rule count (the plan dimensions `profiles` and
 /// `policies`), applied by the cell's agents for the cell's length.
@@ -230,6 +246,8 @@ pub struct Plan {
     /// The tuning profiles the tests name (`profiles = [FILE, ...]`), by
     /// profile name.
     pub profiles: BTreeMap<String, fabperf_tune::Profile>,
+    /// Who applies the `policies` dimension.
+    pub policy_target: PolicyTarget,
     /// The plan file's text and its hash (sha256, hex).
     pub text: String,
     pub hash: String,
@@ -251,6 +269,16 @@ struct RawPlan {
     agents: Vec<S<RawAgent>>,
     #[serde(default)]
     tests: Vec<S<RawTest>>,
+    /// How the `policies` dimension is applied.
+    policy: Option<S<RawPolicy>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    target: Option<S<String>>,
+    command: Option<S<Vec<S<String>>>>,
+    timeout: Option<S<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -972,6 +1000,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
     }
     use sha2::Digest;
     let hash = crate::hex(&sha2::Sha256::digest(text.as_bytes()));
+    let policy_target = policy_target(cx, raw.policy.as_ref());
     Plan {
         name,
         description: raw.description,
@@ -983,6 +1012,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
         agents,
         tests,
         profiles: profiles.into_iter().map(|(k, (p, _))| (k, p)).collect(),
+        policy_target,
         text: text.to_string(),
         hash,
     }
@@ -1404,4 +1434,71 @@ fn env_dims(
         }
     }
     out
+}
+
+/// `[policy]`: `target = "agents"` (default) or `target = "command"` with
+/// `command = ["argv", ...]` and `timeout`.
+fn policy_target(cx: &mut Ctx, raw: Option<&S<RawPolicy>>) -> PolicyTarget {
+    let Some(r) = raw else {
+        return PolicyTarget::Agents;
+    };
+    let span = r.span();
+    let r = r.get_ref();
+    let target = r
+        .target
+        .as_ref()
+        .map(|t| t.get_ref().as_str())
+        .unwrap_or("agents");
+    match target {
+        "agents" => {
+            if let Some(c) = &r.command {
+                cx.at(c.span(), "`command` applies to target = \"command\" only");
+            }
+            PolicyTarget::Agents
+        }
+        "command" => {
+            let argv: Vec<String> = r
+                .command
+                .as_ref()
+                .map(|c| c.get_ref().iter().map(|a| a.get_ref().clone()).collect())
+                .unwrap_or_default();
+            if argv.is_empty() || argv[0].is_empty() {
+                cx.at(
+                    r.command.as_ref().map_or(span.clone(), |c| c.span()),
+                    "target = \"command\" needs `command = [\"program\", \"arg\", ...]` (run with FABPERF_POLICIES=N)",
+                );
+            }
+            if argv.len() > 64 || argv.iter().any(|a| a.len() > 4096 || a.contains('\0')) {
+                cx.at(
+                    span.clone(),
+                    "`command`: at most 64 arguments of 4096 bytes, no NUL",
+                );
+            }
+            let timeout = match &r.timeout {
+                None => 120.0,
+                Some(t) => match parse_duration(t.get_ref()) {
+                    Ok(s) if s > 0.0 => s,
+                    Ok(_) => {
+                        cx.at(t.span(), "timeout must be more than zero");
+                        120.0
+                    }
+                    Err(e) => {
+                        cx.at(t.span(), format!("timeout: {e}"));
+                        120.0
+                    }
+                },
+            };
+            PolicyTarget::Command {
+                argv,
+                timeout: Duration::from_secs_f64(timeout),
+            }
+        }
+        other => {
+            cx.at(
+                r.target.as_ref().map_or(span, |t| t.span()),
+                format!("policy target {other:?}: one of agents, command"),
+            );
+            PolicyTarget::Agents
+        }
+    }
 }

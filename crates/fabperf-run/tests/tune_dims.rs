@@ -122,3 +122,61 @@ fn bad_profile_and_policy_dimensions_are_plan_errors() {
     }
     assert!(all.contains("p.toml:7:"), "located: {all}");
 }
+
+#[test]
+fn a_policy_command_sets_each_count_once_and_zero_at_the_end() {
+    let agents = common::start(2, None);
+    let d = tempfile::tempdir().unwrap();
+    let log = d.path().join("policies.log");
+    let plan = d.path().join("cmd.toml");
+    std::fs::write(
+        &plan,
+        format!(
+            "name = \"cmd\"\ntimeout = \"5s\"\nretries = 0\n\
+             [[agents]]\nname = \"n1\"\naddr = \"127.0.0.1:{port}\"\n\
+             [[agents]]\nname = \"n2\"\naddr = \"127.0.0.2:{port}\"\n\
+             [[tests]]\nname = \"lat\"\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nretest = 0\nrepeats = 2\n\
+             policies = [0, 50]\n\
+             [policy]\ntarget = \"command\"\ncommand = [\"sh\", \"-c\", \"echo $FABPERF_POLICIES >> {}\"]\n",
+            log.display(),
+            port = agents.port
+        ),
+    )
+    .unwrap();
+    let out = fabperf_run::run(&common::opts(&plan, &d.path().join("r.db"))).unwrap();
+    let errs: Vec<String> = {
+        let s = fabperf_store::Store::open_read_only(&d.path().join("r.db")).unwrap();
+        let run = s.latest_run().unwrap().unwrap();
+        s.cells(run.id)
+            .unwrap()
+            .into_iter()
+            .filter_map(|c| c.error)
+            .collect()
+    };
+    assert_eq!((out.done, out.failed), (4, 0), "{out:?} {errs:?}");
+    // Repeat 0 of both counts, then repeat 1 of both, then 0 at the end.
+    let seen = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        seen.split_whitespace().collect::<Vec<_>>(),
+        ["0", "50", "0", "50", "0"]
+    );
+
+    // A failing command fails its cells with its message.
+    let bad = std::fs::read_to_string(&plan)
+        .unwrap()
+        .replace(
+            &format!("echo $FABPERF_POLICIES >> {}", log.display()),
+            "echo no API access >&2; exit 3",
+        )
+        .replace("name = \"cmd\"", "name = \"cmd2\"");
+    std::fs::write(&plan, bad).unwrap();
+    let out = fabperf_run::run(&common::opts(&plan, &d.path().join("r2.db"))).unwrap();
+    assert_eq!(out.failed, 4, "{out:?}");
+    let s = fabperf_store::Store::open_read_only(&d.path().join("r2.db")).unwrap();
+    let run = s.latest_run().unwrap().unwrap();
+    let err = s.cells(run.id).unwrap()[0].error.clone().unwrap();
+    assert!(
+        err.contains("no API access") && err.contains("exit status: 3"),
+        "{err}"
+    );
+}
