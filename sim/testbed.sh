@@ -205,7 +205,7 @@ state_dir_is_ours() {
     for e in "$STATE"/* "$STATE"/.[!.]*; do
         [[ -e $e || -L $e ]] || continue
         case ${e##*/} in
-            logs | pids | dns | batch | bin | degraded | token | testbed.env) ;;
+            logs | pids | dns | batch | bin | degraded | tune-state | token | testbed.env) ;;
             *) return 1 ;;
         esac
     done
@@ -218,7 +218,7 @@ remove_state() {
         log "left $STATE alone: it holds files $PROG did not write"
         return 0
     fi
-    rm -rf "${STATE:?}"/{logs,pids,dns,batch,bin,degraded}
+    rm -rf "${STATE:?}"/{logs,pids,dns,batch,bin,degraded,tune-state}
     rm -f "$STATE/token" "$STATE/testbed.env"
     rmdir "$STATE" 2>/dev/null || log "left $STATE: it holds files $PROG did not write"
 }

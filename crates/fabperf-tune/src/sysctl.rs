@@ -21,8 +21,8 @@ impl std::fmt::Display for SysctlError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SysctlError::Absent => f.write_str(
-                "not available here: this kernel has no such setting, or it is host-wide and \
-                 this agent runs in a network namespace of its own (set it on the host)",
+                "this kernel has no such setting, or it is host-wide and this agent runs in a \
+                 network namespace of its own (set it on the host)",
             ),
             SysctlError::Denied(s) => write!(f, "not allowed: {s}"),
             SysctlError::Failed(s) => f.write_str(s),
