@@ -577,6 +577,13 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Profile, Vec<String>> {
         }
         p.outside.push(o.get_ref().clone());
     }
+    if p.outside.len() > 64 {
+        at(
+            &mut errs,
+            raw.outside[64].span(),
+            "outside: at most 64 entries".into(),
+        );
+    }
     if let Some(s) = &raw.sysctl {
         let mut flat = Vec::new();
         flatten("", s.get_ref(), &mut flat);
@@ -620,6 +627,11 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Profile, Vec<String>> {
                 }
             };
             match check_sysctl_value(&name, &text_v) {
+                Ok(_) if p.sysctl.contains_key(&name) => at(
+                    &mut errs,
+                    locate(&name),
+                    format!("sysctl {name} is set twice (a quoted and a dotted key)"),
+                ),
                 Ok(n) => {
                     p.sysctl.insert(name, n);
                 }
@@ -796,6 +808,12 @@ spread = true
             let e = check_sysctl_name(name).unwrap_err();
             assert!(e.contains(want), "{name:?}: {e}");
         }
+        let e = parse_profile(
+            "name = \"x\"\n[sysctl]\nnet.core.x = 1\n\"net.core.x\" = 2\n",
+            "twice.toml",
+        )
+        .unwrap_err();
+        assert!(e[0].contains("set twice"), "{e:?}");
         let text = "name = \"x\"\n[sysctl]\n\"kernel.sched_min_granularity_ns\" = 1\n\"net.core.x/../y\" = 1\n";
         let e = parse_profile(text, "bad.toml").unwrap_err();
         assert_eq!(e.len(), 2, "{e:?}");

@@ -14,8 +14,16 @@ fn check_accepts_the_shipped_levels_and_refuses_hostile_profiles() {
         .collect();
     files.sort();
     assert_eq!(files.len(), 8, "the eight levels");
-    let out = Command::new(BIN).args(["tune", "check"]).args(&files).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["tune", "check"])
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.matches(": profile ").count(), 8, "{text}");
 
@@ -26,10 +34,20 @@ fn check_accepts_the_shipped_levels_and_refuses_hostile_profiles() {
         "name = \"bad\"\n[sysctl]\n\"net.core/../../kernel.x\" = 1\n\"vm.swappiness\" = 1\nnet.core.rmem_max = 999999999999\n[link]\nmtu = 9\n",
     )
     .unwrap();
-    let out = Command::new(BIN).args(["tune", "check"]).arg(&bad).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["tune", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    for want in ["4 problem(s)", "not a sysctl name", "only net.*", "sane range", "576..=65535"] {
+    for want in [
+        "4 problem(s)",
+        "not a sysctl name",
+        "only net.*",
+        "sane range",
+        "576..=65535",
+    ] {
         assert!(err.contains(want), "missing {want:?}: {err}");
     }
     let out = Command::new(BIN)
@@ -66,13 +84,20 @@ fn restore_with_nothing_to_do_and_with_a_journal_that_is_not_a_file() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not a regular file") && err.contains("--discard"), "{err}");
+    assert!(
+        err.contains("not a regular file") && err.contains("--discard"),
+        "{err}"
+    );
     let out = Command::new(BIN)
         .args(["tune", "restore", "--discard", "--state-dir"])
         .arg(d.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("moved aside"));
     assert!(std::fs::metadata("/etc/passwd").is_ok());
 }
