@@ -123,6 +123,10 @@ pub enum Warning {
     /// A run's aggregate of concurrent flows (incast, bisection): the
     /// flows' bytes over the longest flow's interval.
     Aggregate { flows: u32, secs: f64 },
+    /// `fabperf run`: a setting of the cell's tuning profile or policy
+    /// rules was not applied or not restored (the text says which, where
+    /// and why).
+    Tuning { text: String },
 }
 
 /// `(id, what it means)` for every warning, in the order of the enum.
@@ -221,6 +225,10 @@ pub const REGISTRY: &[(&str, &str)] = &[
         "aggregate",
         "the sum of a run cell's concurrent flows (incast, bisection) over the longest flow's interval",
     ),
+    (
+        "tuning",
+        "a setting of the cell's tuning profile or policy rules was not applied or not restored",
+    ),
 ];
 
 impl Warning {
@@ -252,6 +260,7 @@ impl Warning {
             Warning::BufferLeaked { .. } => "buffer-leaked",
             Warning::TeardownFailed { .. } => "teardown-failed",
             Warning::Aggregate { .. } => "aggregate",
+            Warning::Tuning { .. } => "tuning",
         }
     }
 
@@ -353,6 +362,7 @@ impl Warning {
                 "aggregate of {flows} concurrent flows: their bytes over the longest flow's \
                  interval ({secs:.2} s); each flow has its own record"
             ),
+            Warning::Tuning { text } => text.clone(),
         }
     }
 
@@ -470,6 +480,11 @@ pub(crate) fn examples() -> Vec<Warning> {
         Warning::Aggregate {
             flows: 3,
             secs: 2.0,
+        },
+        Warning::Tuning {
+            text:
+                "profile x on fp-node1: sysctl net.core.rmem_max = 8388608 not applied, not allowed"
+                    .into(),
         },
     ]
 }
