@@ -7,6 +7,20 @@
 
 use std::fmt::Write;
 
+/// The 1-based line and column (in characters) of byte `offset` of
+/// `text`, for FILE:LINE:COL messages about plans and profiles; an offset
+/// past the end or inside a character is moved back to a boundary.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
 /// Characters kept of one piece of peer text; the rest is summarised.
 pub const MAX_CHARS: usize = 4096;
 

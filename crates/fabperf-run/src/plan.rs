@@ -28,6 +28,7 @@
 //!
 //! Every problem is reported as `FILE:LINE:COL: message`, all at once.
 
+use fabperf_proto::text::line_col;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -347,17 +348,6 @@ impl Ctx<'_> {
             msg: msg.into(),
         });
     }
-}
-
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
 }
 
 /// Names of agents and paths: what a Kubernetes node name or a label value

@@ -30,6 +30,7 @@
 //! ```
 
 use crate::ethtool::{COALESCE_PARAMS, FEATURE_GROUPS};
+use fabperf_proto::text::line_col;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -503,17 +504,6 @@ struct RawNic {
 #[serde(deny_unknown_fields)]
 struct RawLink {
     mtu: Option<Spanned<i64>>,
-}
-
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
 }
 
 /// Flatten `[sysctl]`'s nested tables (`net.core.x = 1` is a dotted key)

@@ -258,6 +258,19 @@ struct Planned {
     feature_set: bool,
 }
 
+impl Planned {
+    /// An item that changes nothing (kept as is, not allowed, not
+    /// available, failed at planning).
+    fn nothing(item: Item) -> Planned {
+        Planned {
+            item,
+            saved: None,
+            change: None,
+            feature_set: false,
+        }
+    }
+}
+
 enum Change {
     Sysctl(String, String),
     Features(u32, BTreeMap<String, bool>),
@@ -622,23 +635,13 @@ impl Tuner {
             };
             if !self.allow.sysctl {
                 item.outcome = not_allowed("sysctl");
-                plan.push(Planned {
-                    item,
-                    saved: None,
-                    change: None,
-                    feature_set: false,
-                });
+                plan.push(Planned::nothing(item));
                 continue;
             }
             match sysctl::read(name) {
                 Err(e) => {
                     item.outcome = sysctl_outcome(e);
-                    plan.push(Planned {
-                        item,
-                        saved: None,
-                        change: None,
-                        feature_set: false,
-                    });
+                    plan.push(Planned::nothing(item));
                 }
                 Ok(cur) => {
                     let keep = cur == value
@@ -650,12 +653,7 @@ impl Tuner {
                                 .is_some_and(|(c, v)| c >= v));
                     if keep {
                         item.outcome = Outcome::Unchanged { value: cur };
-                        plan.push(Planned {
-                            item,
-                            saved: None,
-                            change: None,
-                            feature_set: false,
-                        });
+                        plan.push(Planned::nothing(item));
                     } else {
                         item.outcome = Outcome::Applied {
                             from: cur.clone(),
@@ -677,33 +675,23 @@ impl Tuner {
         let needs_link = !p.nic.is_empty() || p.mtu.is_some() || p.irq.is_some();
         let Some(l) = link else {
             if needs_link {
-                plan.push(Planned {
-                    item: Item {
-                        setting: "interface settings".into(),
-                        want: "NIC, MTU, IRQ".into(),
-                        outcome: Outcome::Unavailable {
-                            why: "the agent's address is on no interface of this network namespace"
-                                .into(),
-                        },
+                plan.push(Planned::nothing(Item {
+                    setting: "interface settings".into(),
+                    want: "NIC, MTU, IRQ".into(),
+                    outcome: Outcome::Unavailable {
+                        why: "the agent's address is on no interface of this network namespace"
+                            .into(),
                     },
-                    saved: None,
-                    change: None,
-                    feature_set: false,
-                });
+                }));
             }
             return;
         };
         let nic_items = |plan: &mut Vec<Planned>, setting: String, want: String, o: Outcome| {
-            plan.push(Planned {
-                item: Item {
-                    setting,
-                    want,
-                    outcome: o,
-                },
-                saved: None,
-                change: None,
-                feature_set: false,
-            })
+            plan.push(Planned::nothing(Item {
+                setting,
+                want,
+                outcome: o,
+            }))
         };
         if !p.nic.is_empty() {
             let want_desc = |k: &str| format!("{}/{k}", l.name);
@@ -871,16 +859,11 @@ impl Tuner {
 
     fn plan_nic(&self, et: &mut Ethtool, p: &Profile, l: &Link, plan: &mut Vec<Planned>) {
         let push = |plan: &mut Vec<Planned>, setting: String, want: String, o: Outcome| {
-            plan.push(Planned {
-                item: Item {
-                    setting,
-                    want,
-                    outcome: o,
-                },
-                saved: None,
-                change: None,
-                feature_set: false,
-            })
+            plan.push(Planned::nothing(Item {
+                setting,
+                want,
+                outcome: o,
+            }))
         };
         if !p.nic.features.is_empty() {
             match et.features(l.index) {
