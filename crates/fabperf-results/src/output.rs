@@ -51,6 +51,13 @@ pub fn csv_header() -> Vec<&'static str> {
         "udp_duplicates",
         "udp_loss_pct",
         "udp_jitter_us",
+        "requests_per_s",
+        "errors_connect",
+        "errors_write",
+        "errors_read",
+        "errors_timeout",
+        "errors_status",
+        "errors_parse",
         "local",
         "remote",
         "device",
@@ -77,6 +84,12 @@ fn csv_row(r: &Record) -> Vec<String> {
     let l =
         |f: fn(&crate::LatencySummary) -> f64| lat.map(|s| f(s).to_string()).unwrap_or_default();
     let u = |f: fn(&crate::UdpStats) -> String| udp.map(f).unwrap_or_default();
+    let e = |f: fn(&crate::RequestErrors) -> u64| {
+        r.errors
+            .as_ref()
+            .map(|x| f(x).to_string())
+            .unwrap_or_default()
+    };
     vec![
         r.schema.to_string(),
         r.test.clone(),
@@ -117,6 +130,13 @@ fn csv_row(r: &Record) -> Vec<String> {
         u(|s| s.duplicates.to_string()),
         u(|s| s.loss_pct.to_string()),
         u(|s| s.jitter_us.to_string()),
+        opt(&r.requests_per_s),
+        e(|s| s.connect),
+        e(|s| s.write),
+        e(|s| s.read),
+        e(|s| s.timeout),
+        e(|s| s.status),
+        e(|s| s.parse),
         opt(&r.local),
         opt(&r.remote),
         opt(&r.device),
