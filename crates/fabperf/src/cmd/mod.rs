@@ -4,6 +4,7 @@
 pub mod cnibench;
 pub mod common;
 pub mod detect;
+pub mod http;
 pub mod inventory;
 pub mod k8s;
 pub mod rdma;
