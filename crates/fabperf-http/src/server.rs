@@ -35,12 +35,12 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 /// Default largest body served or accepted (1 GiB).
 pub const DEFAULT_MAX_SIZE: u64 = 1 << 30;
 /// Largest request head (request line and header fields).
-pub const MAX_REQUEST_HEAD: usize = 16 * 1024;
+pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
 /// Most header fields in a request.
 pub const MAX_REQUEST_HEADERS: usize = 64;
 /// Largest read buffer of a connection (hyper grows it from 8 KiB only as
 /// far as reads fill it).
-pub const MAX_READ_BUFFER: usize = 32 * 1024;
+pub const MAX_READ_BUFFER: usize = 16 * 1024;
 
 /// The `x-fabperf-reason` a refusal carries, for clients to explain it.
 pub const REASON_HTTP_OFF: &str = "http-off";
