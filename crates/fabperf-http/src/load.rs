@@ -173,7 +173,7 @@ pub fn run_load(target: &Target, p: &LoadParams) -> Result<Vec<Record>, LoadErro
     preflight(target, p, timeout)?;
 
     let started_at = fabperf_results::now_rfc3339();
-    let threads = p.threads as usize;
+    let threads = p.threads_used() as usize;
     let barrier = Arc::new(Barrier::new(threads + 1));
     let t0 = Arc::new(Mutex::new(None::<Instant>));
     let mut handles = Vec::with_capacity(threads);

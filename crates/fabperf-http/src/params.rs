@@ -21,7 +21,8 @@ pub const MAX_RATE: f64 = 1e9;
 pub struct LoadParams {
     /// Open connections, each with one request in flight at a time.
     pub connections: u32,
-    /// Threads the connections are spread over (each its own event loop).
+    /// Threads the connections are spread over (each its own event loop);
+    /// at most one per connection is used.
     pub threads: u32,
     /// Measured seconds, after the warm-up.
     pub duration_s: f64,
@@ -73,12 +74,6 @@ impl LoadParams {
                 self.threads
             ));
         }
-        if self.threads > self.connections {
-            return Err(format!(
-                "{} threads for {} connections: each thread needs at least one connection (use fewer threads)",
-                self.threads, self.connections
-            ));
-        }
         if !(self.duration_s.is_finite() && self.duration_s > 0.0 && self.duration_s <= MAX_SECS) {
             return Err(format!(
                 "duration {} s is not more than 0 and at most 7 days",
@@ -108,6 +103,11 @@ impl LoadParams {
             ));
         }
         Ok(())
+    }
+
+    /// Threads actually used: one per connection at most.
+    pub fn threads_used(&self) -> u32 {
+        self.threads.min(self.connections).max(1)
     }
 
     /// Wall time of the load: warm-up plus measured interval.
@@ -142,7 +142,7 @@ mod tests {
             ),
             (
                 LoadParams {
-                    threads: 20,
+                    threads: 0,
                     ..Default::default()
                 },
                 "threads",
