@@ -280,10 +280,20 @@ impl ResponseParser {
 
     /// Parse a head once it is complete: the bytes it took, or `None`.
     fn head(&mut self, rest: &[u8], searched: usize) -> Result<Option<usize>, ParseError> {
-        // Look for the blank line only in what was not scanned before (a
-        // slow server must not make parsing quadratic).
-        let from = searched.saturating_sub(3).min(rest.len());
-        let end = head_end(&rest[from..]).map(|e| e + from);
+        // Usually the whole head is there at the first look: parse it at
+        // once. After that, look for the blank line only in what was not
+        // scanned before (a slow server must not make parsing quadratic).
+        let end = if searched == 0 && rest.len() <= MAX_HEAD {
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            match httparse::Response::new(&mut headers).parse(rest) {
+                Ok(httparse::Status::Complete(n)) => Some(n),
+                Ok(httparse::Status::Partial) => None,
+                Err(e) => return Err(ParseError::BadHead(e.to_string())),
+            }
+        } else {
+            let from = searched.saturating_sub(3).min(rest.len());
+            head_end(&rest[from..]).map(|e| e + from)
+        };
         let Some(end) = end else {
             if rest.len() >= MAX_HEAD {
                 return Err(ParseError::HeadTooLarge);
@@ -636,11 +646,19 @@ mod tests {
         many.extend_from_slice(b"\r\n");
         assert!(parse_all(&many, 100, false).is_err());
         // A head that never ends.
-        let endless = vec![b'a'; MAX_HEAD + 10];
-        assert_eq!(
-            parse_all(&endless, 4096, false).unwrap_err(),
-            ParseError::HeadTooLarge
-        );
+        let mut endless = b"HTTP/1.1 200 OK\r\nX-Long: ".to_vec();
+        endless.extend(vec![b'a'; MAX_HEAD + 10]);
+        for step in [4096, endless.len()] {
+            assert_eq!(
+                parse_all(&endless, step, false).unwrap_err(),
+                ParseError::HeadTooLarge
+            );
+        }
+        // Garbage is refused at once, not buffered up to the limit.
+        assert!(matches!(
+            parse_all(&[b'a'; 100], 100, false).unwrap_err(),
+            ParseError::BadHead(_)
+        ));
         // Endless interim responses.
         let interim = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(MAX_INTERIM as usize + 1);
         assert_eq!(
