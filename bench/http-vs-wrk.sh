@@ -22,7 +22,9 @@
 # URL (GET /bytes/SIZE), no warm-up (wrk has none: fabperf gets --warmup 0).
 # The figure is requests/s: wrk's "Requests/sec" (every response, any
 # status), fabperf's requests_per_s (responses with status < 400; errors are
-# printed apart). Rows in which either tool had errors are marked.
+# printed apart). Rows in which either tool had errors are marked and left
+# out of the medians (a fabperf run that ended without a record counts as an
+# error, its message on stderr).
 #
 # Needs: wrk (Debian package wrk), jq, and a release build of fabperf (built
 # here unless --fabperf); root for --where overlay|service (the testbed).
@@ -132,8 +134,13 @@ run_fabperf() { # CONNS -> "rps errors"
     out=$("${RUN[@]}" "${PRIO_CMD[@]}" "$FABPERF" http-load "$HOST" -p "$PORT" -c "$c" \
         --threads "$THREADS" -t "$DUR" --warmup 0 -l "$SIZE" --json 2>>"$WORK/fabperf.err") || true
     echo "$out" >>"$WORK/fabperf.log"
-    rps=$(echo "$out" | jq -r '.requests_per_s // 0' 2>/dev/null | head -n1)
+    rps=$(echo "$out" | jq -r '.requests_per_s // empty' 2>/dev/null | head -n1)
     errs=$(echo "$out" | jq -r '[.errors[]?] | add // 0' 2>/dev/null | head -n1)
+    if [ -z "$rps" ]; then
+        # No record: the run failed as a whole; count it as an error.
+        echo "fabperf http-load -c $c failed: $(tail -n1 "$WORK/fabperf.err")" >&2
+        rps=0 errs=1
+    fi
     echo "${rps:-0} ${errs:-0}"
 }
 
@@ -161,9 +168,12 @@ for c in $CONNS; do
         [[ $we == 0 && $fe == 0 ]] || mark="  (errors)"
         printf '%-7s %-5s %-22s %-22s %s%s\n' "$c" "$r" "$(printf '%.0f (%s)' "$w" "$we")" \
             "$(printf '%.0f (%s)' "$f" "$fe")" "$ratio" "$mark"
-        echo "$w" >>"$WORK/w"
-        echo "$f" >>"$WORK/f"
-        echo "$ratio" >>"$WORK/r"
+        # Rounds in which either tool had errors stay out of the medians.
+        if [ -z "$mark" ]; then
+            echo "$w" >>"$WORK/w"
+            echo "$f" >>"$WORK/f"
+            echo "$ratio" >>"$WORK/r"
+        fi
     done
     mw=$(median <"$WORK/w")
     mf=$(median <"$WORK/f")

@@ -28,7 +28,7 @@ step "real ConnectX pair (hw-tests; skipped with the reason unless FABPERF_HW_PE
 ./hw-tests/connectx.sh
 step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/testbed-test.sh)"
 ./sim/testbed-test.sh
-step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay (sim/testbed-run-test.sh)"
+step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay, HTTP via the overlay and a service address (sim/testbed-run-test.sh)"
 ./sim/testbed-run-test.sh
 if [ "$VM" = 1 ]; then
   step "soft-RoCE guest: RDMA tests and fabperf vs perftest"
