@@ -30,6 +30,8 @@ step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/t
 ./sim/testbed-test.sh
 step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay, HTTP via the overlay and a service address (sim/testbed-run-test.sh)"
 ./sim/testbed-run-test.sh
+step "fabperf mtu on the testbed: plain and VXLAN paths, a switch port below the interfaces' MTU, doctor's mtu-mismatch (sim/testbed-mtu-test.sh)"
+./sim/testbed-mtu-test.sh
 if [ "$VM" = 1 ]; then
   step "soft-RoCE guest: RDMA tests and fabperf vs perftest"
   ./sim/softroce.sh

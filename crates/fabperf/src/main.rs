@@ -31,6 +31,8 @@ enum Cmd {
     UdpLat(cmd::sock::UdpLatArgs),
     /// HTTP/1.1 load (wrk-class): requests/s and latency against an agent's HTTP server.
     HttpLoad(cmd::http::HttpLoadArgs),
+    /// Path MTU: the largest packet that crosses each path unfragmented, the overlay's overhead named.
+    Mtu(cmd::mtu::MtuArgs),
     /// RDMA verbs bandwidth (write, read, send), perftest-class.
     RdmaBw(cmd::rdma::BwArgs),
     /// RDMA verbs latency (write, send, read), perftest-class.
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Cmd::UdpBw(a) => cmd::sock::run_udp_bw(a),
         Cmd::UdpLat(a) => cmd::sock::run_udp_lat(a),
         Cmd::HttpLoad(a) => cmd::http::run_http_load(a),
+        Cmd::Mtu(a) => cmd::mtu::run(a),
         Cmd::RdmaBw(a) => cmd::rdma::run_bw(a),
         Cmd::RdmaLat(a) => cmd::rdma::run_lat(a),
         Cmd::Run(a) => cmd::run::run(a),

@@ -7,6 +7,7 @@ pub mod detect;
 pub mod http;
 pub mod inventory;
 pub mod k8s;
+pub mod mtu;
 pub mod rdma;
 pub mod run;
 pub mod server;

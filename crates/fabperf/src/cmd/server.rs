@@ -88,6 +88,7 @@ pub struct Args {
 pub fn all_kinds(rdma: RdmaOpts) -> Vec<Box<dyn TestKind>> {
     let mut k = fabperf_sock::kinds();
     k.extend(fabperf_rdma::kinds(rdma));
+    k.push(Box::new(fabperf_mtu::MtuKind));
     k
 }
 
