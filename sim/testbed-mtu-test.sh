@@ -5,7 +5,9 @@
 # both ways and by ICMP; then fp-node2's switch port is set to MTU 1400, below
 # the 1500 both nodes' interfaces are configured for, and the mismatch must be
 # measured (1400 crosses), shifted by the same 50 bytes on the overlay, and
-# named by `fabperf doctor --mtu-results` as an mtu-mismatch finding.
+# named by `fabperf doctor --mtu-results` as an mtu-mismatch finding. The
+# plan sim/plans/mtu-plain-vxlan.toml stores the same figures through
+# `fabperf run`.
 #
 #   sudo sim/testbed-mtu-test.sh      # uses FABPERF_BIN, else target/release/fabperf
 #
@@ -95,6 +97,23 @@ expect "$WORK/clean.json" "$MGMT" forward.payload $((TB_MGMT_MTU - 28))
 expect "$WORK/clean.json" "$OVERLAY" interface.kind vxlan
 expect "$WORK/clean.json" "$OVERLAY" interface.overhead.bytes "$TB_VXLAN_OVERHEAD"
 expect "$WORK/clean.json" "$OVERLAY" agent_interface.name vxlan0
+
+section "the plan: sim/plans/mtu-plain-vxlan.toml through fabperf run"
+sed -e "s|/run/fabperf-testbed/token|$STATE/token|" "$REPO/sim/plans/mtu-plain-vxlan.toml" >"$WORK/mtu.toml"
+if "$TB" exec switch "$FABPERF" run "$WORK/mtu.toml" --db "$WORK/mtu.db" --plain >"$WORK/run.log" 2>&1; then ok "mtu-plain-vxlan plan ran"; else bad "mtu-plain-vxlan: $(tail -n 5 "$WORK/run.log" | tr '\n' ' ')"; fi
+stored() { # PATH: the distinct MTUs stored on that path, all directions and methods
+    python3 - "$WORK/mtu.db" "$1" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+rows = c.execute("SELECT DISTINCT m.mtu FROM measurements m JOIN cells c USING (run_id, cell_id) WHERE c.path = ? AND m.test = 'mtu'", (sys.argv[2],))
+print(" ".join(str(r[0]) for r in rows))
+PY
+}
+n=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"SELECT count(*) FROM measurements WHERE test = 'mtu'\").fetchone()[0])" "$WORK/mtu.db" 2>/dev/null)
+check "18 records: 3 paths x 2 directions x forward, reverse, ICMP ($n)" test "${n:-0}" = 18
+check "management path stored $TB_MGMT_MTU ($(stored mgmt))" test "$(stored mgmt)" = "$TB_MGMT_MTU"
+check "fabric stored $TB_FABRIC_MTU ($(stored fabric))" test "$(stored fabric)" = "$TB_FABRIC_MTU"
+check "overlay stored $((TB_MGMT_MTU - TB_VXLAN_OVERHEAD)) ($(stored overlay))" test "$(stored overlay)" = $((TB_MGMT_MTU - TB_VXLAN_OVERHEAD))
 
 section "fp-node2's switch port at MTU 1400, its interfaces still at $TB_MGMT_MTU"
 ip -n "$TB_SWITCH_NS" link set m-node2 mtu 1400

@@ -14,6 +14,7 @@ pub mod agent;
 pub mod client;
 pub mod doctor;
 pub mod path;
+pub mod plan;
 pub mod report;
 pub mod search;
 pub mod sys;

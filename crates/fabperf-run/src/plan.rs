@@ -17,7 +17,7 @@
 //! path = "fabric"
 //!
 //! [[tests]]
-//! kind = "tcp-bw"                     # tcp-bw, tcp-lat, udp-bw, udp-lat, rdma-bw, rdma-lat, http-load
+//! kind = "tcp-bw"                     # tcp-bw, tcp-lat, udp-bw, udp-lat, rdma-bw, rdma-lat, http-load, mtu
 //! paths = ["host", "fabric"]
 //! pattern = "mesh"                    # pairs, mesh, incast, bisection
 //! sizes = ["128K"]
@@ -92,10 +92,11 @@ pub enum Kind {
     RdmaBw,
     RdmaLat,
     HttpLoad,
+    Mtu,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::TcpBw,
         Kind::TcpLat,
         Kind::UdpBw,
@@ -103,6 +104,7 @@ impl Kind {
         Kind::RdmaBw,
         Kind::RdmaLat,
         Kind::HttpLoad,
+        Kind::Mtu,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -113,6 +115,7 @@ impl Kind {
             Kind::RdmaBw => "rdma-bw",
             Kind::RdmaLat => "rdma-lat",
             Kind::HttpLoad => "http-load",
+            Kind::Mtu => "mtu",
         }
     }
     pub fn parse(s: &str) -> Option<Kind> {
@@ -1014,6 +1017,7 @@ fn defaults(kind: Kind) -> Value {
         Kind::RdmaBw => serde_json::to_value(fabperf_rdma::BwParams::default()),
         Kind::RdmaLat => serde_json::to_value(fabperf_rdma::LatParams::default()),
         Kind::HttpLoad => serde_json::to_value(fabperf_http::LoadParams::default()),
+        Kind::Mtu => serde_json::to_value(fabperf_mtu::plan::PlanParams::default()),
     };
     v.unwrap_or(Value::Null)
 }
@@ -1035,6 +1039,7 @@ pub fn validate_params(kind: Kind, params: &Value) -> Result<(), String> {
         Kind::RdmaBw => go::<fabperf_rdma::BwParams>(params, |p| p.validate()),
         Kind::RdmaLat => go::<fabperf_rdma::LatParams>(params, |p| p.validate()),
         Kind::HttpLoad => go::<fabperf_http::LoadParams>(params, |p| p.validate()),
+        Kind::Mtu => go::<fabperf_mtu::plan::PlanParams>(params, |p| p.validate()),
     }
 }
 
