@@ -13,8 +13,9 @@ PKGS=(
   libibverbs-dev librdmacm-dev rdma-core ibverbs-providers ibverbs-utils perftest
   # socket anchors and network namespaces
   iperf3 sockperf iproute2 ethtool procps util-linux jq
-  # multi-node namespace testbed (sim/testbed.sh): DNS server for the agents' names
-  dnsmasq-base
+  # multi-node namespace testbed (sim/testbed.sh): DNS server for the agents' names,
+  # iptables for the service address (up --service); wrk: bench/http-vs-wrk.sh's anchor
+  dnsmasq-base iptables wrk
   # the policy-rule model (fabperf-tune's per-pod nftables chains, `policies` plans)
   nftables
   # soft-RoCE guest (sim/softroce.sh): QEMU, rootfs builder, initramfs tools

@@ -59,10 +59,12 @@ step "fabperf report: HTML in headless Chromium, OpenMetrics through a real pars
 step "real ConnectX pair (hw-tests; SKIPPED unless FABPERF_HW_PEER is set)" ./hw-tests/connectx.sh
 step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/testbed-test.sh)" \
   ./sim/testbed-test.sh
-step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay (sim/testbed-run-test.sh)" \
+step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay, HTTP via the overlay and a service address (sim/testbed-run-test.sh)" \
   ./sim/testbed-run-test.sh
 step "tuning levels and policy rules on the testbed, restore verified (sim/testbed-tune-test.sh)" \
   ./sim/testbed-tune-test.sh
+step "fabperf mtu on the testbed: plain and VXLAN paths, a switch port below the interfaces' MTU, doctor's mtu-mismatch (sim/testbed-mtu-test.sh)" \
+  ./sim/testbed-mtu-test.sh
 if [ "$VM" = 1 ]; then
   step "soft-RoCE guest: RDMA device tests and fabperf vs perftest" ./sim/softroce.sh
 else

@@ -2,8 +2,10 @@
 # `fabperf run` on the 4-node testbed (needs root): a mesh with one degraded
 # node and an incast, `fabperf run` killed with SIGKILL mid-run and resumed,
 # then checks that every cell is stored exactly once and none is corrupt, that
-# the mesh summary names the degraded node, and that the host-vs-overlay plan
-# shows the overlay capped by its 1 Gbit/s underlay while the fabric is not.
+# the mesh summary names the degraded node, that the host-vs-overlay plan
+# shows the overlay capped by its 1 Gbit/s underlay while the fabric is not,
+# and that the HTTP plan loads an agent across the overlay and through the
+# service address (up to 3000 connections, no errors, the fixed rate held).
 #
 #   sudo sim/testbed-run-test.sh      # uses FABPERF_BIN, else target/release/fabperf
 #
@@ -13,6 +15,8 @@ set -uo pipefail
 SIM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$SIM_DIR/.." && pwd -P)
 TB=$SIM_DIR/testbed.sh
+# shellcheck source=sim/testbed/lib.sh
+source "$SIM_DIR/testbed/lib.sh"
 STATE=${FABPERF_TESTBED_DIR:-/run/fabperf-testbed}
 WORK=$(mktemp -d /tmp/fabperf-run-test.XXXXXX)
 DB=$WORK/run.db
@@ -82,7 +86,7 @@ trap 'finish; exit $?' EXIT
 "$TB" down >/dev/null 2>&1 || true
 
 section "testbed up, fp-node3's fabric link degraded to 1 Gbit/s"
-if ! "$TB" up >"$WORK/up.log" 2>&1; then
+if ! "$TB" up --service >"$WORK/up.log" 2>&1; then
     bad "testbed up: $(tail -n 3 "$WORK/up.log" | tr '\n' ' ')"
     exit 1
 fi
@@ -163,3 +167,23 @@ check "management link capped near 1 Gbit/s ($mgmt)" python3 -c "import sys; sys
 check "fabric well above it ($host)" python3 -c "import sys; sys.exit(not float('${host:-0}') > 2.0)"
 "$TB" exec fp-node1 "$FABPERF" doctor >"$WORK/doctor.txt" 2>&1
 check "doctor flags the node address on the slow link" grep -q "node-ip-slow-link" "$WORK/doctor.txt"
+
+section "HTTP load across the overlay and through the service address"
+sed -e 's/duration = "3s"/duration = "1s"/' -e "s|/run/fabperf-testbed/token|$STATE/token|" \
+    "$REPO/sim/plans/http-overlay-service.toml" >"$WORK/http.toml"
+if "$TB" exec switch "$FABPERF" run "$WORK/http.toml" --db "$WORK/http.db" --plain >"$WORK/http.log" 2>&1; then ok "http-overlay-service plan ran"; else bad "http-overlay-service: $(tail -n 5 "$WORK/http.log" | tr '\n' ' ')"; fi
+DB=$WORK/http.db
+check "every HTTP cell done" test "$(sql "SELECT count(*) FROM cells WHERE state = 'done'")" = 5
+rps_of() { sql "SELECT round(json_extract(m.record, '$.requests_per_s')) FROM measurements m JOIN cells c USING (run_id, cell_id) WHERE c.test = '$1' AND m.role = 'total' AND json_extract(c.dims, '$.connections') = $2"; }
+errs=$(sql "SELECT coalesce(sum((SELECT sum(value) FROM json_each(json_extract(record, '$.errors')))), -1) FROM measurements WHERE role = 'total'")
+check "no failed request in any HTTP cell ($errs)" test "$errs" = 0
+targets=$(sql "SELECT DISTINCT json_extract(m.record, '$.remote') FROM measurements m JOIN cells c USING (run_id, cell_id) WHERE c.path = 'service'")
+check "the service cells loaded the service address ($targets)" test "$targets" = "$(tb_service_ip):$TB_PORT"
+for t in http-overlay http-service; do
+    for c in 100 3000; do
+        r=$(rps_of "$t" "$c")
+        check "$t with $c connections answered (${r:-none} requests/s)" python3 -c "import sys; sys.exit(not float('${r:-0}') > 100)"
+    done
+done
+rate=$(sql "SELECT round(json_extract(m.record, '$.requests_per_s')) FROM measurements m JOIN cells c USING (run_id, cell_id) WHERE c.test = 'http-service-rate'")
+check "the service held the fixed 5000 requests/s (${rate:-none})" python3 -c "import sys; sys.exit(not 4500 < float('${rate:-0}') < 5500)"

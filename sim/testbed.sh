@@ -2,7 +2,9 @@
 # N-node fabric on one machine, built from network namespaces: per node a
 # 1 Gbit/s management link (carries the node address), an unshaped MTU 9000
 # fabric link, a VXLAN overlay standing in for a CNI, three fabperf agents
-# (host-mgmt, host-fabric, overlay) and DNS names for them served by dnsmasq.
+# (host-mgmt, host-fabric, overlay; each also serves HTTP), DNS names for them
+# served by dnsmasq, and with --service a service address DNAT'd to the overlay
+# agents as kube-proxy does for a ClusterIP Service.
 # See docs/testbed.md.
 set -euo pipefail
 
@@ -33,7 +35,7 @@ usage() {
 Usage: $PROG COMMAND [ARGS]
 
   up [--nodes N] [--node-ip mgmt|fabric] [--overlay-underlay auto|mgmt|fabric]
-     [--mgmt-rate R] [--build]
+     [--mgmt-rate R] [--service] [--build]
         Build the testbed: N nodes (default $TB_DEFAULT_NODES, $TB_MIN_NODES..$TB_MAX_NODES), namespaces
         ${TB_NODE_PREFIX}1..${TB_NODE_PREFIX}N and $TB_SWITCH_NS (the two bridges, gateway, DNS).
         --node-ip      link of the default route, so of the address a default
@@ -43,6 +45,9 @@ Usage: $PROG COMMAND [ARGS]
                        node address's link, as CNIs choose it; mgmt or fabric
                        pins it, as a CNI with an interface setting does
         --mgmt-rate    shaping of the management link (default 1gbit)
+        --service      a service address, $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN),
+                       DNAT'd in every node to the other nodes' overlay agents
+                       (kube-proxy iptables mode; needs iptables)
         --build        run 'cargo build --release -p fabperf' when no fabperf
                        binary is found
   down  Stop everything and remove the testbed (idempotent; also cleans up
@@ -248,7 +253,7 @@ start_agent() { # K PATH
     # shellcheck disable=SC2016 # expanded by the inner sh
     setsid ip netns exec "$(tb_node_ns "$k")" unshare --uts -- \
         sh -c 'hostname "$1" && shift && exec "$@"' sh "$(tb_node_ns "$k")" \
-        "$FABPERF" server --bind "$ip" --port "$TB_PORT" --token-file "$STATE/token" --path-label "$path" \
+        "$FABPERF" server --bind "$ip" --port "$TB_PORT" --token-file "$STATE/token" --path-label "$path" --http \
         --allow-tune all --state-dir "$STATE/tune-state" \
         </dev/null >"$log" 2>&1 9>&- &
     pid=$!
@@ -290,6 +295,9 @@ write_dns() {
         for ((k = 1; k <= NODES; k++)); do
             echo "$(node_ip "$k") $(tb_node_ns "$k").nodes.$TB_DOMAIN"
         done
+        if [[ $SERVICE == 1 ]]; then
+            echo "$(tb_service_ip) $TB_SERVICE_NAME.$TB_DOMAIN"
+        fi
     } >"$f"
     chmod 0644 "$f"
 }
@@ -399,6 +407,47 @@ build_overlay() { # K | 254
     ip -n "$ns" -batch "$neigh"
 }
 
+# The service address in member K (a node, or 254: the switch): the rules
+# kube-proxy's iptables mode writes for a ClusterIP Service (OUTPUT jumps to a
+# services chain, the service's chain picks an endpoint with 'statistic
+# --mode random --probability 1/(n-i)', the endpoint's chain DNATs), loaded
+# with iptables-restore. Endpoints: the overlay agents of the other nodes, as
+# for a client pod on node K whose server pods run elsewhere. A route sends
+# the service subnet out of vxlan0 with the overlay address as source, the
+# address a pod would use.
+build_service() { # K | 254
+    local k=$1 ns f j i n eps=()
+    if ((k == TB_GW_HOST)); then ns=$TB_SWITCH_NS; else ns=$(tb_node_ns "$k"); fi
+    for ((j = 1; j <= NODES; j++)); do
+        ((j == k)) || eps+=("$j")
+    done
+    n=${#eps[@]}
+    f=$STATE/batch/$ns.nat
+    {
+        echo "*nat"
+        echo ":FABPERF-SERVICES - [0:0]"
+        echo ":FABPERF-SVC-OVERLAY - [0:0]"
+        for j in "${eps[@]}"; do echo ":FABPERF-SEP-NODE$j - [0:0]"; done
+        echo "-A OUTPUT -m comment --comment \"fabperf testbed service portals\" -j FABPERF-SERVICES"
+        echo "-A FABPERF-SERVICES -d $(tb_service_ip)/32 -p tcp -m comment --comment \"$TB_SERVICE_NAME: cluster IP\" -m tcp --dport $TB_PORT -j FABPERF-SVC-OVERLAY"
+        i=0
+        for j in "${eps[@]}"; do
+            if ((i < n - 1)); then
+                echo "-A FABPERF-SVC-OVERLAY -m statistic --mode random --probability $(tb_probability $((n - i))) -j FABPERF-SEP-NODE$j"
+            else
+                echo "-A FABPERF-SVC-OVERLAY -j FABPERF-SEP-NODE$j"
+            fi
+            i=$((i + 1))
+        done
+        for j in "${eps[@]}"; do
+            echo "-A FABPERF-SEP-NODE$j -p tcp -m comment --comment \"$TB_SERVICE_NAME -> $(tb_node_ns "$j")\" -m tcp -j DNAT --to-destination $(tb_overlay_ip "$j"):$TB_PORT"
+        done
+        echo "COMMIT"
+    } >"$f"
+    ip netns exec "$ns" iptables-restore --noflush <"$f" || return 1
+    ip -n "$ns" route add "$TB_SERVICE_NET.0/$TB_PREFIXLEN" dev vxlan0 src "$(tb_overlay_ip "$k")"
+}
+
 overlay_underlay_ip() { # K | 254: the VXLAN endpoint address of a member
     if [[ $OVERLAY_LINK == fabric ]]; then tb_fabric_ip "$1"; else tb_mgmt_ip "$1"; fi
 }
@@ -425,6 +474,7 @@ cmd_up() {
     NODE_IP_LINK=mgmt
     OVERLAY_CHOICE=auto
     MGMT_RATE=1000000000
+    SERVICE=0
     local build=0
     while [[ $# -gt 0 ]]; do
         case $1 in
@@ -448,6 +498,10 @@ cmd_up() {
                 MGMT_RATE=$(tb_parse_rate "$2") || exit 2
                 shift 2
                 ;;
+            --service)
+                SERVICE=1
+                shift
+                ;;
             --build)
                 build=1
                 shift
@@ -459,6 +513,7 @@ cmd_up() {
 
     need_root up
     need_tools ip tc bridge ss dnsmasq unshare setsid flock sysctl
+    [[ $SERVICE == 0 ]] || need_tools iptables-restore
     if ! FABPERF=$(find_fabperf); then
         if [[ $build -eq 1 ]]; then
             need_tools cargo
@@ -511,6 +566,11 @@ cmd_up() {
     for k in $(seq 1 "$NODES") "$TB_GW_HOST"; do
         build_overlay "$k" || die 1 "cannot create the VXLAN overlay: the kernel needs vxlan support (modprobe vxlan)"
     done
+    if [[ $SERVICE == 1 ]]; then
+        for k in $(seq 1 "$NODES") "$TB_GW_HOST"; do
+            build_service "$k" || die 1 "cannot install the service address's NAT rules: the kernel needs netfilter NAT (nf_nat, xt_statistic, xt_comment; iptables-nft also nf_tables)"
+        done
+    fi
 
     cat >"$STATE/testbed.env" <<EOF
 nodes=$NODES
@@ -518,6 +578,7 @@ node_ip=$NODE_IP_LINK
 overlay_underlay=$OVERLAY_LINK
 overlay_mtu=$(( $([[ $OVERLAY_LINK == fabric ]] && echo "$TB_FABRIC_MTU" || echo "$TB_MGMT_MTU") - TB_VXLAN_OVERHEAD ))
 mgmt_rate=$MGMT_RATE
+service=$SERVICE
 fabperf=$FABPERF
 EOF
 
@@ -533,7 +594,8 @@ EOF
     wait_agents
     UP_DONE=1
     trap - EXIT INT TERM
-    log "up: $NODES nodes, $((NODES * 3)) agents on port $TB_PORT, DNS on $(tb_dns_ip)"
+    log "up: $NODES nodes, $((NODES * 3)) agents on port $TB_PORT (fabperf and HTTP), DNS on $(tb_dns_ip)"
+    [[ $SERVICE == 0 ]] || log "service address: $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN) -> the other nodes' overlay agents"
     log "token file for clients: $STATE/token"
     log "try: sudo $PROG exec ${TB_NODE_PREFIX}1 fabperf tcp-bw ${TB_NODE_PREFIX}2.fabric.agents.$TB_DOMAIN -t 3 --token-file $STATE/token"
 }
@@ -616,6 +678,14 @@ cmd_status() {
         ((n == NODES)) || bad=1
     done
     echo "  per node: ${TB_NODE_PREFIX}K.{mgmt,fabric,overlay}.agents.$TB_DOMAIN, ${TB_NODE_PREFIX}K.nodes.$TB_DOMAIN"
+    if [[ $(state_get service) == 1 ]]; then
+        n=$(ip netns exec "$(tb_node_ns 1)" getent ahostsv4 "$TB_SERVICE_NAME.$TB_DOMAIN" 2>/dev/null |
+            awk '$2 == "STREAM" {print $1}' | sort -u | tr '\n' ' ')
+        local eps
+        eps=$(ip netns exec "$(tb_node_ns 1)" iptables -t nat -S FABPERF-SVC-OVERLAY 2>/dev/null | grep -c '^-A' || true)
+        echo "service: $(tb_service_ip):$TB_PORT = $TB_SERVICE_NAME.$TB_DOMAIN (resolves to: ${n:-nothing}); $eps endpoints in ${TB_NODE_PREFIX}1 (the other nodes' overlay agents)"
+        [[ $n == "$(tb_service_ip) " && $eps == $((NODES - 1)) ]] || bad=1
+    fi
     return $bad
 }
 

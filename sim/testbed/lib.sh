@@ -27,6 +27,12 @@ TB_PATHS="host-mgmt host-fabric overlay"
 TB_MGMT_NET=198.18.0
 TB_FABRIC_NET=198.18.1
 TB_OVERLAY_NET=198.18.2
+# The service address (up --service): a virtual IP no interface holds, which
+# each member DNATs to overlay agents the way kube-proxy's iptables mode does
+# for a ClusterIP Service.
+TB_SERVICE_NET=198.18.3
+TB_SERVICE_HOST=1
+TB_SERVICE_NAME=overlay.svc # <name>.fabperf.test
 TB_GW_HOST=254  # switch address on each bridge (default gateway, DNS on mgmt)
 TB_PREFIXLEN=24
 
@@ -36,6 +42,10 @@ tb_overlay_ip() { printf '%s.%d' "$TB_OVERLAY_NET" "$1"; }
 tb_mgmt_gw() { printf '%s.%d' "$TB_MGMT_NET" "$TB_GW_HOST"; }
 tb_fabric_gw() { printf '%s.%d' "$TB_FABRIC_NET" "$TB_GW_HOST"; }
 tb_dns_ip() { tb_mgmt_gw; }
+tb_service_ip() { printf '%s.%d' "$TB_SERVICE_NET" "$TB_SERVICE_HOST"; }
+# kube-proxy's per-endpoint probability: 1/N with ten decimals (the i-th of
+# N endpoints gets 1/(N-i) of what the rules before it left).
+tb_probability() { awk -v n="$1" 'BEGIN { printf "%0.10f", 1 / n }'; }
 tb_node_ns() { printf '%s%d' "$TB_NODE_PREFIX" "$1"; }
 # Deterministic MAC of node K's VXLAN device (locally administered, unicast).
 tb_overlay_mac() { printf '02:fb:02:00:%02x:%02x' $(($1 / 256)) $(($1 % 256)); }

@@ -2,26 +2,36 @@
 //!
 //! One listening TCP port. Each connection starts with a 4-byte magic:
 //! `FBPF` opens a control connection (one test), `FBPD` + cookie is a data
-//! connection handed to the running test through the [`DataHub`]. The agent
+//! connection handed to the running test through the [`DataHub`], and an
+//! HTTP method starts an HTTP/1.1 request for the agent's HTTP load target
+//! (`fabperf_http`, when enabled). The first four bytes are awaited on an
+//! event loop (a connection that sends nothing costs no thread); fabperf
+//! connections then get a thread each, HTTP connections stay on the event
+//! loop. The agent
 //! runs one test at a time (measurements would disturb each other); a second
 //! client gets a clear `busy` error. Every wait is bounded by the I/O
 //! timeout, so a client that stalls or vanishes frees the agent for the next.
 //!
 //! Against hostile peers (docs/security.md): a connection's whole handshake
-//! must end within the I/O timeout; handshakes are capped ([`MAX_PENDING`],
-//! [`MAX_PENDING_PER_SOURCE`]) with the oldest closed to admit a new one;
+//! must end within the I/O timeout; connections that have not sent their
+//! first four bytes are capped ([`MAX_UNSORTED`], [`MAX_UNSORTED_PER_SOURCE`],
+//! lower when the open-file limit is low), fabperf handshakes too
+//! ([`MAX_PENDING`], [`MAX_PENDING_PER_SOURCE`]), each time with the oldest
+//! closed to admit a new one;
 //! a timer thread closes late handshakes and stops the running test at its
 //! deadline ([`fabperf_proto::TestClock`]); a panic in a test becomes an
 //! error for the client, and every log line is escaped.
 
+pub use fabperf_http::HttpConfig;
+use fabperf_http::HttpServer;
 use fabperf_proto::auth::{self, Side};
 use fabperf_proto::{
     text, AgentIdentity, ErrorCode, Limits, Msg, ProtoError, ServeCtx, ServeError, TestClock,
     TestKind, DATA_MAGIC, MAGIC, MAX_FRAME, OPEN_START_FRAME, PRE_AUTH_FRAME, PROTO_VERSION,
 };
 use fabperf_proto::{Control, DataHub};
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
 use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -40,6 +50,19 @@ pub const MAX_PENDING: usize = 128;
 /// Most handshakes at once from one source address (IPv4 address, or IPv6
 /// /64 prefix); beyond it, that source's oldest is closed.
 pub const MAX_PENDING_PER_SOURCE: usize = 16;
+/// Most connections that have not yet sent their first four bytes (which
+/// say what they are). They wait on the event loop, not on a thread, so
+/// the cap is high: an HTTP load opens thousands of connections at once
+/// from one host. At the cap the oldest is closed.
+pub const MAX_UNSORTED: usize = 8192;
+/// Most such connections from one source (its oldest is closed beyond).
+pub const MAX_UNSORTED_PER_SOURCE: usize = 4096;
+/// Open files kept for fabperf tests, logs and the agent itself when the
+/// caps above and the HTTP connection limit are sized to the open-file
+/// limit.
+pub const FD_RESERVE: u64 = 512;
+/// Listen backlog asked for (the kernel caps it at net.core.somaxconn).
+pub const LISTEN_BACKLOG: i32 = 4096;
 
 /// Agent settings.
 pub struct AgentConfig {
@@ -133,7 +156,7 @@ fn admit(running: &[BusyInfo], group: Option<&str>) -> Result<(), String> {
 /// Where handshakes come from, for the per-source cap: an IPv4 address,
 /// or the /64 prefix of an IPv6 address (one host usually holds a whole
 /// /64).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Source(IpAddr);
 
 impl Source {
@@ -158,10 +181,9 @@ struct PendingConn {
     stream: TcpStream,
 }
 
-/// Handshakes in progress, oldest first (ids grow).
+/// Handshakes in progress, oldest first (ids are accept order).
 #[derive(Default)]
 struct Pending {
-    next: u64,
     conns: BTreeMap<u64, PendingConn>,
     /// Closed by the agent (evicted or out of time) since the last log line.
     evicted: u64,
@@ -176,9 +198,12 @@ impl Pending {
         }
     }
 
-    /// Register a new handshake, closing the oldest of its source and then
-    /// the oldest overall when at a cap.
-    fn admit(&mut self, stream: &TcpStream, source: Source, deadline: Instant) -> Option<u64> {
+    /// Register a new handshake (`id`: its connection's place in accept
+    /// order), closing the oldest of its source and then the oldest overall
+    /// when at a cap. Connections are sorted on an event loop, so they may
+    /// get here out of accept order: when the new one is itself the oldest,
+    /// it is the one refused (false).
+    fn admit(&mut self, id: u64, stream: &TcpStream, source: Source, deadline: Instant) -> bool {
         let same: Vec<u64> = self
             .conns
             .iter()
@@ -186,18 +211,24 @@ impl Pending {
             .map(|(id, _)| *id)
             .collect();
         if same.len() >= MAX_PENDING_PER_SOURCE {
-            self.close(same[0]);
             self.evicted += 1;
+            if id < same[0] {
+                return false;
+            }
+            self.close(same[0]);
         }
         if self.conns.len() >= MAX_PENDING {
             if let Some(&oldest) = self.conns.keys().next() {
-                self.close(oldest);
                 self.evicted += 1;
+                if id < oldest {
+                    return false;
+                }
+                self.close(oldest);
             }
         }
-        let stream = stream.try_clone().ok()?;
-        let id = self.next;
-        self.next += 1;
+        let Ok(stream) = stream.try_clone() else {
+            return false;
+        };
         self.conns.insert(
             id,
             PendingConn {
@@ -206,7 +237,75 @@ impl Pending {
                 stream,
             },
         );
-        Some(id)
+        true
+    }
+}
+
+/// A connection that has not sent its first four bytes yet.
+struct Unsorted {
+    source: Source,
+    /// Dropping it closes the connection (its task sees the channel end).
+    _cancel: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Connections waiting for their first four bytes, oldest first.
+#[derive(Default)]
+struct Sorting {
+    next: u64,
+    conns: BTreeMap<u64, Unsorted>,
+    per_source: HashMap<Source, usize>,
+    cap: usize,
+    cap_per_source: usize,
+    evicted: u64,
+    timed_out: u64,
+}
+
+impl Sorting {
+    fn remove(&mut self, id: u64) -> bool {
+        let Some(c) = self.conns.remove(&id) else {
+            return false;
+        };
+        if let Some(n) = self.per_source.get_mut(&c.source) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_source.remove(&c.source);
+            }
+        }
+        true
+    }
+
+    /// Register a new connection, closing the oldest of its source and then
+    /// the oldest overall when at a cap.
+    fn admit(&mut self, source: Source) -> (u64, tokio::sync::oneshot::Receiver<()>) {
+        if self.per_source.get(&source).copied().unwrap_or(0) >= self.cap_per_source {
+            let oldest = self
+                .conns
+                .iter()
+                .find(|(_, c)| c.source == source)
+                .map(|(id, _)| *id);
+            if let Some(id) = oldest {
+                self.remove(id);
+                self.evicted += 1;
+            }
+        }
+        if self.conns.len() >= self.cap {
+            if let Some(&id) = self.conns.keys().next() {
+                self.remove(id);
+                self.evicted += 1;
+            }
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let id = self.next;
+        self.next += 1;
+        self.conns.insert(
+            id,
+            Unsorted {
+                source,
+                _cancel: tx,
+            },
+        );
+        *self.per_source.entry(source).or_insert(0) += 1;
+        (id, rx)
     }
 }
 
@@ -221,6 +320,8 @@ struct Shared {
     stop: AtomicBool,
     conns: AtomicUsize,
     pending: Mutex<Pending>,
+    sorting: Mutex<Sorting>,
+    http: Option<Arc<HttpServer>>,
 }
 
 impl Shared {
@@ -240,6 +341,9 @@ impl Shared {
     }
     fn pending(&self) -> MutexGuard<'_, Pending> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn sorting(&self) -> MutexGuard<'_, Sorting> {
+        self.sorting.lock().unwrap_or_else(|p| p.into_inner())
     }
     fn busy(&self) -> MutexGuard<'_, Vec<BusyInfo>> {
         self.busy.lock().unwrap_or_else(|p| p.into_inner())
@@ -273,6 +377,48 @@ pub struct Agent {
     listener: TcpListener,
     addr: SocketAddr,
     shared: Arc<Shared>,
+    /// The event loop that sorts new connections and serves HTTP.
+    rt: tokio::runtime::Runtime,
+    /// Said once the agent serves (e.g. caps lowered by the open-file limit).
+    notes: Vec<String>,
+}
+
+/// The soft open-file limit (1024 when it cannot be read).
+fn open_file_limit() -> u64 {
+    fabperf_http::rlimit::nofile().map_or(1024, |(soft, _)| soft)
+}
+
+/// The event loop that sorts new connections (and serves HTTP).
+fn event_loop(workers: usize) -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers.max(1))
+        .thread_name("fabperf-io")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the agent's event loop: {e}"))
+}
+
+/// Caps sized to the open-file limit `nofile`: the unsorted connections'
+/// (total, per source) and the HTTP connections', and a note when a cap is
+/// lower than asked.
+fn fd_caps(nofile: u64, http: Option<usize>) -> (usize, usize, Option<usize>, Option<String>) {
+    let budget = nofile.saturating_sub(FD_RESERVE).max(64) as usize;
+    let http_share = http.map_or(0, |h| h.min(budget / 2));
+    let unsorted = MAX_UNSORTED.min(budget - http_share).max(32);
+    let per_source = MAX_UNSORTED_PER_SOURCE.min(unsorted / 2).max(16);
+    let http_cap = http.map(|h| h.min(budget - unsorted.min(budget - http_share)).max(1));
+    // Without HTTP, a few hundred silent connections are plenty: no note.
+    let low = http
+        .zip(http_cap)
+        .is_some_and(|(h, c)| c < h || unsorted < MAX_UNSORTED);
+    let note = low.then(|| {
+        format!(
+            "the open-file limit of {nofile} holds at most {unsorted} new connections{}; \
+             raise it (LimitNOFILE=, ulimit -n) for more",
+            http_cap.map_or(String::new(), |c| format!(" and {c} HTTP connections"))
+        )
+    });
+    (unsorted, per_source, http_cap, note)
 }
 
 /// A running agent on its own thread.
@@ -306,9 +452,16 @@ impl Agent {
         let addr = listener
             .local_addr()
             .map_err(|e| format!("reading bound address: {e}"))?;
+        // std listens with a backlog of 128; a burst of thousands of HTTP
+        // connections needs more (listen() again only resizes the queue).
+        let _ = rustix::net::listen(&listener, LISTEN_BACKLOG);
+        let (unsorted, per_source, _, note) = fd_caps(open_file_limit(), None);
+        let rt = event_loop(1)?;
         Ok(Agent {
             listener,
             addr,
+            rt,
+            notes: note.into_iter().collect(),
             shared: Arc::new(Shared {
                 kinds: cfg.kinds,
                 token: cfg.token,
@@ -320,8 +473,37 @@ impl Agent {
                 stop: AtomicBool::new(false),
                 conns: AtomicUsize::new(0),
                 pending: Mutex::new(Pending::default()),
+                sorting: Mutex::new(Sorting {
+                    cap: unsorted,
+                    cap_per_source: per_source,
+                    ..Sorting::default()
+                }),
+                http: None,
             }),
         })
+    }
+
+    /// Serve HTTP/1.1 (the HTTP load target) on the agent's port too;
+    /// without it, HTTP requests are answered `503` with how to turn it on.
+    /// The connection limit is lowered to what the open-file limit holds
+    /// (and said in the log).
+    pub fn enable_http(&mut self, cfg: HttpConfig) -> Result<(), String> {
+        let (unsorted, per_source, http_cap, note) =
+            fd_caps(open_file_limit(), Some(cfg.max_connections));
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let rt = event_loop(workers)?;
+        let shared = Arc::get_mut(&mut self.shared)
+            .ok_or("enable_http is called before the agent serves")?;
+        shared.http = Some(HttpServer::new(HttpConfig {
+            max_connections: http_cap.unwrap_or(cfg.max_connections),
+            ..cfg
+        }));
+        let so = shared.sorting.get_mut().unwrap_or_else(|p| p.into_inner());
+        so.cap = unsorted;
+        so.cap_per_source = per_source;
+        self.notes = note.into_iter().collect();
+        self.rt = rt;
+        Ok(())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -330,13 +512,29 @@ impl Agent {
 
     /// Serve until the process ends (or `stop` is set by a handle).
     pub fn run(self) {
-        let shared = self.shared;
+        let Agent {
+            listener,
+            addr,
+            shared,
+            rt,
+            notes,
+        } = self;
         shared.log(&format!(
-            "listening on {} (protocol v{PROTO_VERSION}, auth {}, tests: {})",
-            self.addr,
+            "listening on {addr} (protocol v{PROTO_VERSION}, auth {}, tests: {}; HTTP {})",
             if shared.token.is_some() { "on" } else { "off" },
-            shared.names().join(", ")
+            shared.names().join(", "),
+            match &shared.http {
+                Some(h) => format!(
+                    "on: at most {} connections, bodies up to {} bytes",
+                    h.config().max_connections,
+                    h.config().max_size
+                ),
+                None => "off".into(),
+            }
         ));
+        for n in &notes {
+            shared.log(n);
+        }
         let timer = {
             let sh = shared.clone();
             std::thread::Builder::new()
@@ -349,8 +547,7 @@ impl Agent {
             ));
             return;
         }
-        let handshake = shared.limits.io_timeout;
-        for conn in self.listener.incoming() {
+        for conn in listener.incoming() {
             if shared.stop.load(Ordering::SeqCst) {
                 break;
             }
@@ -363,46 +560,26 @@ impl Agent {
                     continue;
                 }
             };
-            if shared.conns.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-                drop(stream);
-                continue;
-            }
             let source = match stream.peer_addr() {
                 Ok(a) => Source::of(a.ip()),
                 Err(_) => continue,
             };
-            // The agent's own backstop: a little after the handshake's own
-            // deadline (which gives the better log line) the timer closes it.
-            let deadline = later(Instant::now(), handshake + Duration::from_millis(250));
-            let Some(id) = shared.pending().admit(&stream, source, deadline) else {
-                continue;
-            };
-            shared.conns.fetch_add(1, Ordering::SeqCst);
-            let slot = ConnSlot {
-                shared: shared.clone(),
+            let accepted = Instant::now();
+            let (id, cancel) = shared.sorting().admit(source);
+            rt.spawn(sort_connection(
+                shared.clone(),
+                stream,
+                source,
                 id,
-            };
-            let spawned = std::thread::Builder::new()
-                .name("fabperf-conn".into())
-                .spawn(move || {
-                    let sh = slot.shared.clone();
-                    let r = catch_unwind(AssertUnwindSafe(|| handle_connection(&sh, stream, id)));
-                    if let Err(p) = r {
-                        sh.log(&format!(
-                            "internal error (a bug) in a connection thread: {}",
-                            panic_text(&p)
-                        ));
-                    }
-                    drop(slot);
-                });
-            if let Err(e) = spawned {
-                shared.log(&format!("cannot start a connection thread: {e}"));
-            }
+                cancel,
+                accepted,
+            ));
         }
         shared.stop.store(true, Ordering::SeqCst);
         if let Ok(t) = timer {
             let _ = t.join();
         }
+        rt.shutdown_background();
     }
 
     /// Serve on a background thread (used by `fabperf suite` and tests).
@@ -472,6 +649,7 @@ fn timer_loop(sh: &Shared) {
     const TICK: Duration = Duration::from_millis(50);
     const LOG_EVERY: Duration = Duration::from_secs(10);
     let mut last_log = Instant::now();
+    let mut last_sort_log = Instant::now();
     while !sh.stop.load(Ordering::SeqCst) {
         std::thread::sleep(TICK);
         let now = Instant::now();
@@ -499,6 +677,26 @@ fn timer_loop(sh: &Shared) {
                      (at most {MAX_PENDING}, {MAX_PENDING_PER_SOURCE} per source address)",
                     sh.limits.io_timeout.as_secs_f64()
                 ));
+            }
+        }
+        if now.duration_since(last_sort_log) >= LOG_EVERY {
+            let mut so = sh.sorting();
+            let (e, t) = (so.evicted, so.timed_out);
+            so.evicted = 0;
+            so.timed_out = 0;
+            let cap = so.cap;
+            drop(so);
+            if e > 0 || t > 0 {
+                last_sort_log = now;
+                sh.log(&format!(
+                    "closed {t} connection(s) that sent nothing within {:.1} s \
+                     and {e} oldest silent connection(s) to admit new ones (at most {cap})",
+                    sh.limits.io_timeout.as_secs_f64()
+                ));
+            }
+            if let Some(line) = sh.http.as_ref().and_then(|h| h.take_summary()) {
+                last_sort_log = now;
+                sh.log(&line);
             }
         }
         let stopped: Vec<(String, SocketAddr, String)> = sh
@@ -537,46 +735,173 @@ impl Drop for BusyGuard<'_> {
     }
 }
 
-fn handle_connection(sh: &Shared, mut stream: TcpStream, id: u64) {
-    let accepted = Instant::now();
+/// Wait (on the event loop) for a new connection's first four bytes, then
+/// hand it on: fabperf connections to a thread of their own, HTTP to the
+/// HTTP server; anything else gets a one-line answer and is closed.
+async fn sort_connection(
+    sh: Arc<Shared>,
+    stream: TcpStream,
+    source: Source,
+    id: u64,
+    mut cancel: tokio::sync::oneshot::Receiver<()>,
+    accepted: Instant,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let t = sh.limits.io_timeout;
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    let peer_addr = stream
+        .peer_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let s = if stream.set_nonblocking(true).is_ok() {
+        tokio::net::TcpStream::from_std(stream).ok()
+    } else {
+        None
+    };
+    let Some(mut s) = s else {
+        sh.sorting().remove(id);
+        return;
+    };
+    let mut magic = [0u8; 4];
+    let read = tokio::select! {
+        r = tokio::time::timeout_at(later(accepted, t).into(), s.read_exact(&mut magic)) => Some(r),
+        _ = &mut cancel => None,
+    };
+    let was_listed = sh.sorting().remove(id);
+    match read {
+        // Closed by the agent to make room (counted there).
+        None => return,
+        Some(Err(_)) => {
+            if was_listed {
+                sh.sorting().timed_out += 1;
+            }
+            return;
+        }
+        Some(Ok(Err(e))) => {
+            if !sh.stop.load(Ordering::SeqCst) {
+                sh.log(&format!("{peer}: no preamble ({e}); closed"));
+            }
+            return;
+        }
+        Some(Ok(Ok(_))) => {}
+    }
+    if magic == DATA_MAGIC || magic == MAGIC {
+        let stream = match s.into_std() {
+            Ok(st) if st.set_nonblocking(false).is_ok() => st,
+            _ => return,
+        };
+        start_fabperf_connection(&sh, id, stream, source, magic, accepted);
+        return;
+    }
+    if fabperf_http::is_http_start(&magic) {
+        match &sh.http {
+            Some(h) => h.clone().serve(s, magic, peer_addr).await,
+            None => {
+                fabperf_http::refuse(
+                    &mut s,
+                    "503 Service Unavailable",
+                    fabperf_http::REASON_HTTP_OFF,
+                    "fabperf agent: HTTP is off on this agent; start it with `fabperf server --http` \
+                     (docs/http.md)",
+                )
+                .await;
+                sh.log(&format!(
+                    "{peer}: an HTTP request, but HTTP is off (fabperf server --http); answered 503"
+                ));
+            }
+        }
+        return;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let _ = s
+            .write_all(b"fabperf agent: this port speaks the fabperf protocol (and HTTP with --http) only\n")
+            .await;
+        let _ = s.shutdown().await;
+    })
+    .await;
+    // Drain what the peer already sent so the close is not a reset that
+    // destroys our message before it is read.
+    let _ = tokio::time::timeout(Duration::from_millis(200), async {
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < 65536 {
+            match s.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    })
+    .await;
+    sh.log(&format!(
+        "{peer}: not a fabperf client (first bytes {magic:02x?}); closed"
+    ));
+}
+
+/// A connection that sent fabperf's magic: a thread runs its handshake
+/// (capped as [`Pending`] says) and its test.
+fn start_fabperf_connection(
+    sh: &Arc<Shared>,
+    id: u64,
+    stream: TcpStream,
+    source: Source,
+    magic: [u8; 4],
+    accepted: Instant,
+) {
+    if sh.conns.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+        return;
+    }
+    // The agent's own backstop: a little after the handshake's own
+    // deadline (which gives the better log line) the timer closes it.
+    let deadline = later(accepted, sh.limits.io_timeout + Duration::from_millis(250));
+    if !sh.pending().admit(id, &stream, source, deadline) {
+        return;
+    }
+    sh.conns.fetch_add(1, Ordering::SeqCst);
+    let slot = ConnSlot {
+        shared: sh.clone(),
+        id,
+    };
+    let spawned = std::thread::Builder::new()
+        .name("fabperf-conn".into())
+        .spawn(move || {
+            let sh = slot.shared.clone();
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                handle_connection(&sh, stream, id, magic, accepted)
+            }));
+            if let Err(p) = r {
+                sh.log(&format!(
+                    "internal error (a bug) in a connection thread: {}",
+                    panic_text(&p)
+                ));
+            }
+            drop(slot);
+        });
+    if let Err(e) = spawned {
+        sh.log(&format!("cannot start a connection thread: {e}"));
+    }
+}
+
+fn handle_connection(
+    sh: &Shared,
+    mut stream: TcpStream,
+    id: u64,
+    magic: [u8; 4],
+    accepted: Instant,
+) {
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "?".into());
     let t = sh.limits.io_timeout;
     let _ = stream.set_read_timeout(Some(t));
-    let mut magic = [0u8; 4];
-    if let Err(e) = stream.read_exact(&mut magic) {
-        if !sh.stop.load(Ordering::SeqCst) && !sh.was_closed_by_agent(id) {
-            sh.log(&format!("{peer}: no preamble ({e}); closed"));
-        }
-        return;
-    }
     if magic == DATA_MAGIC {
         if !sh.hub.route(stream, t) && !sh.was_closed_by_agent(id) {
             sh.log(&format!(
                 "{peer}: data connection with an unknown cookie; closed"
             ));
         }
-        return;
-    }
-    if magic != MAGIC {
-        let _ = stream.write_all(b"fabperf agent: this port speaks the fabperf protocol only\n");
-        let _ = stream.shutdown(std::net::Shutdown::Write);
-        // Drain what the peer already sent so the close is not a reset that
-        // destroys our message before it is read.
-        let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-        let mut sink = [0u8; 4096];
-        let mut drained = 0;
-        while drained < 65536 {
-            match stream.read(&mut sink) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => drained += n,
-            }
-        }
-        sh.log(&format!(
-            "{peer}: not a fabperf client (first bytes {magic:02x?}); closed"
-        ));
         return;
     }
     let mut rest = [0u8; 4];

@@ -234,10 +234,18 @@ fn client_reports_agent_version_mismatch() {
 fn not_fabperf_peer() {
     let (h, _tx) = start(None, Duration::from_secs(5));
     let mut s = TcpStream::connect(h.addr()).unwrap();
+    s.write_all(b"SSH-2.0-OpenSSH_9.2\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.contains("fabperf protocol"), "{out}");
+    // HTTP, on an agent without --http: an HTTP answer saying how to turn it on.
+    let mut s = TcpStream::connect(h.addr()).unwrap();
     s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
-    assert!(out.contains("fabperf protocol only"), "{out}");
+    assert!(out.starts_with("HTTP/1.1 503 "), "{out}");
+    assert!(out.contains("x-fabperf-reason: http-off"), "{out}");
+    assert!(out.contains("--http"), "{out}");
 
     // And a client talking to something that is not an agent.
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -83,6 +83,26 @@ impl DoctorReport {
     pub fn to_json_pretty(&self) -> String {
         serde_json::to_string_pretty(self).expect("report serializes")
     }
+
+    /// Add findings made from measurements (`fabperf doctor --mtu-results`),
+    /// keeping the report's order (severity, id, subject) and its counts.
+    pub fn extend(&mut self, more: Vec<Finding>) {
+        self.findings.extend(more);
+        sort_findings(&mut self.findings);
+        let count = |s: Severity| self.findings.iter().filter(|x| x.severity == s).count();
+        self.errors = count(Severity::Error);
+        self.warnings = count(Severity::Warning);
+        self.infos = count(Severity::Info);
+    }
+}
+
+fn sort_findings(f: &mut [Finding]) {
+    f.sort_by(|a, b| {
+        a.severity
+            .cmp(&b.severity)
+            .then_with(|| a.id.cmp(&b.id))
+            .then_with(|| a.subject.cmp(&b.subject))
+    });
 }
 
 fn ev(inv: &Inventory, host_path: &str, value: impl ToString) -> Evidence {
@@ -1013,12 +1033,7 @@ pub fn diagnose(inv: &Inventory) -> DoctorReport {
     check_mtu(inv, &mut f);
     check_netns(inv, &mut f);
     check_clocksource(inv, &mut f);
-    f.sort_by(|a, b| {
-        a.severity
-            .cmp(&b.severity)
-            .then_with(|| a.id.cmp(&b.id))
-            .then_with(|| a.subject.cmp(&b.subject))
-    });
+    sort_findings(&mut f);
     let count = |s: Severity| f.iter().filter(|x| x.severity == s).count();
     DoctorReport {
         schema: DOCTOR_SCHEMA.into(),

@@ -56,6 +56,13 @@ pub fn csv_header() -> Vec<&'static str> {
         "udp_jitter_us",
         "udp_late",
         "udp_ipdv_us",
+        "requests_per_s",
+        "errors_connect",
+        "errors_write",
+        "errors_read",
+        "errors_timeout",
+        "errors_status",
+        "errors_parse",
         "local",
         "remote",
         "device",
@@ -97,6 +104,12 @@ fn csv_row(r: &Record) -> Vec<String> {
     let udp = r.udp.as_ref();
     let l = |f: fn(&LatencySummary) -> f64| lat.map(|s| f(s).to_string()).unwrap_or_default();
     let u = |f: fn(&UdpStats) -> String| udp.map(f).unwrap_or_default();
+    let e = |f: fn(&crate::RequestErrors) -> u64| {
+        r.errors
+            .as_ref()
+            .map(|x| f(x).to_string())
+            .unwrap_or_default()
+    };
     let mut row = vec![
         r.schema.to_string(),
         r.test.clone(),
@@ -145,6 +158,13 @@ fn csv_row(r: &Record) -> Vec<String> {
         u(|s| opt(&s.jitter_us)),
         u(|s| opt(&s.late)),
         u(|s| opt(&s.ipdv_us)),
+        opt(&r.requests_per_s),
+        e(|s| s.connect),
+        e(|s| s.write),
+        e(|s| s.read),
+        e(|s| s.timeout),
+        e(|s| s.status),
+        e(|s| s.parse),
         opt(&r.local),
         opt(&r.remote),
         opt(&r.device),

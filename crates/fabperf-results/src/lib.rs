@@ -127,6 +127,44 @@ pub struct HostCpu {
     pub cpus: u32,
 }
 
+/// Requests that failed, by kind (request/response tests such as
+/// `http-load`). A request counts once, under the first thing that failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestErrors {
+    /// Connections that could not be opened (refused, unreachable, timed out).
+    pub connect: u64,
+    /// Requests that could not be sent (reset, broken pipe).
+    pub write: u64,
+    /// Responses cut short (reset, or closed before the response ended).
+    pub read: u64,
+    /// Requests without a complete response within the request timeout.
+    pub timeout: u64,
+    /// Responses with a status of 400 or more.
+    pub status: u64,
+    /// Responses that are not valid HTTP/1.x.
+    pub parse: u64,
+}
+
+impl RequestErrors {
+    pub fn total(&self) -> u64 {
+        self.connect
+            .saturating_add(self.write)
+            .saturating_add(self.read)
+            .saturating_add(self.timeout)
+            .saturating_add(self.status)
+            .saturating_add(self.parse)
+    }
+
+    pub fn add(&mut self, o: &RequestErrors) {
+        self.connect = self.connect.saturating_add(o.connect);
+        self.write = self.write.saturating_add(o.write);
+        self.read = self.read.saturating_add(o.read);
+        self.timeout = self.timeout.saturating_add(o.timeout);
+        self.status = self.status.saturating_add(o.status);
+        self.parse = self.parse.saturating_add(o.parse);
+    }
+}
+
 /// One measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
@@ -173,6 +211,12 @@ pub struct Record {
     /// be recomputed and repeats merged ([`LatencyHistogram::from_base64`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lat_hist: Option<String>,
+    /// Successful requests (status below 400) completed per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_s: Option<f64>,
+    /// Failed requests by kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<RequestErrors>,
     /// CPU time of the local (client) side's test threads over the measured
     /// time, percent of one core.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -255,6 +299,8 @@ impl Record {
             msg_rate_mpps: None,
             lat_us: None,
             lat_hist: None,
+            requests_per_s: None,
+            errors: None,
             cpu_local_pct: None,
             cpu_remote_pct: None,
             host_cpu_local: None,

@@ -71,6 +71,7 @@ impl Record {
         opt("msg_rate_mpps", self.msg_rate_mpps)?;
         opt("cpu_local_pct", self.cpu_local_pct)?;
         opt("cpu_remote_pct", self.cpu_remote_pct)?;
+        opt("requests_per_s", self.requests_per_s)?;
         if let Some(l) = &self.lat_us {
             lat(l)?;
         }
@@ -163,6 +164,10 @@ mod tests {
             (
                 Box::new(|r| r.bw_peak_gbps = Some(f64::NAN)),
                 "bw_peak_gbps",
+            ),
+            (
+                Box::new(|r| r.requests_per_s = Some(-1.0)),
+                "requests_per_s",
             ),
             (
                 Box::new(|r| {

@@ -127,6 +127,20 @@ pub enum Warning {
     /// rules was not applied or not restored (the text says which, where
     /// and why).
     Tuning { text: String },
+    /// http-load at a fixed rate: fewer requests completed than asked.
+    RequestRateNotReached { asked: f64, completed: f64 },
+    /// http-load at a fixed rate: more than a tenth of the requests were
+    /// due while their connection was still busy.
+    LateRequests { late: u64, ok: u64 },
+    /// http-load: requests failed during the warm-up.
+    WarmupErrors { count: u64 },
+    /// http-load: no request completed in the measured interval.
+    NoRequests,
+    /// mtu: what the path's figure was limited by, the interface the
+    /// probes left through and its encapsulation.
+    MtuPath { text: String },
+    /// mtu: an interface is configured for more than its path carries.
+    MtuMismatch { text: String },
 }
 
 /// `(id, what it means)` for every warning, in the order of the enum.
@@ -229,6 +243,30 @@ pub const REGISTRY: &[(&str, &str)] = &[
         "tuning",
         "a setting of the cell's tuning profile or policy rules was not applied or not restored",
     ),
+    (
+        "request-rate-not-reached",
+        "http-load at a fixed rate completed fewer requests per second than asked",
+    ),
+    (
+        "late-requests",
+        "http-load at a fixed rate: over a tenth of the requests were due while their connection was busy",
+    ),
+    (
+        "warmup-errors",
+        "http-load: requests failed during the warm-up (not counted)",
+    ),
+    (
+        "no-requests",
+        "http-load: no request completed in the measured interval",
+    ),
+    (
+        "mtu-path",
+        "mtu: what limited the path's figure, the interface the probes left through and its encapsulation",
+    ),
+    (
+        "mtu-mismatch",
+        "mtu: an interface is configured for a larger MTU than its path carries",
+    ),
 ];
 
 impl Warning {
@@ -261,6 +299,12 @@ impl Warning {
             Warning::TeardownFailed { .. } => "teardown-failed",
             Warning::Aggregate { .. } => "aggregate",
             Warning::Tuning { .. } => "tuning",
+            Warning::RequestRateNotReached { .. } => "request-rate-not-reached",
+            Warning::LateRequests { .. } => "late-requests",
+            Warning::WarmupErrors { .. } => "warmup-errors",
+            Warning::NoRequests => "no-requests",
+            Warning::MtuPath { .. } => "mtu-path",
+            Warning::MtuMismatch { .. } => "mtu-mismatch",
         }
     }
 
@@ -363,6 +407,21 @@ impl Warning {
                  interval ({secs:.2} s); each flow has its own record"
             ),
             Warning::Tuning { text } => text.clone(),
+            Warning::RequestRateNotReached { asked, completed } => format!(
+                "asked for {asked:.0} requests/s, completed {completed:.0}: the server or this \
+                 client is saturated (latency counts from when each request was due)"
+            ),
+            Warning::LateRequests { late, ok } => format!(
+                "{late} of {ok} requests were due while their connection was still busy; their \
+                 latency counts from the due time"
+            ),
+            Warning::WarmupErrors { count } => {
+                format!("{count} request(s) failed during the warm-up (not counted)")
+            }
+            Warning::NoRequests => "no request completed in the measured interval (requests \
+                 still in flight when it ended count neither as done nor as failed)"
+                .into(),
+            Warning::MtuPath { text } | Warning::MtuMismatch { text } => text.clone(),
         }
     }
 
@@ -485,6 +544,19 @@ pub(crate) fn examples() -> Vec<Warning> {
             text:
                 "profile x on fp-node1: sysctl net.core.rmem_max = 8388608 not applied, not allowed"
                     .into(),
+        },
+        Warning::RequestRateNotReached {
+            asked: 5000.0,
+            completed: 4000.0,
+        },
+        Warning::LateRequests { late: 20, ok: 100 },
+        Warning::WarmupErrors { count: 2 },
+        Warning::NoRequests,
+        Warning::MtuPath {
+            text: "limited by the path".into(),
+        },
+        Warning::MtuMismatch {
+            text: "MTU mismatch: local interface mgmt0 configured for 1500, 1400 crosses".into(),
         },
     ]
 }

@@ -72,6 +72,8 @@ pub fn inner_secs(kind: Kind, params: &Value) -> f64 {
     match kind {
         Kind::TcpBw | Kind::UdpBw => f("duration_s") + f("omit_s"),
         Kind::TcpLat | Kind::UdpLat => f("duration_s"),
+        Kind::HttpLoad => f("duration_s") + f("warmup_s"),
+        Kind::Mtu => f("duration_s"),
         Kind::RdmaBw | Kind::RdmaLat => {
             let d = f("duration");
             let w = params
@@ -137,6 +139,21 @@ pub fn run_client(
             .map_err(|e| (ErrorCode::TestFailed, e.to_string())),
         Kind::RdmaLat => fabperf_rdma::run_lat(target, cfg, &decode(params)?)
             .map_err(|e| (ErrorCode::TestFailed, e.to_string())),
+        Kind::Mtu => fabperf_mtu::plan::run(target, cfg, &decode(params)?)
+            .map_err(|e| (ErrorCode::TestFailed, e.to_string())),
+        // HTTP is unauthenticated: the target's HTTP server, not its
+        // fabperf protocol, so no token and no group.
+        Kind::HttpLoad => {
+            fabperf_http::run_load(&fabperf_http::Target::new(target), &decode(params)?).map_err(
+                |e| {
+                    let code = match e {
+                        fabperf_http::LoadError::BadParams(_) => ErrorCode::BadRequest,
+                        _ => ErrorCode::TestFailed,
+                    };
+                    (code, e.to_string())
+                },
+            )
+        }
     }
 }
 

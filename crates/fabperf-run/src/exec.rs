@@ -521,6 +521,15 @@ fn human_size(b: u64) -> String {
 
 /// The one-line result of a cell for the log.
 fn headline(ms: &[Measurement]) -> String {
+    // Path MTU: one record per method.
+    let mtus: Vec<String> = ms
+        .iter()
+        .filter(|m| m.record.test == "mtu")
+        .filter_map(|m| Some(format!("{} {}", m.record.op.as_deref()?, m.record.mtu?)))
+        .collect();
+    if !mtus.is_empty() {
+        return format!("MTU {}", mtus.join(", "));
+    }
     let main = ms
         .iter()
         .find(|m| m.role == Role::Aggregate)

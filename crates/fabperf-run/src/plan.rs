@@ -17,7 +17,7 @@
 //! path = "fabric"
 //!
 //! [[tests]]
-//! kind = "tcp-bw"                     # tcp-bw, tcp-lat, udp-bw, udp-lat, rdma-bw, rdma-lat
+//! kind = "tcp-bw"                     # tcp-bw, tcp-lat, udp-bw, udp-lat, rdma-bw, rdma-lat, http-load, mtu
 //! paths = ["host", "fabric"]
 //! pattern = "mesh"                    # pairs, mesh, incast, bisection
 //! sizes = ["128K"]
@@ -92,16 +92,20 @@ pub enum Kind {
     UdpLat,
     RdmaBw,
     RdmaLat,
+    HttpLoad,
+    Mtu,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 8] = [
         Kind::TcpBw,
         Kind::TcpLat,
         Kind::UdpBw,
         Kind::UdpLat,
         Kind::RdmaBw,
         Kind::RdmaLat,
+        Kind::HttpLoad,
+        Kind::Mtu,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -111,6 +115,8 @@ impl Kind {
             Kind::UdpLat => "udp-lat",
             Kind::RdmaBw => "rdma-bw",
             Kind::RdmaLat => "rdma-lat",
+            Kind::HttpLoad => "http-load",
+            Kind::Mtu => "mtu",
         }
     }
     pub fn parse(s: &str) -> Option<Kind> {
@@ -318,6 +324,7 @@ struct RawTest {
     mtus: Option<S<Vec<S<i64>>>>,
     directions: Option<S<Vec<S<String>>>>,
     rates: Option<S<Vec<S<toml::Value>>>>,
+    connections: Option<S<Vec<S<i64>>>>,
     duration: Option<S<toml::Value>>,
     repeats: Option<S<i64>>,
     params: Option<S<toml::Table>>,
@@ -407,6 +414,23 @@ fn rate_value(v: &toml::Value) -> Result<Option<u64>, String> {
         toml::Value::String(s) => fabperf_units::parse_rate(s),
         other => Err(format!(
             "a rate is bits/s as a number or a string such as \"10G\" or \"max\"; got {}",
+            other.type_str()
+        )),
+    }
+}
+
+/// A request rate (http-load): requests/s as a number or a string such as
+/// "20K", or "max" (closed loop).
+fn request_rate_value(v: &toml::Value) -> Result<Option<f64>, String> {
+    match v {
+        toml::Value::Integer(i) if *i > 0 => Ok(Some(*i as f64)),
+        toml::Value::Float(f) if f.is_finite() && *f > 0.0 => Ok(Some(*f)),
+        toml::Value::Integer(_) | toml::Value::Float(_) => Err(format!(
+            "a request rate must be a positive number of requests/s, got {v}"
+        )),
+        toml::Value::String(s) => fabperf_units::parse_per_second(s),
+        other => Err(format!(
+            "a request rate is requests/s as a number or a string such as \"20K\" or \"max\"; got {}",
             other.type_str()
         )),
     }
@@ -1045,6 +1069,8 @@ fn defaults(kind: Kind) -> Value {
         Kind::UdpLat => serde_json::to_value(fabperf_sock::UdpLatParams::default()),
         Kind::RdmaBw => serde_json::to_value(fabperf_rdma::BwParams::default()),
         Kind::RdmaLat => serde_json::to_value(fabperf_rdma::LatParams::default()),
+        Kind::HttpLoad => serde_json::to_value(fabperf_http::LoadParams::default()),
+        Kind::Mtu => serde_json::to_value(fabperf_mtu::plan::PlanParams::default()),
     };
     v.unwrap_or(Value::Null)
 }
@@ -1065,6 +1091,8 @@ pub fn validate_params(kind: Kind, params: &Value) -> Result<(), String> {
         Kind::UdpLat => go::<fabperf_sock::UdpLatParams>(params, |p| p.validate()),
         Kind::RdmaBw => go::<fabperf_rdma::BwParams>(params, |p| p.validate()),
         Kind::RdmaLat => go::<fabperf_rdma::LatParams>(params, |p| p.validate()),
+        Kind::HttpLoad => go::<fabperf_http::LoadParams>(params, |p| p.validate()),
+        Kind::Mtu => go::<fabperf_mtu::plan::PlanParams>(params, |p| p.validate()),
     }
 }
 
@@ -1244,21 +1272,55 @@ fn sweep(cx: &mut Ctx, t: &RawTest, kind: Kind, name: &str) -> Vec<SweepPoint> {
         }
     }
     if let Some(r) = &t.rates {
-        if kind != Kind::UdpBw {
+        if !matches!(kind, Kind::UdpBw | Kind::HttpLoad) {
             cx.at(
                 r.span(),
-                format!("`rates` applies to udp-bw, not {}", kind.name()),
+                format!(
+                    "`rates` applies to udp-bw (bits/s) and http-load (requests/s), not {}",
+                    kind.name()
+                ),
             );
         }
         let mut vals = Vec::new();
         for v in r.get_ref() {
-            match rate_value(v.get_ref()) {
-                Ok(x) => vals.push((json!(x), v.span())),
+            let x = if kind == Kind::HttpLoad {
+                request_rate_value(v.get_ref()).map(|x| json!(x))
+            } else {
+                rate_value(v.get_ref()).map(|x| json!(x))
+            };
+            match x {
+                Ok(x) => vals.push((x, v.span())),
                 Err(e) => cx.at(v.span(), e),
             }
         }
-        if kind == Kind::UdpBw {
+        if matches!(kind, Kind::UdpBw | Kind::HttpLoad) {
             dims.push(("rate", vals));
+        }
+    }
+    if let Some(c) = &t.connections {
+        if kind != Kind::HttpLoad {
+            cx.at(
+                c.span(),
+                format!("`connections` applies to http-load, not {}", kind.name()),
+            );
+        }
+        let mut vals = Vec::new();
+        for v in c.get_ref() {
+            let max = i64::from(fabperf_http::params::MAX_CONNECTIONS);
+            if (1..=max).contains(v.get_ref()) {
+                vals.push((json!(v.get_ref()), v.span()));
+            } else {
+                cx.at(
+                    v.span(),
+                    format!("connections {} is out of range 1..={max}", v.get_ref()),
+                );
+            }
+        }
+        if c.get_ref().is_empty() {
+            cx.at(c.span(), "`connections` is empty");
+        }
+        if kind == Kind::HttpLoad {
+            dims.push(("connections", vals));
         }
     }
     // Cross product.
@@ -1314,7 +1376,9 @@ fn apply_dim(kind: Kind, p: &mut Value, dim: &str, v: &Value) {
         ("mtu", _) => p["mtu"] = v.clone(),
         ("direction", false) => p["direction"] = v.clone(),
         ("direction", true) => p["bidir"] = json!(v == "bidir"),
+        ("rate", _) if kind == Kind::HttpLoad => p["rate"] = v.clone(),
         ("rate", _) => p["rate_bps"] = v.clone(),
+        ("connections", _) => p["connections"] = v.clone(),
         _ => {}
     }
 }

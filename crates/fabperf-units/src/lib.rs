@@ -10,6 +10,9 @@
 //! - **Rates** are bits per second with an optional *decimal* multiplier:
 //!   `800K`, `100M`, `2.5G`, `1T` (optionally followed by `bit/s` or
 //!   `bps`), or `max` (also `0`): as fast as possible.
+//! - **Request rates** are requests per second with an optional
+//!   *decimal* multiplier: `500`, `20K`, `1.5M` (optionally followed by
+//!   `/s` or `req/s`), or `max` (also `0`): as fast as the responses come.
 //! - **Durations** are a number with an optional unit: `ms`, `s`, `m`
 //!   (minutes), `h`. A bare number takes the flag's own unit, which is
 //!   seconds for every flag except `--probe-timeout` (milliseconds).
@@ -143,6 +146,49 @@ pub fn parse_rate(s: &str) -> Result<Option<u64>, String> {
     Ok(Some(r as u64))
 }
 
+/// Parse a request rate in requests per second (decimal multipliers);
+/// `max` and `0` give `None` (closed loop: as fast as the responses come).
+/// At least 0.001 requests/s, at most 10⁹.
+pub fn parse_per_second(s: &str) -> Result<Option<f64>, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("max") {
+        return Ok(None);
+    }
+    let (v, suf) = split_number(t, "request rate")?;
+    let suf = suf.to_ascii_lowercase();
+    let unit = ["req/s", "/s"]
+        .iter()
+        .find_map(|u| suf.strip_suffix(u))
+        .unwrap_or(&suf)
+        .trim();
+    let mult = match unit {
+        "" => 1.0,
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        _ => {
+            return Err(format!(
+                "unknown unit {suf:?} in request rate {s:?}; use requests per second, optionally with K, M or G (x1000), or `max`"
+            ))
+        }
+    };
+    if v == 0.0 {
+        return Ok(None);
+    }
+    let r = v * mult;
+    if r > 1e9 {
+        return Err(format!(
+            "request rate {s:?} is above the largest, 1G requests/s"
+        ));
+    }
+    if r < 0.001 {
+        return Err(format!(
+            "request rate {s:?} is below the smallest, 0.001 requests/s"
+        ));
+    }
+    Ok(Some(r))
+}
+
 /// Longest duration the grammar accepts at all (ranges per flag are
 /// narrower); keeps every value far inside `Duration`'s range.
 pub const MAX_ANY_SECS: f64 = 10.0 * 365.0 * 86400.0;
@@ -258,6 +304,22 @@ pub fn duration_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_rates() {
+        assert_eq!(parse_per_second("max").unwrap(), None);
+        assert_eq!(parse_per_second("0").unwrap(), None);
+        assert_eq!(parse_per_second("500").unwrap(), Some(500.0));
+        assert_eq!(parse_per_second("20K").unwrap(), Some(20_000.0));
+        assert_eq!(parse_per_second("1.5m/s").unwrap(), Some(1_500_000.0));
+        assert_eq!(parse_per_second("2k req/s").unwrap(), Some(2000.0));
+        assert_eq!(parse_per_second("0.5").unwrap(), Some(0.5));
+        for bad in [
+            "", "-1", "1e300", "2G", "10Kbit/s", "fast", "NaN", "inf", "1MB", "0.0001",
+        ] {
+            assert!(parse_per_second(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -29,6 +29,10 @@ enum Cmd {
     UdpBw(cmd::sock::UdpBwArgs),
     /// UDP request/response latency with loss-tolerant timeouts.
     UdpLat(cmd::sock::UdpLatArgs),
+    /// HTTP/1.1 load (wrk-class): requests/s and latency against an agent's HTTP server.
+    HttpLoad(cmd::http::HttpLoadArgs),
+    /// Path MTU: the largest packet that crosses each path unfragmented, the overlay's overhead named.
+    Mtu(cmd::mtu::MtuArgs),
     /// RDMA verbs bandwidth (write, read, send), perftest-class.
     RdmaBw(cmd::rdma::BwArgs),
     /// RDMA verbs latency (write, send, read), perftest-class.
@@ -67,6 +71,8 @@ fn main() -> ExitCode {
         Cmd::TcpLat(a) => cmd::sock::run_tcp_lat(a),
         Cmd::UdpBw(a) => cmd::sock::run_udp_bw(a),
         Cmd::UdpLat(a) => cmd::sock::run_udp_lat(a),
+        Cmd::HttpLoad(a) => cmd::http::run_http_load(a),
+        Cmd::Mtu(a) => cmd::mtu::run(a),
         Cmd::RdmaBw(a) => cmd::rdma::run_bw(a),
         Cmd::RdmaLat(a) => cmd::rdma::run_lat(a),
         Cmd::Run(a) => cmd::run::run(a),

@@ -40,6 +40,10 @@ pub struct DoctorArgs {
     /// The node address kubelet is given with --node-ip (default: the default-route address).
     #[arg(long, value_name = "IP", conflicts_with = "inventory")]
     pub node_ip: Option<IpAddr>,
+    /// Compare the path MTUs measured by `fabperf mtu --json` (this node's and the
+    /// agents' interfaces) with the configured ones: `mtu-mismatch` findings.
+    #[arg(long, value_name = "FILE")]
+    pub mtu_results: Option<PathBuf>,
     /// Print the findings as JSON (schema fabperf.doctor/1).
     #[arg(long)]
     pub json: bool,
@@ -115,7 +119,13 @@ pub fn run_doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
             Err(e) => return Ok(bad_input(e)),
         }
     };
-    let report = doctor::diagnose(&inv);
+    let mut report = doctor::diagnose(&inv);
+    if let Some(file) = &a.mtu_results {
+        match fabperf_mtu::doctor::read_results(file) {
+            Ok(m) => report.extend(fabperf_mtu::doctor::findings(&m, &inv, file)),
+            Err(e) => return Ok(bad_input(e)),
+        }
+    }
     if a.json {
         println!("{}", report.to_json_pretty());
     } else {

@@ -4,8 +4,10 @@
 pub mod cnibench;
 pub mod common;
 pub mod detect;
+pub mod http;
 pub mod inventory;
 pub mod k8s;
+pub mod mtu;
 pub mod rdma;
 pub mod report;
 pub mod run;

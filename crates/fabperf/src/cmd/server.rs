@@ -83,6 +83,20 @@ pub struct Args {
     /// GID index the agent uses (default: RoCE v2 + IPv4 by rule).
     #[arg(long, value_name = "N")]
     pub rdma_gid_index: Option<u32>,
+    /// Also serve HTTP/1.1 on the port, unauthenticated: `GET /bytes/N`
+    /// and `PUT /upload`, the target of `fabperf http-load` and wrk
+    /// (docs/http.md; docs/security.md says what it exposes).
+    #[arg(long)]
+    pub http: bool,
+    /// Most HTTP connections at once (lowered to what the open-file limit holds).
+    #[arg(long, default_value_t = fabperf_http::server::DEFAULT_MAX_CONNECTIONS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000), requires = "http",
+          value_name = "N")]
+    pub http_max_connections: u64,
+    /// Largest HTTP response (GET /bytes/N) or upload body (e.g. 1G, 100M).
+    #[arg(long, default_value = "1G", value_parser = units::size_in(0, 1 << 40),
+          value_name = "SIZE", requires = "http", allow_negative_numbers = true)]
+    pub http_max_size: u64,
     /// No log lines on stderr.
     #[arg(short, long)]
     pub quiet: bool,
@@ -92,6 +106,7 @@ pub struct Args {
 pub fn all_kinds(rdma: RdmaOpts) -> Vec<Box<dyn TestKind>> {
     let mut k = fabperf_sock::kinds();
     k.extend(fabperf_rdma::kinds(rdma));
+    k.push(Box::new(fabperf_mtu::MtuKind));
     k
 }
 
@@ -207,9 +222,24 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             inventory: Some(inventory),
         }),
     };
-    let agent = Agent::bind(cfg)
+    // Every connection is an open file: use what the hard limit allows
+    // (the agent sizes its caps to it and says so when it is low).
+    if let Err(e) = fabperf_http::rlimit::raise_to_hard() {
+        eprintln!("fabperf agent: {e}");
+    }
+    let mut agent = Agent::bind(cfg)
         .map_err(anyhow::Error::msg)
         .context("starting the agent")?;
+    if a.http {
+        agent
+            .enable_http(fabperf_agent::HttpConfig {
+                max_connections: a.http_max_connections as usize,
+                max_size: a.http_max_size,
+                timeout: Duration::from_secs_f64(a.timeout),
+            })
+            .map_err(anyhow::Error::msg)
+            .context("starting the agent's HTTP server")?;
+    }
     agent.run();
     Ok(ExitCode::SUCCESS)
 }
