@@ -26,44 +26,7 @@ pub struct CounterSpec {
     pub host: bool,
 }
 
-/// Where a group of counters comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CounterSource {
-    /// `/sys/class/infiniband/<dev>/ports/<p>/counters/`.
-    RdmaPort,
-    /// `/sys/class/infiniband/<dev>/ports/<p>/hw_counters/`.
-    RdmaHw,
-    /// `/sys/class/net/<if>/statistics/`.
-    Netdev,
-    /// `/proc/net/snmp` (`Ip.`, `Icmp.`, `Tcp.`, `Udp.`, ... keys).
-    Snmp,
-    /// `/proc/net/netstat` (`TcpExt.`, `IpExt.`, ... keys).
-    Netstat,
-}
-
-/// The unit of a counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Unit {
-    /// Events or packets.
-    Count,
-    /// Bytes.
-    Bytes,
-    /// 4-byte words (IB PMA `port_xmit_data` / `port_rcv_data`): multiply by 4 for bytes.
-    FourByteWords,
-}
-
-/// The unit of counter `name` of `source`.
-pub fn unit(source: CounterSource, name: &str) -> Unit {
-    match (source, name) {
-        (CounterSource::RdmaPort, "port_xmit_data" | "port_rcv_data") => Unit::FourByteWords,
-        (CounterSource::RdmaPort, "unicast_xmit_packets" | "unicast_rcv_packets") => Unit::Count,
-        (CounterSource::Netdev, n) if n.ends_with("_bytes") => Unit::Bytes,
-        (CounterSource::Snmp | CounterSource::Netstat, n) if n.ends_with("Octets") => Unit::Bytes,
-        _ => Unit::Count,
-    }
-}
+pub use fabperf_results::counters::{unit, CounterDelta, CounterSource, Unit};
 
 /// One group of counters as read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,35 +45,6 @@ pub struct CounterSnapshot {
     pub groups: Vec<CounterGroup>,
     /// Sources that could not be read (absent directory, permission denied), with the reason.
     pub missing: Vec<String>,
-}
-
-/// What changed in one group between two snapshots.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CounterDelta {
-    pub source: CounterSource,
-    pub subject: String,
-    pub path: String,
-    /// Non-zero increases, in the counter's own unit (see `units`).
-    pub deltas: BTreeMap<String, u64>,
-    /// Units of the counters in `deltas` that are not plain counts.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub units: BTreeMap<String, Unit>,
-    /// Counters that went down (reset, driver reload, or a 32-bit counter that wrapped): their
-    /// change is unknown, so they are listed here instead of given a wrong delta.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reset: Vec<String>,
-}
-
-impl CounterDelta {
-    /// The delta of `name` in bytes, when its unit is bytes or 4-byte words.
-    pub fn bytes(&self, name: &str) -> Option<u64> {
-        let d = *self.deltas.get(name)?;
-        match unit(self.source, name) {
-            Unit::Bytes => Some(d),
-            Unit::FourByteWords => d.checked_mul(4),
-            Unit::Count => None,
-        }
-    }
 }
 
 /// Files in counter directories that are settings, not counters.
