@@ -4,9 +4,10 @@
 //! counters (`/sys/class/infiniband/<dev>/ports/<p>/counters/*`, the InfiniBand PMA set) and
 //! hardware counters (`.../hw_counters/*`: mlx5's `out_of_sequence`, `np_cnp_sent`, ..., rxe's
 //! `retry_exceeded_err`, ...), the netdev's `/sys/class/net/<if>/statistics/*`, and the host's
-//! `/proc/net/snmp` and `/proc/net/netstat` (TCP retransmits, UDP buffer errors). [`snapshot`]
-//! reads them (through a [`Root`], so snapshots of captures and fixtures work the same way) and
-//! [`delta`] keeps what changed, grouped by source.
+//! `/proc/net/snmp` and `/proc/net/netstat` (TCP retransmits, UDP buffer errors), and on the
+//! live host the netdev driver's `ethtool -S` set ([`crate::ethtool`]). [`snapshot`] reads them
+//! (through a [`Root`], so snapshots of captures and fixtures work the same way) and [`delta`]
+//! keeps what changed, grouped by source.
 //!
 //! Units: every value is a count, except `port_xmit_data` and `port_rcv_data`, which the IB
 //! PMA counts in 4-byte words (octets ÷ 4): [`Unit::FourByteWords`], [`CounterDelta::bytes`].
@@ -141,6 +142,21 @@ pub fn snapshot(root: &Root, spec: &CounterSpec) -> CounterSnapshot {
             nd.to_string(),
             format!("/sys/class/net/{nd}/statistics"),
         );
+        // The driver's set exists only on the live host (a snapshot has no ioctl). A driver
+        // without statistics (loopback) gives no group and is not missing anything.
+        if root.is_live() {
+            let path = format!("SIOCETHTOOL {nd}");
+            match crate::ethtool::driver_stats(nd) {
+                Ok(values) if values.is_empty() => {}
+                Ok(values) => snap.groups.push(CounterGroup {
+                    source: CounterSource::Ethtool,
+                    subject: nd.to_string(),
+                    path,
+                    values,
+                }),
+                Err(e) => snap.missing.push(format!("{path}: {e}")),
+            }
+        }
     }
     if spec.host {
         for (source, file) in [
@@ -381,5 +397,19 @@ mod tests {
             .groups
             .iter()
             .any(|g| g.source == CounterSource::Netdev && g.values.contains_key("rx_bytes")));
+        // Loopback's driver keeps no ethtool statistics: no group, and nothing missing.
+        assert!(s.missing.is_empty(), "{:?}", s.missing);
+        assert!(s.groups.iter().all(|g| g.source != CounterSource::Ethtool));
+        // An interface that is not there is named as missing, in both of its sources.
+        let s = snapshot(
+            &Root::live(),
+            &CounterSpec {
+                rdma: None,
+                netdev: Some("fabperf-none0".into()),
+                host: false,
+            },
+        );
+        assert_eq!(s.missing.len(), 2, "{:?}", s.missing);
+        assert!(s.missing[1].starts_with("SIOCETHTOOL fabperf-none0: no such interface"));
     }
 }

@@ -18,6 +18,7 @@ pub mod capture;
 mod collect;
 pub mod counters;
 pub mod doctor;
+pub mod ethtool;
 pub mod ipstate;
 pub mod memlock;
 mod model;
