@@ -965,6 +965,7 @@ pub fn diagnose(inv: &Inventory) -> DoctorReport {
     check_pcie(inv, &mut f);
     check_ipoib(inv, &mut f);
     check_ports(inv, &mut f);
+    crate::placement::check_numa(inv, &mut f);
     check_memlock(inv, &mut f);
     check_rp_filter(inv, &mut f);
     check_mtu(inv, &mut f);
