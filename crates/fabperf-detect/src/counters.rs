@@ -68,9 +68,21 @@ fn read_dir_counters(root: &Root, dir: &str) -> Result<BTreeMap<String, u64>, St
     Ok(values)
 }
 
+/// Keys of `/proc/net/snmp` that are settings or gauges (they go up and down), not counters.
+const SNMP_NOT_COUNTERS: &[&str] = &[
+    "Ip.Forwarding",
+    "Ip.DefaultTTL",
+    "Tcp.RtoAlgorithm",
+    "Tcp.RtoMin",
+    "Tcp.RtoMax",
+    "Tcp.MaxConn",
+    "Tcp.CurrEstab",
+];
+
 /// Parse `/proc/net/snmp` or `/proc/net/netstat`: pairs of lines `Proto: Name Name ...` /
-/// `Proto: value value ...`, into `Proto.Name` keys. Negative values (`Tcp.MaxConn` -1) are
-/// settings, not counters, and are left out; lines that do not pair up are ignored.
+/// `Proto: value value ...`, into `Proto.Name` keys. Settings and gauges (`Tcp.MaxConn`,
+/// `Tcp.CurrEstab`, and any negative value) are left out; lines that do not pair up are
+/// ignored.
 pub fn parse_proc_net(text: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     let lines: Vec<&str> = text.lines().collect();
@@ -94,8 +106,12 @@ pub fn parse_proc_net(text: &str) -> BTreeMap<String, u64> {
             continue;
         }
         for (n, v) in names.iter().zip(vals.iter()) {
+            let key = format!("{p1}.{n}");
+            if SNMP_NOT_COUNTERS.contains(&key.as_str()) {
+                continue;
+            }
             if let Ok(v) = v.parse::<u64>() {
-                out.insert(format!("{p1}.{n}"), v);
+                out.insert(key, v);
             }
         }
         i += 2;
@@ -163,7 +179,14 @@ pub fn snapshot(root: &Root, spec: &CounterSpec) -> CounterSnapshot {
             (CounterSource::Snmp, "/proc/net/snmp"),
             (CounterSource::Netstat, "/proc/net/netstat"),
         ] {
-            match root.try_read_limited(file, crate::root::MAX_ATTR_BYTES) {
+            // Live: the calling thread's network namespace (`/proc/net` is the main
+            // thread's, which a thread that entered another namespace does not share).
+            let read = if root.is_live() {
+                file.replacen("/proc/", "/proc/thread-self/", 1)
+            } else {
+                file.to_string()
+            };
+            match root.try_read_limited(&read, crate::root::MAX_ATTR_BYTES) {
                 Ok(b) => snap.groups.push(CounterGroup {
                     source,
                     subject: "host".into(),
@@ -308,6 +331,8 @@ mod tests {
         let snmp = &before.groups[3];
         assert_eq!(snmp.values["Tcp.RetransSegs"], 5);
         assert!(!snmp.values.contains_key("Tcp.MaxConn"), "-1 is a setting");
+        assert!(!snmp.values.contains_key("Tcp.RtoAlgorithm"), "a setting");
+        assert!(!snmp.values.contains_key("Ip.DefaultTTL"), "a setting");
 
         // The run: 250 words sent, 3 out-of-sequence, 9000 bytes received, 2 retransmits, UDP
         // buffer overflows; symbol_error and rx_dropped unchanged.

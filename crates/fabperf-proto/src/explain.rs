@@ -121,22 +121,29 @@ impl<'de> Deserialize<'de> for CpuSpec {
 /// placed it: `get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR)`. `None` where the kernel has no NUMA
 /// support or the address is not mapped.
 pub fn buffer_node(buf: &[u8]) -> Option<u32> {
-    const MPOL_F_NODE: libc::c_ulong = 1;
-    const MPOL_F_ADDR: libc::c_ulong = 2;
     if buf.is_empty() {
         return None;
     }
+    page_node(buf.as_ptr() as usize)
+}
+
+/// The NUMA node of the page holding `addr` (see [`buffer_node`]); the address is only
+/// looked up by the kernel, never dereferenced, so any value is safe to pass (an unmapped
+/// one gives `None`).
+pub fn page_node(addr: usize) -> Option<u32> {
+    const MPOL_F_NODE: libc::c_ulong = 1;
+    const MPOL_F_ADDR: libc::c_ulong = 2;
     let mut node: libc::c_int = -1;
     // SAFETY: get_mempolicy writes one int to `node` (a valid, writable local); with a null
     // nodemask and maxnode 0 it writes nothing else, and `addr` is only looked up in the
-    // process's page tables by the kernel (never dereferenced here; the slice keeps it mapped).
+    // process's page tables by the kernel (EFAULT when unmapped), never dereferenced here.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_get_mempolicy,
             &mut node as *mut libc::c_int,
             std::ptr::null_mut::<libc::c_ulong>(),
             0 as libc::c_ulong,
-            buf.as_ptr(),
+            addr as *const libc::c_void,
             MPOL_F_NODE | MPOL_F_ADDR,
         )
     };
@@ -153,6 +160,19 @@ pub fn first_touch(buf: &mut [u8]) {
         unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), buf[i]) };
         i += page;
     }
+}
+
+/// The local address the kernel would use to reach `addr` (a route lookup: a UDP socket is
+/// connected, nothing is sent), so a client can set its end up before it connects.
+pub fn local_ip_towards(addr: std::net::SocketAddr) -> Option<IpAddr> {
+    let any: std::net::SocketAddr = if addr.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let s = std::net::UdpSocket::bind(any).ok()?;
+    s.connect(addr).ok()?;
+    Some(s.local_addr().ok()?.ip())
 }
 
 /// This end's link, counters and CPUs for one test.
@@ -189,9 +209,17 @@ fn detect_live() -> Option<Inventory> {
 }
 
 impl EndSetup {
-    /// The setup for a socket test whose local address (on this end) is `local`.
-    pub fn for_socket(side: Side, local: IpAddr, cpu: &CpuSpec) -> Result<EndSetup, String> {
+    /// The setup for a socket test whose local address (on this end) is `local` (`None`:
+    /// unknown, the link is not known either).
+    pub fn for_socket(
+        side: Side,
+        local: Option<IpAddr>,
+        cpu: &CpuSpec,
+    ) -> Result<EndSetup, String> {
         let inv = detect_live();
+        let Some(local) = local else {
+            return Self::build(side, inv.as_ref(), TestLink::default(), true, cpu);
+        };
         let link = inv
             .as_ref()
             .map(|i| fabperf_detect::link::for_ip(i, local))
@@ -375,10 +403,20 @@ impl EndSetup {
         pin_errors: &[String],
         no_meter_why: &str,
     ) -> HostReport {
-        let mut r = match meter {
+        let r = match meter {
             Some(m) => m.finish_report(),
             None => HostReport::of(Err(no_meter_why.to_string())),
         };
+        self.complete(r, buffer_node, pin_errors)
+    }
+
+    /// Add the placement and this end's warnings to a meter's report.
+    pub fn complete(
+        &self,
+        mut r: HostReport,
+        buffer_node: Option<u32>,
+        pin_errors: &[String],
+    ) -> HostReport {
         let mut notes = self.notes.clone();
         if let Some(e) = pin_errors.first() {
             notes.push(
@@ -687,8 +725,12 @@ mod tests {
     #[test]
     fn live_auto_picks_allowed_cpus_and_pins() {
         // Sockets on loopback: no NIC node, so every allowed CPU; pinning and restoring work.
-        let s = EndSetup::for_socket(Side::Client, "127.0.0.1".parse().unwrap(), &CpuSpec::Auto)
-            .unwrap();
+        let s = EndSetup::for_socket(
+            Side::Client,
+            Some("127.0.0.1".parse().unwrap()),
+            &CpuSpec::Auto,
+        )
+        .unwrap();
         assert_eq!(s.link.netdev.as_deref(), Some("lo"));
         let allowed = rustix::thread::sched_getaffinity(None).unwrap();
         let cpus = s.cpus.clone().expect("auto pins on this host");
@@ -723,6 +765,14 @@ mod tests {
     }
 
     #[test]
+    fn route_lookup() {
+        assert_eq!(
+            local_ip_towards("127.0.0.1:5301".parse().unwrap()),
+            Some("127.0.0.1".parse().unwrap())
+        );
+    }
+
+    #[test]
     fn buffers_report_their_node() {
         let mut v = vec![0u8; 1 << 20];
         first_touch(&mut v);
@@ -733,6 +783,7 @@ mod tests {
             None => eprintln!("no NUMA support in this kernel"),
         }
         assert_eq!(buffer_node(&[]), None);
+        assert_eq!(page_node(0), None, "unmapped");
     }
 
     #[test]
