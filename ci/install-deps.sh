@@ -19,8 +19,10 @@ PKGS=(
   qemu-system-x86 mmdebstrap kmod cpio zstd xz-utils debian-archive-keyring
   # cni-bench tests: the reference CNI plugins (bridge, macvlan, host-device, host-local ...) in /usr/lib/cni
   containernetworking-plugins
-  # manifest validation (ci/k8s-validate.sh)
+  # manifest validation (ci/k8s-validate.sh); the OpenMetrics parser check (ci/report-check.sh)
   python3 python3-venv python3-pip
+  # fabperf report's HTML checked in a headless browser (ci/report-check.sh)
+  chromium
 )
 
 export DEBIAN_FRONTEND=noninteractive

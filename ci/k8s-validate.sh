@@ -3,7 +3,8 @@
 # and renders fresh (every examples/*.toml plan, `fabperf k8s device-plugin-config`)
 # against the upstream Kubernetes schemas (PyPI kubernetes-validate, pinned), the
 # NetworkAttachmentDefinition and NicClusterPolicy CRD schemas in ci/k8s/schemas/,
-# and the embedded CNI / device plugin JSON. Then prove the validator rejects the
+# the embedded CNI / device plugin JSON, and the API server's Job/CronJob rules (the
+# in-cluster runner under manifests/run/). Then prove the validator rejects the
 # broken objects in ci/k8s/broken/. Exits non-zero on any invalid object.
 #
 # Needs: python3 with venv (Debian: python3-venv), PyPI access on first run, cargo.

@@ -54,6 +54,8 @@ step "cargo test --workspace (RDMA device tests are ignored here; the guest runs
   cargo test --workspace --locked --no-fail-fast
 step "fuzzing (libFuzzer targets in fuzz/; FUZZ_SECONDS=${FUZZ_SECONDS:-30} per target)" ./ci/fuzz.sh
 step "Kubernetes manifests against upstream schemas" ./ci/k8s-validate.sh
+step "fabperf report: HTML in headless Chromium, OpenMetrics through a real parser, gates (ci/report-check.sh)" \
+  ./ci/report-check.sh
 step "real ConnectX pair (hw-tests; SKIPPED unless FABPERF_HW_PEER is set)" ./hw-tests/connectx.sh
 step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/testbed-test.sh)" \
   ./sim/testbed-test.sh

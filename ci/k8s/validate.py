@@ -7,7 +7,9 @@ NetworkAttachmentDefinition and NicClusterPolicy: the CRD schemas in
 ci/k8s/schemas/ (authored from the upstream CRDs, see their $comment), with
 ObjectMeta taken from the upstream Kubernetes definitions. Embedded JSON
 (NAD spec.config, the RDMA shared device plugin config.json in the ConfigMap
-and NicClusterPolicy) and the CNI Helm values are checked too.
+and NicClusterPolicy) and the CNI Helm values are checked too, and so are the
+Job and CronJob rules the API server enforces beyond the schema (pod failure
+policy, restart policy, generated jobTemplate selector, schedule TZ, timeZone).
 
 Usage: validate.py [--quiet] PATH...   (files or directories, searched recursively)
 Exit status: 0 when every document is valid, 1 otherwise.
@@ -15,6 +17,7 @@ Exit status: 0 when every document is valid, 1 otherwise.
 
 import json
 import os
+import re
 import sys
 
 import jsonschema
@@ -147,12 +150,93 @@ def check_object(doc):
         return ["%s: %s" % (path, e.message)]
     except kv.SchemaNotFoundError as e:
         return [e.message]
+    if (api, kind) in (("batch/v1", "Job"), ("batch/v1", "CronJob")):
+        return batch_errors(doc)
     if kind == "ConfigMap" and doc.get("metadata", {}).get("name") == "rdma-devices":
         data = doc.get("data") or {}
         if "config.json" not in data:
             return ["data: the rdma-devices ConfigMap needs the key config.json"]
         return embedded_json(data["config.json"], PLUGIN_CONFIG, "data.config.json")
     return []
+
+
+# What the API server checks in a Job beyond its OpenAPI schema
+# (kubernetes pkg/apis/batch/validation/validation.go: validateJobSpec,
+# validatePodFailurePolicy*, ValidateJobTemplateSpec, validateScheduleFormat,
+# validateTimeZone); kubernetes-validate only has the schema.
+POD_FAILURE_ACTIONS = {"Count", "FailJob", "Ignore", "FailIndex"}
+CONDITION_STATUSES = {"True", "False", "Unknown"}
+
+
+def job_spec_errors(spec, where):
+    out = []
+    pod = (spec.get("template") or {}).get("spec") or {}
+    restart = pod.get("restartPolicy")
+    if restart not in ("OnFailure", "Never"):
+        out.append("%s.template.spec.restartPolicy: %r; a Job's pods need OnFailure or Never" % (where, restart))
+    pfp = spec.get("podFailurePolicy")
+    if pfp is None:
+        return out
+    if restart != "Never":
+        out.append("%s.template.spec.restartPolicy: only Never is supported with podFailurePolicy" % where)
+    names = {c.get("name") for c in pod.get("containers", []) + pod.get("initContainers", [])}
+    rules = pfp.get("rules") or []
+    if len(rules) > 20:
+        out.append("%s.podFailurePolicy.rules: more than 20" % where)
+    for i, rule in enumerate(rules):
+        at = "%s.podFailurePolicy.rules[%d]" % (where, i)
+        action = rule.get("action")
+        if action not in POD_FAILURE_ACTIONS:
+            out.append("%s.action: %r is not one of %s" % (at, action, sorted(POD_FAILURE_ACTIONS)))
+        if action == "FailIndex" and spec.get("backoffLimitPerIndex") is None:
+            out.append("%s.action: FailIndex requires backoffLimitPerIndex" % at)
+        codes, conds = rule.get("onExitCodes"), rule.get("onPodConditions")
+        if (codes is None) == (not conds):
+            out.append("%s: exactly one of onExitCodes and onPodConditions is required" % at)
+        if codes is not None:
+            op, values = codes.get("operator"), codes.get("values") or []
+            if op not in ("In", "NotIn"):
+                out.append("%s.onExitCodes.operator: %r is not In or NotIn" % (at, op))
+            cn = codes.get("containerName")
+            if cn is not None and cn not in names:
+                out.append("%s.onExitCodes.containerName: %r must be one of the pod's containers %s" % (at, cn, sorted(names)))
+            if not values or len(values) > 255:
+                out.append("%s.onExitCodes.values: 1 to 255 values are required" % at)
+            if op == "In" and 0 in values:
+                out.append("%s.onExitCodes.values: must not be 0 for the In operator" % at)
+            if len(set(values)) != len(values):
+                out.append("%s.onExitCodes.values: duplicate values" % at)
+            if values != sorted(values):
+                out.append("%s.onExitCodes.values: must be ordered" % at)
+        for j, c in enumerate(conds or []):
+            if c.get("status") not in CONDITION_STATUSES:
+                out.append("%s.onPodConditions[%d].status: %r is not one of %s" % (at, j, c.get("status"), sorted(CONDITION_STATUSES)))
+    return out
+
+
+def time_zone_errors(tz, where):
+    if tz is None:
+        return []
+    if tz == "" or tz.lower() == "local":
+        return ["%s: must be an explicit IANA zone" % where]
+    for part in tz.split("/"):
+        if part in (".", "..") or part.startswith("-") or not re.fullmatch(r"[A-Za-z.\-_0-9+]{1,14}", part):
+            return ["%s: unknown time zone %s" % (where, tz)]
+    return []
+
+
+def batch_errors(doc):
+    kind, spec = doc.get("kind"), doc.get("spec") or {}
+    if kind == "Job":
+        return job_spec_errors(spec, "spec")
+    out = []
+    if "TZ" in spec.get("schedule", ""):
+        out.append("spec.schedule: cannot use TZ or CRON_TZ in schedule, use timeZone field instead")
+    out += time_zone_errors(spec.get("timeZone"), "spec.timeZone")
+    jt = (spec.get("jobTemplate") or {}).get("spec") or {}
+    if jt.get("selector") is not None:
+        out.append("spec.jobTemplate.spec.selector: `selector` will be auto-generated")
+    return out + job_spec_errors(jt, "spec.jobTemplate.spec")
 
 
 def check_file(path):

@@ -75,14 +75,10 @@ impl AgentConfig {
 
 /// This host's name (for `--node-name`'s default).
 pub fn hostname() -> String {
-    let mut b = [0u8; 256];
-    // SAFETY: the buffer is valid for writes of its length.
-    let rc = unsafe { libc::gethostname(b.as_mut_ptr() as *mut libc::c_char, b.len()) };
-    if rc != 0 {
-        return "unknown".into();
+    match nix::unistd::gethostname() {
+        Ok(h) => h.to_string_lossy().into_owned(),
+        Err(_) => "unknown".into(),
     }
-    let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..n]).into_owned()
 }
 
 struct BusyInfo {

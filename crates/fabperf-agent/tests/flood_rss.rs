@@ -9,9 +9,10 @@ use fabperf_proto::{
     connect_test, ClientConfig, Limits, Msg, ServeCtx, ServeError, TestKind, MAX_FRAME,
     PROTO_VERSION,
 };
+use rustix::net::{bind, connect, socket_with, AddressFamily, SocketFlags, SocketType};
 use serde_json::json;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -74,37 +75,18 @@ fn status_field(pid: u32, key: &str) -> u64 {
 }
 
 fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
-    use std::os::fd::FromRawFd;
     let SocketAddr::V4(to) = to else {
         return Err(std::io::ErrorKind::Unsupported.into());
     };
-    let sin = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(ip).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: plain socket calls on a fresh descriptor owned by the
-    // returned TcpStream; the sockaddr structs outlive the calls.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let s = TcpStream::from_raw_fd(fd);
-        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        let a = sin(from, 0);
-        if libc::bind(fd, &a as *const _ as *const libc::sockaddr, len) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let b = sin(*to.ip(), to.port());
-        if libc::connect(fd, &b as *const _ as *const libc::sockaddr, len) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(s)
-    }
+    let fd = socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    bind(&fd, &SocketAddrV4::new(from, 0))?;
+    connect(&fd, &to)?;
+    Ok(TcpStream::from(fd))
 }
 
 /// Open a stalled handshake the way that costs the agent most: preamble,

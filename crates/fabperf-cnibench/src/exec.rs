@@ -2,6 +2,7 @@
 //! "Execution protocol"): parameters in `CNI_*` environment variables, the
 //! network config on stdin, a result or an error object on stdout.
 
+use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -219,7 +220,7 @@ pub fn invoke(inv: &Invocation) -> Result<(Value, Duration), PluginError> {
             plugin: plugin.clone(),
             error: e.to_string(),
         })?;
-    let pid = child.id() as libc::pid_t;
+    let pid = Pid::from_child(&child);
     let mut stdin = child.stdin.take().expect("piped");
     let stdout = child.stdout.take().expect("piped");
     let stderr = child.stderr.take().expect("piped");
@@ -239,12 +240,11 @@ pub fn invoke(inv: &Invocation) -> Result<(Value, Duration), PluginError> {
     let status = match rx.recv_timeout(inv.timeout) {
         Ok(r) => r,
         Err(_) => {
-            // SAFETY: pid is our child, the leader of its own process group,
-            // not yet reaped (the waiter has not returned).
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-                libc::kill(pid, libc::SIGKILL);
-            }
+            // pid is our child, the leader of its own process group, not
+            // yet reaped (the waiter has not returned), so neither id can
+            // have been reused. Errors (already gone) change nothing.
+            let _ = kill_process_group(pid, Signal::KILL);
+            let _ = kill_process(pid, Signal::KILL);
             let _ = waiter.join();
             // The readers end when the last holder of the pipes is gone; not
             // waited for, in case something escaped the process group.

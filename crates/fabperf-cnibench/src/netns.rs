@@ -16,8 +16,7 @@ pub struct Netns {
 }
 
 pub fn check_privileges() -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         bail!("cni-bench creates network namespaces and runs CNI plugins, which need root (CAP_SYS_ADMIN and CAP_NET_ADMIN); run it as root");
     }
     Ok(())

@@ -17,17 +17,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let r = unsafe { libc_geteuid() } == 0;
+    let r = rustix::process::geteuid().is_root();
     if !r {
         eprintln!("skipped: needs root for network namespaces");
     }
     r
-}
-
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
 }
 
 fn tmpdir(tag: &str) -> PathBuf {

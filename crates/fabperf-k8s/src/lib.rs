@@ -12,6 +12,7 @@ pub mod files;
 pub mod objects;
 pub mod plan;
 pub mod render;
+pub mod runner;
 
 pub use plan::{load_plan, parse_plan, PathKind, Plan, PlanError, PlanErrors};
 pub use render::{render, write_all, OutDir, Rendered, RenderedFile};

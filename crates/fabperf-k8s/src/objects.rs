@@ -298,9 +298,26 @@ fn agent_ports(plan: &Plan) -> Vec<ContainerPort> {
     ]
 }
 
-/// The `fabperf server` arguments after `--bind ADDRESS`.
-fn server_args(plan: &Plan) -> Vec<String> {
+/// The interface whose address other agents must use to test a path, for
+/// `fabperf server --advertise`: the secondary network's interface in the
+/// pod (the headless Service lists the pod's primary address, which the
+/// runner uses only for control).
+pub fn advertise_interface(path: PathKind) -> Option<&'static str> {
+    match path {
+        PathKind::Ipoib => Some(IPOIB_POD_IF),
+        PathKind::Roce => Some(ROCE_POD_IF),
+        _ => None,
+    }
+}
+
+/// The `fabperf server` arguments after `--bind ADDRESS` (and, for the host
+/// path bound to the fabric link, the identity arguments the shell adds).
+fn server_args(plan: &Plan, path: PathKind) -> Vec<String> {
     vec![
+        // The path label the agent announces: runs store it with every
+        // measurement of this agent.
+        "--path-label".into(),
+        path.name().into(),
         "--port".into(),
         plan.control_port.to_string(),
         "--token-file".into(),
@@ -333,7 +350,10 @@ fn sh_quote(s: &str) -> String {
 /// the ConfigMap mounted at HOST_ADDRESSES_DIR (POSIX sh builtins only) and
 /// exec the agent on it.
 pub fn host_fabric_command(plan: &Plan) -> Vec<String> {
-    let args: Vec<String> = server_args(plan).iter().map(|a| sh_quote(a)).collect();
+    let args: Vec<String> = server_args(plan, PathKind::Host)
+        .iter()
+        .map(|a| sh_quote(a))
+        .collect();
     let iface = plan
         .host
         .as_ref()
@@ -343,7 +363,7 @@ pub fn host_fabric_command(plan: &Plan) -> Vec<String> {
         "/bin/sh".into(),
         "-c".into(),
         format!(
-            "addr=; read -r addr < \"{HOST_ADDRESSES_DIR}/$NODE_NAME\"; if [ -z \"$addr\" ]; then echo \"fabperf: node $NODE_NAME has no {iface} address in ConfigMap {HOST_ADDRESSES}; add its detect file to the plan and render again\" >&2; exit 1; fi; exec fabperf server --bind \"$addr\" {}",
+            "addr=; read -r addr < \"{HOST_ADDRESSES_DIR}/$NODE_NAME\"; if [ -z \"$addr\" ]; then echo \"fabperf: node $NODE_NAME has no {iface} address in ConfigMap {HOST_ADDRESSES}; add its detect file to the plan and render again\" >&2; exit 1; fi; exec fabperf server --bind \"$addr\" --advertise \"$addr\" --node-name \"$NODE_NAME\" {}",
             args.join(" ")
         ),
     ]
@@ -417,7 +437,12 @@ fn agent_container(plan: &Plan, path: PathKind) -> Container {
             "--bind".into(),
             "0.0.0.0".into(),
         ];
-        c.extend(server_args(plan));
+        if let Some(iface) = advertise_interface(path) {
+            c.extend(["--advertise".into(), iface.into()]);
+        }
+        // The kubelet expands $(NODE_NAME) from the env (spec.nodeName).
+        c.extend(["--node-name".into(), "$(NODE_NAME)".into()]);
+        c.extend(server_args(plan, path));
         c
     };
     // The kubelet probes the pod IP (the node IP with hostNetwork); a host

@@ -1,9 +1,10 @@
 //! The TOML plan: what to deploy where. Parsing keeps source spans so every
 //! problem is reported as `FILE:LINE:COL: message`.
 
-use crate::cidr::Cidr;
+use crate::cidr;
 use crate::crd::{CniPlugin, RdmaResourceConfig, RdmaSelectors, RdmaSharedConfig, WhereaboutsIpam};
 use crate::detect::{plugin_link_type, DetectReport};
+use ipnet::IpNet;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -87,7 +88,7 @@ impl PathKind {
             PathKind::Roce => "roce",
         }
     }
-    fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         PathKind::ALL.into_iter().find(|p| p.name() == s)
     }
     /// Paths that run their own DaemonSet (`service` fronts the `pod` agents).
@@ -256,7 +257,7 @@ pub struct CniPlan {
     pub interface: String,
     pub underlay_mtu: u32,
     pub encapsulation: Encap,
-    pub pod_cidr: Cidr,
+    pub pod_cidr: IpNet,
 }
 
 impl CniPlan {
@@ -364,6 +365,8 @@ pub struct Plan {
     /// Things the plan allows but the user should know (printed by render
     /// and written into the headers they concern).
     pub warnings: Vec<String>,
+    /// The in-cluster runner (`[runner]`; `None` with `enabled = false`).
+    pub runner: Option<crate::runner::RunnerPlan>,
 }
 
 impl Plan {
@@ -411,6 +414,7 @@ struct RawPlan {
     device_plugin: Option<S<RawDevicePlugin>>,
     network_operator: Option<S<RawOperator>>,
     cni: Option<S<RawCni>>,
+    runner: Option<S<crate::runner::RawRunner>>,
 }
 
 #[derive(Deserialize)]
@@ -552,11 +556,11 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
-fn is_label_value(s: &str) -> bool {
+pub(crate) fn is_label_value(s: &str) -> bool {
     s.len() <= 63
         && (s.is_empty()
             || (s
@@ -566,7 +570,7 @@ fn is_label_value(s: &str) -> bool {
                 && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()))
 }
 
-fn is_label_key(s: &str) -> bool {
+pub(crate) fn is_label_key(s: &str) -> bool {
     let (prefix, name) = match s.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, s),
@@ -1113,14 +1117,14 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     };
 
     // overlapping address ranges
-    let mut ranges: Vec<(&str, Cidr, Range<usize>)> = Vec::new();
+    let mut ranges: Vec<(&str, IpNet, Range<usize>)> = Vec::new();
     if let (Some(t), Some(ip)) = (&raw.ipoib, &ipoib) {
-        if let Ok(c) = ip.ipam.range.parse() {
+        if let Ok(c) = cidr::parse(&ip.ipam.range) {
             ranges.push(("[ipoib].range", c, t.get_ref().range.span()));
         }
     }
     if let (Some(t), Some(r)) = (&raw.roce, &roce) {
-        if let Ok(c) = r.ipam.range.parse() {
+        if let Ok(c) = cidr::parse(&r.ipam.range) {
             ranges.push(("[roce].range", c, t.get_ref().range.span()));
         }
     }
@@ -1129,7 +1133,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     }
     for i in 0..ranges.len() {
         for j in 0..i {
-            if ranges[i].1.overlaps(&ranges[j].1) {
+            if cidr::overlaps(&ranges[i].1, &ranges[j].1) {
                 let msg = format!(
                     "{} {} overlaps {} {}; each network needs its own addresses",
                     ranges[i].0, ranges[i].1, ranges[j].0, ranges[j].1
@@ -1144,13 +1148,46 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
             if name.starts_with("[cni]") {
                 continue;
             }
-            let (lo, hi) = c.bounds();
-            let size = hi - lo + 1;
-            if (operator.per_node_block_size as u128) > size.saturating_sub(2) {
+            if (operator.per_node_block_size as u128) > cidr::size(c).saturating_sub(2) {
                 cx.at(sp.clone(), format!("{name} {c} cannot hold one nv-ipam block of {} addresses (network_operator.per_node_block_size)", operator.per_node_block_size));
             }
         }
     }
+
+    // The in-cluster runner: its run plan is validated here, so its
+    // problems come with the plan's others (unless what it builds on is
+    // already reported broken: no cascade of errors from one).
+    let runner_inputs_ok = !namespace.is_empty() && control_port != 0 && !paths.is_empty();
+    let runner = if !runner_inputs_ok {
+        None
+    } else {
+        let mut rdma_paths = BTreeSet::new();
+        if paths.contains(&PathKind::Roce) {
+            rdma_paths.insert(PathKind::Roce);
+        }
+        if paths.contains(&PathKind::Ipoib)
+            && ipoib.as_ref().is_some_and(|i| i.attach == Attach::Sriov)
+        {
+            rdma_paths.insert(PathKind::Ipoib);
+        }
+        let inputs = crate::runner::Inputs {
+            text: cx.text,
+            source_name: cx.file,
+            namespace: &namespace,
+            paths: &paths,
+            control_port,
+            rdma_paths,
+        };
+        let mut errs = Vec::new();
+        let r = crate::runner::check(raw.runner.as_ref(), &inputs, &mut |sp, m| {
+            errs.push((sp, m))
+        });
+        errs.sort_by_key(|(sp, _): &(Range<usize>, String)| sp.start);
+        for (sp, m) in errs {
+            cx.at(sp, m);
+        }
+        r
+    };
 
     if !cx.errors.is_empty() {
         return None;
@@ -1178,6 +1215,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         operator,
         cni,
         warnings,
+        runner,
     })
 }
 
@@ -1296,7 +1334,7 @@ fn check_tolerations(cx: &mut Ctx, raw: &[S<RawToleration>]) -> Vec<TolerationPl
 }
 
 /// `512Mi`, `4Gi` -> MiB.
-fn parse_memory_mib(s: &str) -> Option<u64> {
+pub(crate) fn parse_memory_mib(s: &str) -> Option<u64> {
     let (num, mul) = if let Some(n) = s.strip_suffix("Gi") {
         (n, 1024)
     } else if let Some(n) = s.strip_suffix("Mi") {
@@ -1350,37 +1388,36 @@ fn check_ipam(
     end: &Option<S<String>>,
     exclude: &Option<Vec<S<String>>>,
 ) -> Option<WhereaboutsIpam> {
-    let cidr: Cidr = match range.get_ref().parse() {
+    let net = match cidr::parse(range.get_ref()) {
         Ok(c) => c,
         Err(e) => {
             cx.at(range.span(), format!("[{table}].range: {e}"));
             return None;
         }
     };
-    if !cidr.is_network_address() {
+    if !cidr::is_network_address(&net) {
         cx.at(
             range.span(),
-            format!("[{table}].range {cidr} has host bits set; write the network address"),
+            format!("[{table}].range {net} has host bits set; write the network address"),
         );
     }
-    let host_bits = if cidr.is_v6() { 128 } else { 32 } - cidr.prefix as u32;
-    if host_bits < 2 {
+    if cidr::host_bits(&net) < 2 {
         cx.at(
             range.span(),
-            format!("[{table}].range {cidr} is too small for two agents"),
+            format!("[{table}].range {net} is too small for two agents"),
         );
     }
     let mut ip = |v: &Option<S<String>>, key: &str| -> Option<u128> {
         let v = v.as_ref()?;
         match v.get_ref().parse::<std::net::IpAddr>() {
-            Ok(a) if cidr.contains(a) => Some(match a {
+            Ok(a) if net.contains(&a) => Some(match a {
                 std::net::IpAddr::V4(x) => u32::from(x) as u128,
                 std::net::IpAddr::V6(x) => u128::from(x),
             }),
             Ok(_) => {
                 cx.at(
                     v.span(),
-                    format!("[{table}].{key} {} is outside range {cidr}", v.get_ref()),
+                    format!("[{table}].{key} {} is outside range {net}", v.get_ref()),
                 );
                 None
             }
@@ -1405,18 +1442,18 @@ fn check_ipam(
     }
     let mut excl = Vec::new();
     for x in exclude.iter().flatten() {
-        match x.get_ref().parse::<Cidr>() {
-            Ok(c) if cidr.overlaps(&c) => excl.push(c.to_string()),
+        match cidr::parse(x.get_ref()) {
+            Ok(c) if cidr::overlaps(&net, &c) => excl.push(c.to_string()),
             Ok(c) => cx.at(
                 x.span(),
-                format!("[{table}].exclude {c} is outside range {cidr}"),
+                format!("[{table}].exclude {c} is outside range {net}"),
             ),
             Err(er) => cx.at(x.span(), format!("[{table}].exclude: {er}")),
         }
     }
     Some(WhereaboutsIpam {
         kind: "whereabouts",
-        range: cidr.to_string(),
+        range: net.to_string(),
         range_start: start.as_ref().map(|v| v.get_ref().clone()),
         range_end: end.as_ref().map(|v| v.get_ref().clone()),
         exclude: excl,
@@ -2180,14 +2217,14 @@ fn check_cni(
             }
         }
     }
-    let pod_cidr: Cidr = match r.pod_cidr.get_ref().parse() {
+    let pod_cidr = match cidr::parse(r.pod_cidr.get_ref()) {
         Ok(c) => c,
         Err(e) => {
             cx.at(r.pod_cidr.span(), format!("[cni].pod_cidr: {e}"));
             return None;
         }
     };
-    if pod_cidr.is_v6() {
+    if matches!(pod_cidr, IpNet::V6(_)) {
         cx.at(
             r.pod_cidr.span(),
             "[cni].pod_cidr must be IPv4 (the overheads used for the MTU are the IPv4 ones)",

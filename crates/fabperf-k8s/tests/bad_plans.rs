@@ -266,3 +266,87 @@ fn several_errors_reported_together() {
     assert_eq!(e.0.len(), 2, "{e}");
     assert!(e.to_string().starts_with("the plan has 2 problems:"));
 }
+
+#[test]
+fn bad_ipam_ranges() {
+    // whereabouts: no nv-ipam block size to hold as well.
+    let base = BASE.replace("rdma_resource =", "ipam = \"whereabouts\"\nrdma_resource =");
+    let r = |range: &str| base.replace("192.168.150.0/24", range);
+    one_error(&r("192.168.150.0"), 9, "not in CIDR form ADDRESS/PREFIX");
+    one_error(
+        &r("192.168.150.0/33"),
+        9,
+        "prefix /33 in \"192.168.150.0/33\" exceeds /32",
+    );
+    one_error(&r("fd00::/129"), 9, "exceeds /128");
+    one_error(&r("192.168.350.0/24"), 9, "is not an IP address");
+    one_error(&r("192.168.150.0/x"), 9, "prefix \"x\" in");
+    one_error(
+        &r("192.168.150.1/24"),
+        9,
+        "[ipoib].range 192.168.150.1/24 has host bits set; write the network address",
+    );
+    one_error(&r("192.168.150.0/31"), 9, "is too small for two agents");
+    // A /30 holds two agents.
+    parse_plan(&r("192.168.150.0/30"), "plan.toml", &examples()).unwrap();
+    let extra = |line: &str| {
+        base.replace(
+            "range = \"192.168.150.0/24\"",
+            &format!("range = \"192.168.150.0/24\"\n{line}"),
+        )
+    };
+    one_error(
+        &extra("range_start = \"192.168.151.10\""),
+        10,
+        "[ipoib].range_start 192.168.151.10 is outside range 192.168.150.0/24",
+    );
+    one_error(
+        &extra("range_end = \"fd00::1\""),
+        10,
+        "[ipoib].range_end fd00::1 is outside range",
+    );
+    one_error(
+        &extra("range_start = \"192.168.150.x\""),
+        10,
+        "[ipoib].range_start \"192.168.150.x\" is not an IP address",
+    );
+    one_error(
+        &extra("range_start = \"192.168.150.200\"\nrange_end = \"192.168.150.100\""),
+        11,
+        "[ipoib].range_end is below range_start",
+    );
+    one_error(
+        &extra("exclude = [\"192.168.150.0/28\", \"192.168.149.0/24\"]"),
+        10,
+        "[ipoib].exclude 192.168.149.0/24 is outside range 192.168.150.0/24",
+    );
+    one_error(
+        &extra("exclude = [\"192.168.150.0/33\"]"),
+        10,
+        "[ipoib].exclude: prefix /33",
+    );
+    // Excludes that overlap the range are kept, as written.
+    let p = parse_plan(
+        &extra("exclude = [\"192.168.150.0/28\", \"192.168.0.0/16\"]"),
+        "plan.toml",
+        &examples(),
+    )
+    .unwrap();
+    assert_eq!(
+        p.ipoib.unwrap().ipam.exclude,
+        ["192.168.150.0/28", "192.168.0.0/16"]
+    );
+}
+
+#[test]
+fn nv_ipam_range_must_hold_a_block() {
+    // network_operator.per_node_block_size is 16 by default.
+    let plan = |range: &str| BASE.replace("192.168.150.0/24", range);
+    parse_plan(&plan("192.168.150.0/27"), "plan.toml", &examples()).unwrap();
+    // 16 addresses less network and broadcast cannot hold a block of 16.
+    one_error(
+        &plan("192.168.150.0/28"),
+        8,
+        "[ipoib].range 192.168.150.0/28 cannot hold one nv-ipam block of 16 addresses",
+    );
+}

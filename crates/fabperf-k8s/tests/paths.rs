@@ -208,6 +208,8 @@ fn agent_command_ports_probe_env_token() {
         let c = ds(&plan, p).spec.template.spec.unwrap().containers[0].clone();
         let cmd = c.command.clone().unwrap();
         let tail = [
+            "--path-label",
+            p.name(),
             "--port",
             "5301",
             "--token-file",
@@ -219,11 +221,20 @@ fn agent_command_ports_probe_env_token() {
             // Bound to this node's fabric address, read from the ConfigMap.
             assert_eq!(&cmd[..2], ["/bin/sh", "-c"]);
             assert!(
-                cmd[2].contains("exec fabperf server --bind \"$addr\" --port 5301 --token-file /etc/fabperf/token --max-memory 3840M"),
+                cmd[2].contains("exec fabperf server --bind \"$addr\" --advertise \"$addr\" --node-name \"$NODE_NAME\" --path-label host --port 5301 --token-file /etc/fabperf/token --max-memory 3840M"),
                 "{cmd:?}"
             );
         } else {
             let mut want = vec!["fabperf", "server", "--bind", "0.0.0.0"];
+            // Runs send other agents to the secondary interface's address,
+            // not to the primary address the headless Service lists.
+            match p {
+                PathKind::Ipoib => want.extend(["--advertise", "ipoib0"]),
+                PathKind::Roce => want.extend(["--advertise", "roce0"]),
+                _ => {}
+            }
+            // The node name from the downward API (env NODE_NAME = spec.nodeName).
+            want.extend(["--node-name", "$(NODE_NAME)"]);
             want.extend(tail);
             assert_eq!(cmd, want);
         }
@@ -312,6 +323,8 @@ fn render_is_deterministic_and_names_concerns() {
             "cni/antrea-values.yaml",
             "cni/calico-values.yaml",
             "cni/flannel-values.yaml",
+            "run/00-runner.yaml",
+            "run/10-job.yaml",
         ]
     );
     let dp: Vec<&str> = a

@@ -334,7 +334,7 @@ fn host_agent_command_reads_its_address_with_a_posix_shell() {
     let ok = run("node-a");
     assert!(ok.status.success(), "{ok:?}");
     assert!(
-        String::from_utf8_lossy(&ok.stdout).starts_with("server --bind 192.168.60.11 --port 5301")
+        String::from_utf8_lossy(&ok.stdout).starts_with("server --bind 192.168.60.11 --advertise 192.168.60.11 --node-name node-a --path-label host --port 5301")
     );
     let missing = run("node-z");
     assert!(!missing.status.success());

@@ -29,30 +29,15 @@ pub fn new_nonce() -> String {
     to_hex(&random_bytes::<32>())
 }
 
+/// Lowercase hex of `b`.
 pub fn to_hex(b: &[u8]) -> String {
-    const H: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        s.push(H[(x >> 4) as usize] as char);
-        s.push(H[(x & 15) as usize] as char);
-    }
-    s
+    hex::encode(b)
 }
 
+/// The bytes of a hex string (either case); `None` for an odd length or a
+/// character that is not a hex digit.
 pub fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    let v = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    };
-    s.as_bytes()
-        .chunks(2)
-        .map(|p| Some(v(p[0])? << 4 | v(p[1])?))
-        .collect()
+    hex::decode(s).ok()
 }
 
 /// Which side a proof is from.
@@ -165,8 +150,15 @@ mod tests {
     fn hex_round_trip() {
         let b = [0u8, 1, 0xab, 0xff];
         assert_eq!(from_hex(&to_hex(&b)).unwrap(), b);
+        assert_eq!(to_hex(&b), "0001abff");
+        assert_eq!(from_hex("0001ABff").unwrap(), b);
+        assert_eq!(from_hex("").unwrap(), Vec::<u8>::new());
         assert!(from_hex("abc").is_none());
         assert!(from_hex("zz").is_none());
+        assert!(from_hex("0x12").is_none());
+        assert!(from_hex(" 12").is_none());
+        assert!(from_hex("+1").is_none());
+        assert!(from_hex("\u{e9}").is_none());
     }
 
     #[test]

@@ -5,11 +5,12 @@ use crate::error::{ErrorCode, ProtoError};
 use crate::frame::{
     read_frame, read_preamble, write_frame, write_preamble, AgentIdentity, Msg, MAX_FRAME,
 };
+use rustix::io::Errno;
+use rustix::net::RecvFlags;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,25 +66,10 @@ impl Read for DeadlineRead<'_> {
             // frame whose rest is buffered is not cut in the middle (which
             // would leave the stream out of step), and a trickling peer
             // gains nothing.
-            // SAFETY: buf is valid for writes of buf.len() bytes.
-            let n = unsafe {
-                libc::recv(
-                    self.stream.as_raw_fd(),
-                    buf.as_mut_ptr() as *mut libc::c_void,
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            return match n {
-                n if n >= 0 => Ok(n as usize),
-                _ => {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() == std::io::ErrorKind::WouldBlock {
-                        Err(std::io::ErrorKind::TimedOut.into())
-                    } else {
-                        Err(e)
-                    }
-                }
+            return match rustix::net::recv(self.stream, buf, RecvFlags::DONTWAIT) {
+                Ok((n, _)) => Ok(n),
+                Err(e) if e == Errno::AGAIN => Err(std::io::ErrorKind::TimedOut.into()),
+                Err(e) => Err(e.into()),
             };
         }
         // Round up to whole milliseconds; resetting the option costs a

@@ -15,34 +15,31 @@
 
 use fabperf_detect::counters::{CounterSnapshot, CounterSpec};
 use fabperf_results::{CounterDelta, HostCpu, Note, Placement};
+use nix::sys::resource::{getrusage, UsageWho};
+use nix::sys::time::TimeVal;
+use nix::unistd::{sysconf, SysconfVar};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn tv(t: libc::timeval) -> Duration {
-    Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000)
+fn tv(t: TimeVal) -> Duration {
+    Duration::new(t.tv_sec() as u64, (t.tv_usec() as u32) * 1000)
 }
 
-fn rusage(who: libc::c_int) -> io::Result<Duration> {
-    // SAFETY: rusage is plain old data; all-zero bytes are a valid value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid, writable rusage struct; getrusage only writes it.
-    let rc = unsafe { libc::getrusage(who, &mut ru) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(tv(ru.ru_utime) + tv(ru.ru_stime))
+fn rusage(who: UsageWho) -> io::Result<Duration> {
+    let ru = getrusage(who)?;
+    Ok(tv(ru.user_time()) + tv(ru.system_time()))
 }
 
 /// User + system CPU time of the calling thread.
 pub fn thread_cpu_time() -> io::Result<Duration> {
-    rusage(libc::RUSAGE_THREAD)
+    rusage(UsageWho::RUSAGE_THREAD)
 }
 
 /// User + system CPU time of the whole process.
 pub fn process_cpu_time() -> io::Result<Duration> {
-    rusage(libc::RUSAGE_SELF)
+    rusage(UsageWho::RUSAGE_SELF)
 }
 
 /// CPU time over wall time in percent of one core (can exceed 100 when
@@ -174,12 +171,10 @@ impl HostTimes {
 
 /// Clock ticks per second of `/proc/stat` (USER_HZ).
 pub fn ticks_per_sec() -> u64 {
-    // SAFETY: sysconf takes any name and only returns a value (-1 on error).
-    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if n > 0 {
-        n as u64
-    } else {
-        100
+    match sysconf(SysconfVar::CLK_TCK) {
+        Ok(Some(n)) if n > 0 => n as u64,
+        // Linux has had USER_HZ = 100 on every architecture for decades.
+        _ => 100,
     }
 }
 

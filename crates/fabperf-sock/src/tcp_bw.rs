@@ -23,7 +23,7 @@ use fabperf_results::{Record, Side, Transport, Warning};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -103,14 +103,8 @@ enum Source {
 }
 
 fn memfd_with(size: usize) -> std::io::Result<std::fs::File> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: the name is a valid NUL-terminated string.
-    let fd = unsafe { libc::memfd_create(c"fabperf-tcp-bw".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor we own.
-    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    let fd = rustix::fs::memfd_create(c"fabperf-tcp-bw", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut f = std::fs::File::from(fd);
     let chunk = vec![0x5au8; size.min(1 << 20)];
     let mut left = size;
     while left > 0 {
@@ -123,7 +117,7 @@ fn memfd_with(size: usize) -> std::io::Result<std::fs::File> {
 
 /// Run a sender until omit + duration has passed, or `abort` is set.
 fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport, SockError> {
-    let fd = c.stream.as_raw_fd();
+    let fd = c.stream.as_fd();
     let mut flags = 0;
     if plan.zerocopy {
         net::enable_zerocopy(fd).map_err(|e| {
@@ -175,7 +169,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         }
         let sent = match &src {
             Source::Buffer(buf, fl) => net::send(fd, &buf[off..], *fl),
-            Source::File(f) => net::sendfile(fd, f.as_raw_fd(), off, plan.size - off),
+            Source::File(f) => net::sendfile(fd, f.as_fd(), off, plan.size - off),
         };
         match sent {
             Ok(n) => {
@@ -232,7 +226,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
 /// Read until end of stream. The warm-up boundary is `omit` after the
 /// first byte; the interval ends at the last byte.
 fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
-    let fd = c.stream.as_raw_fd();
+    let fd = c.stream.as_fd();
     let mut buf = vec![0u8; plan.size];
     if plan.copy {
         // Place the pages now, on this (pinned) thread's node.
@@ -396,7 +390,7 @@ fn run_streams(conns: &[Conn], plan: &Plan, setup: &EndSetup) -> Result<EndRepor
 }
 
 fn prepare(stream: &TcpStream, window: Option<u64>, timeout: Duration) -> std::io::Result<()> {
-    let fd = stream.as_raw_fd();
+    let fd = stream.as_fd();
     if let Some(w) = window {
         net::set_buffer(fd, true, w)?;
         net::set_buffer(fd, false, w)?;

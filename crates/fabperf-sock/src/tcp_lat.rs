@@ -21,7 +21,7 @@ use fabperf_results::{LatencyHistogram, LatencyKind, Record, Side, Transport, Wa
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -59,7 +59,7 @@ struct RecvMode {
 /// Receive exactly `buf.len()` bytes. `Ok(false)` on a clean end of stream
 /// before the first byte.
 #[inline]
-fn recv_exact(fd: RawFd, buf: &mut [u8], mode: RecvMode) -> io::Result<bool> {
+fn recv_exact(fd: BorrowedFd<'_>, buf: &mut [u8], mode: RecvMode) -> io::Result<bool> {
     let mut off = 0;
     let mut spins: u32 = 0;
     let mut spin_start: Option<Instant> = None;
@@ -94,7 +94,7 @@ fn recv_exact(fd: RawFd, buf: &mut [u8], mode: RecvMode) -> io::Result<bool> {
 }
 
 #[inline]
-fn send_all(fd: RawFd, buf: &[u8]) -> io::Result<()> {
+fn send_all(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<()> {
     let mut off = 0;
     while off < buf.len() {
         match net::send(fd, &buf[off..], 0) {
@@ -107,7 +107,7 @@ fn send_all(fd: RawFd, buf: &[u8]) -> io::Result<()> {
 }
 
 fn prepare(s: &TcpStream, busy: bool, timeout: Duration) -> io::Result<bool> {
-    let fd = s.as_raw_fd();
+    let fd = s.as_fd();
     net::set_nodelay(fd)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
@@ -149,7 +149,7 @@ pub fn run_tcp_lat(
         LatencyKind::HalfRtt
     };
     let mut hist = LatencyHistogram::new(kind);
-    let fd = s.as_raw_fd();
+    let fd = s.as_fd();
     let size = p.size as usize;
     // This thread measures: pinned for the test (its affinity comes back after), and its
     // buffers placed by it.
@@ -314,7 +314,7 @@ impl TestKind for TcpLat {
         prepare(&s, p.busy_poll, io)
             .map_err(|e| ServeError::failed(format!("data socket options: {e}")))?;
         ctx.ctl.send_test(&LatMsg::Ready)?;
-        let fd = s.as_raw_fd();
+        let fd = s.as_fd();
         // This connection's thread echoes: pinned for the test, its buffer placed by it.
         let pinned = setup.pin();
         let mut buf = vec![0u8; p.size as usize];
@@ -372,7 +372,7 @@ impl TestKind for TcpLat {
 
 fn probe_busy_poll() -> bool {
     match std::net::UdpSocket::bind("127.0.0.1:0") {
-        Ok(u) => net::set_busy_poll(u.as_raw_fd(), 50).is_ok(),
+        Ok(u) => net::set_busy_poll(u.as_fd(), 50).is_ok(),
         Err(_) => false,
     }
 }

@@ -8,7 +8,7 @@ use crate::net;
 use fabperf_proto::Control;
 use serde::de::DeserializeOwned;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 pub(crate) const MAGIC: [u8; 4] = *b"FBPU";
@@ -339,7 +339,7 @@ pub(crate) fn client_hello<T: DeserializeOwned>(
         ts_ns: 0,
     }
     .write(&mut buf);
-    let fd = ctl.stream().as_raw_fd();
+    let fd = ctl.stream().as_fd();
     loop {
         // A refused hello (ICMP port unreachable) shows up on a later send;
         // keep trying until the deadline.
@@ -361,7 +361,7 @@ pub(crate) fn client_hello<T: DeserializeOwned>(
 
 /// Set both buffers of a UDP socket; returns the receive buffer obtained.
 pub(crate) fn size_buffers(sock: &UdpSocket, bytes: u64) -> u64 {
-    let fd = sock.as_raw_fd();
+    let fd = sock.as_fd();
     let _ = net::set_buffer(fd, false, bytes);
     net::set_buffer(fd, true, bytes).unwrap_or_else(|_| net::rcvbuf(fd))
 }

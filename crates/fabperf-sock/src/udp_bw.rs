@@ -26,7 +26,7 @@ use fabperf_proto::{
 use fabperf_results::{Record, Side, Transport, UdpStats, Warning};
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
@@ -122,7 +122,7 @@ fn run_sender(
     plan: &SendPlan,
     abort: &AtomicBool,
 ) -> Result<SenderStats, SockError> {
-    let fd = sock.as_raw_fd();
+    let fd = sock.as_fd();
     // Up to BATCH datagrams per sendmmsg(2): at full speed that is what
     // keeps the sender ahead of the system-call cost; when paced, the
     // datagrams due at the moment go out together.
@@ -242,7 +242,7 @@ fn run_receiver(
     ctl: &RxCtl,
     rcvbuf: u64,
 ) -> Result<RxStats, SockError> {
-    let fd = sock.as_raw_fd();
+    let fd = sock.as_fd();
     sock.set_read_timeout(Some(Duration::from_millis(20)))
         .map_err(|e| SockError::data("setting UDP receive timeout", e))?;
     // Kernel receive timestamps make the jitter independent of when this
@@ -448,7 +448,6 @@ fn control_loop(
     // threads are done.
     let boundary = Instant::now() + omit;
     let mut host: Option<HostMeter> = None;
-    let fd = ctl.stream().as_raw_fd();
     // The agent's framework reports a failed serve to the client itself.
     let fail = |ctl: &mut Control, e: SockError| -> SockError {
         if !is_agent {
@@ -541,7 +540,7 @@ fn control_loop(
                     .max(Duration::from_millis(1)),
             );
         }
-        let readable = net::wait_readable(fd, poll)
+        let readable = net::wait_readable(ctl.stream().as_fd(), poll)
             .map_err(|e| SockError::data("waiting on the control connection", e))?;
         if !readable {
             continue;

@@ -21,7 +21,7 @@ use fabperf_results::{LatencyHistogram, LatencyKind, Record, Side, Transport, Ud
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -76,7 +76,7 @@ struct Prober<'a> {
 
 impl Prober<'_> {
     fn probe(&mut self, seq: u64, c: &mut Counts) -> Result<Probe, SockError> {
-        let fd = self.sock.as_raw_fd();
+        let fd = self.sock.as_fd();
         let t0 = Instant::now();
         Header {
             kind: T_PROBE,
@@ -316,7 +316,7 @@ fn echo(
     last_probe: &AtomicU64,
     setup: &EndSetup,
 ) -> io::Result<(u64, Option<f64>, f64, HostReport)> {
-    let fd = sock.as_raw_fd();
+    let fd = sock.as_fd();
     sock.set_read_timeout(Some(Duration::from_millis(50)))?;
     let pinned = setup.pin();
     let mut buf = vec![0u8; 65536];
@@ -405,7 +405,7 @@ impl TestKind for UdpLat {
                 .name("fabperf-udp-echo".into())
                 .spawn_scoped(s, || echo(&sock, session, &stop, t0, &last_probe, &setup))
                 .expect("spawning the UDP echo thread");
-            let fd = ctl.stream().as_raw_fd();
+            let fd = ctl.stream().as_fd();
             let done = loop {
                 match net::wait_readable(fd, Duration::from_millis(100)) {
                     Ok(true) => {

@@ -234,6 +234,19 @@ pub struct Measurement {
     pub record: Record,
 }
 
+/// One measurement as stored, the record left as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawMeasurement {
+    pub cell_id: String,
+    pub role: Role,
+    pub src: Option<String>,
+    pub dst: Option<String>,
+    /// The record exactly as stored.
+    pub record: serde_json::Value,
+    /// The `lat_hist` column (the record's histogram, when it carried one).
+    pub lat_hist: Option<String>,
+}
+
 /// How the cells of a plan met the cells already stored for its run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SyncReport {
@@ -899,6 +912,51 @@ impl Store {
                     record,
                 },
             ));
+        }
+        Ok(out)
+    }
+
+    /// Measurements of a run as stored: the record JSON as written (keys
+    /// this fabperf version does not model included, so readers tolerate
+    /// records from newer writers) and the stored latency histogram.
+    pub fn measurements_raw(&self, run_id: i64) -> Result<Vec<RawMeasurement>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist FROM measurements m
+                 JOIN cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id
+                 WHERE m.run_id = ?1
+                 ORDER BY c.seq, m.cell_id, m.id",
+            )
+            .map_err(self.err("reading measurements"))?;
+        let rows = st
+            .query_map([run_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                ))
+            })
+            .map_err(self.err("reading measurements"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (cell_id, role, src, dst, rec, lat_hist) =
+                row.map_err(self.err("reading measurements"))?;
+            let role = Role::parse(&role)
+                .ok_or_else(|| self.invalid(format!("cell {cell_id}: unknown role {role:?}")))?;
+            let record: serde_json::Value = serde_json::from_str(&rec)
+                .map_err(|e| self.invalid(format!("cell {cell_id}: stored record: {e}")))?;
+            out.push(RawMeasurement {
+                cell_id,
+                role,
+                src,
+                dst,
+                record,
+                lat_hist,
+            });
         }
         Ok(out)
     }

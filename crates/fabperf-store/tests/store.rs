@@ -382,3 +382,44 @@ fn child_writer(db: &Path) {
         }
     }
 }
+
+#[test]
+fn raw_measurements_keep_unknown_keys() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let mut s = Store::open(&db).unwrap();
+    let run = new_run(&mut s, "h1");
+    s.sync_cells(run.id, &[spec("c0", 0), spec("c1", 1)], false)
+        .unwrap();
+    s.finish_cell_done(
+        run.id,
+        "c0",
+        &attempt(),
+        &[Measurement {
+            role: Role::Total,
+            src: Some("a".into()),
+            dst: Some("b".into()),
+            record: record(10.0),
+        }],
+    )
+    .unwrap();
+    drop(s);
+    // A newer writer's record: a key this version does not model.
+    let c = rusqlite::Connection::open(&db).unwrap();
+    c.execute(
+        "UPDATE measurements SET record = json_set(record, '$.host_cpu_local', json('{\"user_pct\": 5}')), lat_hist = 'HIST'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let s = Store::open_read_only(&db).unwrap();
+    let raw = s.measurements_raw(run.id).unwrap();
+    assert_eq!(raw.len(), 1);
+    assert_eq!(raw[0].cell_id, "c0");
+    assert_eq!(raw[0].role, Role::Total);
+    assert_eq!(raw[0].src.as_deref(), Some("a"));
+    assert_eq!(raw[0].record["host_cpu_local"]["user_pct"], 5);
+    assert_eq!(raw[0].record["test"], "tcp-bw");
+    assert_eq!(raw[0].lat_hist.as_deref(), Some("HIST"));
+    assert!(s.measurements_raw(run.id + 1).unwrap().is_empty());
+}

@@ -37,10 +37,12 @@ enum Cmd {
     Run(cmd::run::RunArgs),
     /// List the runs in a results store.
     Runs(cmd::run::RunsArgs),
-    /// Write a store's measurements as JSON Lines or CSV.
+    /// Write a store's measurements as JSON Lines, CSV or OpenMetrics (or push them to a Pushgateway).
     Export(cmd::run::ExportArgs),
     /// The N×N matrix of a run's mesh tests and the suspect links and nodes.
     MeshSummary(cmd::run::MeshSummaryArgs),
+    /// A run's figures against the baseline path, verdicts, HTML charts and pass/fail gates.
+    Report(cmd::report::ReportArgs),
     /// Run the quick default set of tests (against an in-process agent unless --peer).
     Suite(cmd::suite::Args),
     /// Inventory of this node's fabric: RDMA devices, ports, GIDs, netdevs, PCIe, node IP.
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
         Cmd::Runs(a) => cmd::run::runs(a),
         Cmd::Export(a) => cmd::run::export(a),
         Cmd::MeshSummary(a) => cmd::run::mesh_summary(a),
+        Cmd::Report(a) => cmd::report::run(a),
         Cmd::Suite(a) => cmd::suite::run(a),
         Cmd::Detect(a) => cmd::detect::run_detect(a),
         Cmd::Doctor(a) => cmd::detect::run_doctor(a),

@@ -160,8 +160,7 @@ fn cni_bench_usage_errors_exit_2() {
 
 #[test]
 fn cni_bench_reports_finished_chains_when_a_later_one_fails() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         eprintln!("skipped: needs root for network namespaces");
         return;
     }
@@ -207,6 +206,110 @@ fn cni_bench_reports_finished_chains_when_a_later_one_fails() {
     );
 }
 
-extern "C" {
-    fn geteuid() -> u32;
+#[test]
+fn render_writes_the_runner_under_run_and_prunes_a_dropped_cronjob() {
+    let d = tmpdir("runner");
+    let out = d.join("m");
+    let nightly = std::fs::read_to_string(repo().join("examples/runner-nightly.toml")).unwrap();
+    // Detect files by absolute path: the plan is rendered from elsewhere.
+    let nightly = nightly.replace(
+        "\"node-a.detect.json\"",
+        &format!(
+            "\"{}\"",
+            repo().join("examples/node-a.detect.json").display()
+        ),
+    );
+    let nightly = nightly.replace(
+        "\"node-b.detect.json\"",
+        &format!(
+            "\"{}\"",
+            repo().join("examples/node-b.detect.json").display()
+        ),
+    );
+    let plan = d.join("plan.toml");
+    std::fs::write(&plan, &nightly).unwrap();
+    let render = |plan: &Path| {
+        run(&[
+            "k8s",
+            "render",
+            "--plan",
+            plan.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = render(&plan);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in [
+        "run/00-runner.yaml",
+        "run/10-job.yaml",
+        "run/20-cronjob.yaml",
+    ] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    assert!(
+        stderr(&o).contains(&format!(
+            "start it with `kubectl apply -f {}/` and follow it with `kubectl -n fabperf-nightly logs -f job/fabperf-run`",
+            out.join("run").display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // No schedule any more: the CronJob file goes, the Job stays.
+    std::fs::write(
+        &plan,
+        nightly.replace("schedule = \"30 2 * * *\"\ntime_zone = \"Etc/UTC\"\n", ""),
+    )
+    .unwrap();
+    let o = render(&plan);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!out.join("run/20-cronjob.yaml").exists());
+    assert!(out.join("run/10-job.yaml").is_file());
+    assert!(
+        stderr(&o).contains("removed stale run/20-cronjob.yaml"),
+        "{}",
+        stderr(&o)
+    );
+    // Without --out the stream carries the runner and says when to apply it.
+    let o = run(&["k8s", "render", "--plan", plan.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("# file: run/10-job.yaml"));
+    assert!(
+        stderr(&o).contains("apply it after the agents are ready"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_bad_plan_exits_2_with_one_problem_a_line() {
+    let d = tmpdir("badplan");
+    let plan = d.join("plan.toml");
+    std::fs::write(
+        &plan,
+        "image = \"registry.example.com/fabperf:1\"\npaths = [\"pod\"]\n\n[runner]\nschedule = \"0 25 * * *\"\nname = \"a\\u001b[2Jb\"\n",
+    )
+    .unwrap();
+    let o = run(&["k8s", "render", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines[0], "fabperf: error: the plan has 2 problems:",
+        "{err}"
+    );
+    let p = plan.display().to_string();
+    assert!(
+        lines[1].starts_with(&format!("  {p}:5:12: [runner] schedule")),
+        "{err}"
+    );
+    assert!(
+        lines[2].starts_with(&format!("  {p}:6:8: [runner] name")),
+        "{err}"
+    );
+    // What the user typed comes back escaped: no terminal control.
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+    assert!(o.stdout.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
 }

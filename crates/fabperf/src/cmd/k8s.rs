@@ -87,7 +87,25 @@ pub fn run(cmd: K8sCmd) -> Result<ExitCode> {
 }
 
 fn run_render(a: RenderArgs) -> Result<ExitCode> {
-    let mut plan = fabperf_k8s::load_plan(&a.plan)?;
+    let mut plan = match fabperf_k8s::load_plan(&a.plan) {
+        Ok(p) => p,
+        Err(e) => match e.downcast_ref::<fabperf_k8s::PlanErrors>() {
+            // One problem a line, each escaped (a plan quotes what the user
+            // typed); exit 2 like `fabperf run` with a bad plan.
+            Some(errs) => {
+                let n = errs.0.len();
+                eprintln!(
+                    "fabperf: error: the plan has {n} problem{}:",
+                    if n == 1 { "" } else { "s" }
+                );
+                for pe in &errs.0 {
+                    eprintln!("  {}", fabperf_proto::text::escape(&pe.to_string()));
+                }
+                return Ok(ExitCode::from(2));
+            }
+            None => return Err(e),
+        },
+    };
     if let Some(t) = &a.token_file {
         plan.token = Some(read_token_file(t).map_err(anyhow::Error::msg)?);
     }
@@ -100,6 +118,12 @@ fn run_render(a: RenderArgs) -> Result<ExitCode> {
                 f
             }));
             print!("{}", render::concat(&all));
+            if plan.runner.is_some() {
+                eprintln!(
+                    "runner: the stream ends with the runner Job (# file: {}/...); it starts measuring when applied, so apply it after the agents are ready",
+                    fabperf_k8s::runner::RUN_DIR
+                );
+            }
         }
         Some(out) => {
             let dp_dir = a
@@ -126,6 +150,15 @@ fn run_render(a: RenderArgs) -> Result<ExitCode> {
             }
             for r in removed {
                 eprintln!("removed stale {r}");
+            }
+            if plan.runner.is_some() {
+                let run = out.join(fabperf_k8s::runner::RUN_DIR);
+                eprintln!(
+                    "runner: once the agents are ready (kubectl -n {ns} rollout status ds/fabperf-<path>), start it with `kubectl apply -f {}/` and follow it with `kubectl -n {ns} logs -f job/{}`",
+                    run.display(),
+                    fabperf_k8s::runner::JOB_NAME,
+                    ns = plan.namespace
+                );
             }
         }
     }

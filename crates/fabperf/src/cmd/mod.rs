@@ -7,6 +7,7 @@ pub mod detect;
 pub mod inventory;
 pub mod k8s;
 pub mod rdma;
+pub mod report;
 pub mod run;
 pub mod server;
 pub mod sock;

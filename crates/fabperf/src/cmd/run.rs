@@ -188,6 +188,8 @@ pub fn runs(a: RunsArgs) -> anyhow::Result<ExitCode> {
 pub enum ExportFormat {
     Jsonl,
     Csv,
+    /// OpenMetrics text: every measurement as labelled gauges.
+    Openmetrics,
 }
 
 #[derive(clap::Args, Debug)]
@@ -203,10 +205,26 @@ pub struct ExportArgs {
     /// Write here instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// PUT the metrics to a Prometheus Pushgateway (http://HOST:9091, one
+    /// group per run: job="fabperf", run=ID); needs --format openmetrics.
+    #[arg(long, value_name = "URL")]
+    pub push: Option<String>,
 }
 
 pub fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
+    if a.push.is_some() && !matches!(a.format, ExportFormat::Openmetrics) {
+        eprintln!("fabperf export: --push needs --format openmetrics");
+        return Ok(ExitCode::from(2));
+    }
     let store = Store::open_read_only(&a.db)?;
+    if let ExportFormat::Openmetrics = a.format {
+        return super::report::export_openmetrics(
+            &store,
+            a.run,
+            a.out.as_deref(),
+            a.push.as_deref(),
+        );
+    }
     let w: Box<dyn Write> = match &a.out {
         Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p).map_err(
             |e| {
@@ -222,6 +240,7 @@ pub fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
     let n = match a.format {
         ExportFormat::Jsonl => fabperf_store::export_jsonl(&store, a.run, w)?,
         ExportFormat::Csv => fabperf_store::export_csv(&store, a.run, w)?,
+        ExportFormat::Openmetrics => unreachable!("written by export_openmetrics above"),
     };
     if a.out.is_some() {
         eprintln!("fabperf export: {n} measurements written");

@@ -56,6 +56,10 @@ pub struct Args {
     /// primary network. Default: the address the runner reached.
     #[arg(long, value_name = "IP|IFACE")]
     pub advertise: Option<String>,
+    /// Do not run tests on a runner's behalf (`fabperf run` asks agents to
+    /// drive tests toward other agents; see docs/security.md).
+    #[arg(long)]
+    pub no_drive: bool,
     /// RDMA device the agent uses (default: chosen per test by rule).
     #[arg(long, value_name = "NAME")]
     pub rdma_device: Option<String>,
@@ -89,10 +93,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     });
     // Runs (`fabperf run`) ask agents to drive tests toward other agents;
     // the agent authenticates to them with its own token.
-    kinds.push(Box::new(fabperf_run::DriveKind::new(
-        token.clone(),
-        Duration::from_secs_f64(a.timeout),
-    )));
+    if !a.no_drive {
+        kinds.push(Box::new(fabperf_run::DriveKind::new(
+            token.clone(),
+            Duration::from_secs_f64(a.timeout),
+        )));
+    }
     // What the agent announces about the link it serves.
     let (inv, _) = super::inventory::for_agent(None);
     let advertise = match (&a.advertise, &inv) {

@@ -1,0 +1,1489 @@
+//! From a run's cells to the report: one row per test × sweep point × path
+//! × pattern instance with statistics over its repeats, the difference to
+//! the baseline path, the share of the port rate, CPU per Gbit/s, merged
+//! latency percentiles; incast fairness, bisection bandwidth, the mesh
+//! matrices; verdicts in words per path and per node.
+
+use crate::data::{load, Agent, FindingView, RecView, ReportError, RunData, Sample};
+use crate::hist::{self, Merged};
+use crate::stats::{self, Stats};
+use crate::units::{size_label, size_words};
+use fabperf_run::summary::{self, MeshAnalysis};
+use fabperf_store::{CellRow, CellState, Role, Store};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The kind of figure a row holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// tcp-bw, rdma-bw: Gbit/s.
+    Bandwidth,
+    /// udp-bw: Gbit/s at a target rate, and loss.
+    Udp,
+    /// tcp-lat, udp-lat, rdma-lat: µs.
+    Latency,
+}
+
+impl Family {
+    pub fn of_kind(kind: &str) -> Option<Family> {
+        match kind {
+            "tcp-bw" | "rdma-bw" => Some(Family::Bandwidth),
+            "udp-bw" => Some(Family::Udp),
+            "tcp-lat" | "udp-lat" | "rdma-lat" => Some(Family::Latency),
+            _ => None,
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Family::Bandwidth => "Bandwidth (Gbit/s)",
+            Family::Udp => "UDP at a target rate (Gbit/s, loss)",
+            Family::Latency => "Latency (µs, p50 per repeat; p50/p99 over every sample)",
+        }
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            Family::Bandwidth | Family::Udp => "Gbit/s",
+            Family::Latency => "us",
+        }
+    }
+}
+
+/// Where the latency percentiles of a row come from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum LatSource {
+    /// Every repeat's histogram, merged.
+    Histograms { repeats: usize, samples: u64 },
+    /// The mean of the repeats' stored percentiles (no histogram stored).
+    StoredPercentiles,
+}
+
+/// Latency figures of a row, µs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LatFigures {
+    pub min: Option<f64>,
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p99: Option<f64>,
+    pub p999: Option<f64>,
+    pub max: Option<f64>,
+    pub mean: Option<f64>,
+    /// half-RTT or RTT.
+    pub kind: Option<String>,
+    pub source: LatSource,
+    /// (percentile, µs) for the percentile chart (histograms only).
+    pub curve: Vec<(f64, f64)>,
+}
+
+/// CPU per Gbit/s at both ends: percent of one CPU spent per Gbit/s moved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CpuPerGbps {
+    /// The client end (the flow's sender for `forward`).
+    pub client: Option<f64>,
+    /// The agent end.
+    pub agent: Option<f64>,
+    /// `host` (the whole host's CPU time, kernel work included) or
+    /// `threads` (the test threads' own CPU time).
+    pub source: &'static str,
+}
+
+/// The difference of a row to the same measurement on the baseline path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Delta {
+    pub path: String,
+    pub kind: String,
+    pub test: String,
+    /// The baseline row's mean (Gbit/s or µs p50).
+    pub base_mean: f64,
+    pub d_gbps: Option<f64>,
+    pub d_pct: Option<f64>,
+    pub d_p50_us: Option<f64>,
+    pub d_p99_us: Option<f64>,
+    /// Loss-rate change, percentage points.
+    pub d_loss_pp: Option<f64>,
+    /// The difference is smaller than the two 95 % intervals together
+    /// (`None` when either side has a single repeat).
+    pub within_noise: Option<bool>,
+}
+
+/// One test × sweep point × path × pattern instance.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub family: Family,
+    pub test: String,
+    pub kind: String,
+    pub path: String,
+    pub pattern: String,
+    /// The pattern instance in words (`fp-node1 -> fp-node2`, `mesh, 12 pairs`).
+    pub scope: String,
+    #[serde(skip)]
+    pub scope_key: String,
+    pub dims: Value,
+    pub size: Option<u64>,
+    pub streams: Option<u64>,
+    pub op: Option<String>,
+    pub direction: Option<String>,
+    pub mtu: Option<u64>,
+    pub rate: Option<String>,
+    pub nodes: Vec<String>,
+    pub cells: Vec<String>,
+    /// One figure per cell in run order: Gbit/s, or p50 µs for latency.
+    pub values: Vec<f64>,
+    pub stats: Option<Stats>,
+    pub warnings: Vec<String>,
+    pub port_rate_gbps: Option<f64>,
+    pub pct_port: Option<f64>,
+    pub cpu: Option<CpuPerGbps>,
+    pub retransmits: Option<f64>,
+    pub loss_pct: Option<f64>,
+    pub lat: Option<LatFigures>,
+    pub base: Option<Delta>,
+}
+
+impl Row {
+    /// `tcp-bw 64K fp-node1 -> fp-node2 on overlay`, for gate messages.
+    pub fn label(&self) -> String {
+        let mut s = if self.test == self.kind {
+            self.test.clone()
+        } else {
+            format!("{} ({})", self.test, self.kind)
+        };
+        if let Some(op) = &self.op {
+            s.push_str(&format!(" op {op}"));
+        }
+        if let Some(b) = self.size {
+            s.push_str(&format!(" size {}", size_label(b)));
+        }
+        if let Some(n) = self.streams.filter(|n| *n > 1) {
+            s.push_str(&format!(" x{n}"));
+        }
+        if let Some(d) = self.direction.as_deref().filter(|d| *d != "forward") {
+            s.push_str(&format!(" {d}"));
+        }
+        if let Some(r) = &self.rate {
+            s.push_str(&format!(" rate {r}"));
+        }
+        s.push_str(&format!(" on path {}, {}", self.path, self.scope));
+        s
+    }
+
+    pub fn mean(&self) -> Option<f64> {
+        self.stats.as_ref().map(|s| s.mean)
+    }
+}
+
+/// One sender's part of an incast.
+#[derive(Debug, Clone, Serialize)]
+pub struct SenderShare {
+    pub src: String,
+    pub gbps: f64,
+    /// Fraction of the flows' sum.
+    pub share: f64,
+}
+
+/// One incast cell: every sender into one receiver at once.
+#[derive(Debug, Clone, Serialize)]
+pub struct Incast {
+    pub test: String,
+    pub path: String,
+    pub receiver: String,
+    pub repeat: u32,
+    pub cell: String,
+    pub dims: Value,
+    pub senders: Vec<SenderShare>,
+    pub aggregate_gbps: Option<f64>,
+    pub jain: Option<f64>,
+    /// The receiver's port rate (the bottleneck of an incast).
+    pub port_rate_gbps: Option<f64>,
+    pub pct_port: Option<f64>,
+}
+
+/// One bisection split: half the nodes into the other half at once.
+#[derive(Debug, Clone, Serialize)]
+pub struct Bisection {
+    pub test: String,
+    pub path: String,
+    pub repeat: u32,
+    pub cell: String,
+    pub dims: Value,
+    pub flows: Vec<(String, String, f64)>,
+    pub aggregate_gbps: Option<f64>,
+    /// Sum over the flows of the slower end's port rate.
+    pub port_sum_gbps: Option<f64>,
+    pub pct_port: Option<f64>,
+    pub jain: Option<f64>,
+}
+
+/// How bad a verdict is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    Ok,
+    Warn,
+    Bad,
+}
+
+impl Level {
+    pub fn word(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "WARN",
+            Level::Bad => "BAD",
+        }
+    }
+}
+
+/// A verdict in words about a path or a node.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// `path` or `node`.
+    pub scope: &'static str,
+    pub subject: String,
+    pub level: Level,
+    pub text: String,
+}
+
+/// A cell that failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedCell {
+    pub cell: String,
+    pub test: String,
+    pub path: String,
+    pub pattern: String,
+    pub flows: Vec<(String, String)>,
+    pub error: String,
+}
+
+/// The run a report is about.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunMeta {
+    pub id: i64,
+    pub plan: String,
+    pub description: Option<String>,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub fabperf_version: String,
+    pub cells_done: usize,
+    pub cells_failed: usize,
+    pub cells_pending: usize,
+}
+
+/// A whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub run: RunMeta,
+    pub baseline: Option<String>,
+    /// `plan` or `--baseline`.
+    pub baseline_from: Option<&'static str>,
+    pub rows: Vec<Row>,
+    pub meshes: Vec<MeshAnalysis>,
+    pub incasts: Vec<Incast>,
+    pub bisections: Vec<Bisection>,
+    pub agents: Vec<Agent>,
+    pub findings: Vec<FindingView>,
+    pub verdicts: Vec<Verdict>,
+    pub failed: Vec<FailedCell>,
+    pub notes: Vec<String>,
+    /// Filled by [`crate::gate::evaluate`] when gates were given.
+    pub gates: Vec<crate::gate::GateOutcome>,
+}
+
+impl Report {
+    /// The paths measured, baseline first.
+    pub fn paths(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        if let Some(b) = &self.baseline {
+            if self.rows.iter().any(|r| &r.path == b) {
+                v.push(b.clone());
+            }
+        }
+        for r in &self.rows {
+            if !v.contains(&r.path) {
+                v.push(r.path.clone());
+            }
+        }
+        v
+    }
+
+    /// The row on `path` that best matches `row` (same family, size,
+    /// direction and pattern instance; the same kind, streams, op, MTU and
+    /// rate preferred).
+    pub fn counterpart(&self, row: &Row, path: &str) -> Option<&Row> {
+        let dir = |r: &Row| r.direction.clone().unwrap_or_else(|| "forward".into());
+        self.rows
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| {
+                b.path == path
+                    && b.family == row.family
+                    && b.size == row.size
+                    && dir(b) == dir(row)
+                    && b.scope_key == row.scope_key
+                    && b.stats.is_some()
+            })
+            // max_by_key keeps the last of equals: the reversed index keeps
+            // the plan's first on ties.
+            .max_by_key(|(i, b)| {
+                (
+                    4 * (b.kind == row.kind) as u32
+                        + 2 * (b.streams == row.streams) as u32
+                        + (b.op == row.op) as u32
+                        + (b.mtu == row.mtu) as u32
+                        + (b.rate == row.rate) as u32,
+                    std::cmp::Reverse(*i),
+                )
+            })
+            .map(|(_, b)| b)
+    }
+}
+
+/// Options of a report.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub run: Option<i64>,
+    /// Overrides the plan's baseline path.
+    pub baseline: Option<String>,
+}
+
+/// Build the report of a run.
+pub fn build(store: &Store, opts: &Options) -> Result<Report, ReportError> {
+    let mut data = load(store, opts.run)?;
+    let mut report = assemble(&mut data, opts)?;
+    // The mesh matrices, with the plan's rule per test.
+    for test in summary::mesh_tests(store, data.run.id)? {
+        let rule = data.mesh_rules.get(&test).copied();
+        match summary::analyze(
+            store,
+            data.run.id,
+            &test,
+            rule.map(|r| r.bw_fraction)
+                .unwrap_or(summary::DEFAULT_BW_FRACTION),
+            rule.map(|r| r.lat_factor)
+                .unwrap_or(summary::DEFAULT_LAT_FACTOR),
+        ) {
+            Ok(a) => report.meshes.push(a),
+            // The mesh summary reads records strictly; one it cannot read
+            // costs the matrix, not the whole report.
+            Err(e) => report
+                .notes
+                .push(format!("mesh test {test}: no matrix: {e}")),
+        }
+    }
+    report.verdicts = verdicts(&report, &data);
+    Ok(report)
+}
+
+fn dim_str(dims: &Value, k: &str) -> Option<String> {
+    match dims.get(k)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// A UDP target rate as the plan spells rates: `500M`, `2.5G`, `max`.
+fn rate_label(dims: &Value) -> Option<String> {
+    let v = dims.get("rate")?;
+    if let Some(b) = v.as_f64().filter(|b| *b > 0.0) {
+        for (unit, f) in [("G", 1e9), ("M", 1e6), ("K", 1e3)] {
+            if b >= f {
+                let x = b / f;
+                return Some(if x.fract() == 0.0 {
+                    format!("{x:.0}{unit}")
+                } else {
+                    format!("{}{unit}", format!("{x:.3}").trim_end_matches('0'))
+                });
+            }
+        }
+        return Some(format!("{b}"));
+    }
+    dim_str(dims, "rate")
+}
+
+fn dim_u64(dims: &Value, k: &str) -> Option<u64> {
+    dims.get(k)?.as_u64()
+}
+
+/// The record that stands for a cell: the aggregate of concurrent flows,
+/// else the total.
+fn main_sample<'a>(cell: &CellRow, samples: &'a [Sample]) -> Option<&'a Sample> {
+    let want = if cell.spec.flows.len() > 1 {
+        Role::Aggregate
+    } else {
+        Role::Total
+    };
+    samples.iter().find(|s| s.role == want)
+}
+
+/// Port rate of a flow: the slower end's.
+fn flow_port(data: &RunData, path: &str, src: &str, dst: &str) -> Option<f64> {
+    let a = data.agent(path, src)?.inventory.port_rate_gbps?;
+    let b = data.agent(path, dst)?.inventory.port_rate_gbps?;
+    Some(a.min(b))
+}
+
+/// The port rate a cell's main figure is bounded by.
+fn cell_port(data: &RunData, cell: &CellRow, direction: Option<&str>) -> Option<f64> {
+    let s = &cell.spec;
+    let ports: Option<Vec<f64>> = s
+        .flows
+        .iter()
+        .map(|(a, b)| flow_port(data, &s.path, a, b))
+        .collect();
+    let ports = ports?;
+    let one_way = match s.pattern.as_str() {
+        "incast" => {
+            let recv = data
+                .agent(&s.path, &s.flows.first()?.1)?
+                .inventory
+                .port_rate_gbps?;
+            let senders: Option<Vec<f64>> = s
+                .flows
+                .iter()
+                .map(|(a, _)| data.agent(&s.path, a)?.inventory.port_rate_gbps)
+                .collect();
+            recv.min(senders?.iter().sum())
+        }
+        "bisection" => ports.iter().sum(),
+        _ => ports.iter().copied().fold(f64::INFINITY, f64::min),
+    };
+    if !one_way.is_finite() {
+        return None;
+    }
+    Some(if direction == Some("bidir") {
+        2.0 * one_way
+    } else {
+        one_way
+    })
+}
+
+/// Test order, dims, path, pattern instance key, its words.
+type GroupKey = (usize, String, String, String, String);
+
+#[derive(Default)]
+struct Acc {
+    cells: Vec<String>,
+    values: Vec<f64>,
+    nodes: BTreeSet<String>,
+    pairs: BTreeSet<(String, String)>,
+    size: Option<u64>,
+    streams: Option<u64>,
+    op: Option<String>,
+    direction: Option<String>,
+    mtu: Option<u64>,
+    ports: Vec<Option<f64>>,
+    cpu_client: Vec<Option<f64>>,
+    cpu_agent: Vec<Option<f64>>,
+    cpu_host: bool,
+    retrans: Vec<f64>,
+    loss: Vec<f64>,
+    hists: Merged,
+    hist_missing: usize,
+    stored: Vec<crate::data::LatView>,
+    per_cell_hist_p50: Vec<Option<f64>>,
+    lat_kind: Option<String>,
+}
+
+fn cpu_per_gbps(rec: &RecView, host: bool) -> (Option<f64>, Option<f64>) {
+    let bw = match rec.bw_gbps {
+        Some(b) if b > 0.0 => b,
+        _ => return (None, None),
+    };
+    if host {
+        (
+            rec.host_cpu_local.map(|h| h.total_pct / bw),
+            rec.host_cpu_remote.map(|h| h.total_pct / bw),
+        )
+    } else {
+        (
+            rec.cpu_local_pct.map(|c| c / bw),
+            rec.cpu_remote_pct.map(|c| c / bw),
+        )
+    }
+}
+
+fn mean_of(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+fn all_some(v: &[Option<f64>]) -> Option<f64> {
+    let x: Option<Vec<f64>> = v.iter().copied().collect();
+    x.and_then(|x| mean_of(&x))
+}
+
+/// Everything but the mesh analyses (which need the store) and verdicts.
+pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, ReportError> {
+    let mut notes = Vec::new();
+    let mut groups: BTreeMap<GroupKey, (CellRow, Acc)> = BTreeMap::new();
+    let mut order: BTreeMap<String, usize> = BTreeMap::new();
+    let mut incasts = Vec::new();
+    let mut bisections = Vec::new();
+    let mut unknown_kinds = BTreeSet::new();
+    for cell in data.cells.iter().filter(|c| c.state == CellState::Done) {
+        let s = &cell.spec;
+        if !matches!(
+            s.pattern.as_str(),
+            "pairs" | "mesh" | "incast" | "bisection"
+        ) {
+            continue;
+        }
+        let Some(family) = Family::of_kind(&s.kind) else {
+            unknown_kinds.insert(s.kind.clone());
+            continue;
+        };
+        let samples = data.samples_of(&s.cell_id);
+        let Some(main) = main_sample(cell, samples) else {
+            notes.push(format!(
+                "cell {} ({} on {}) is done but has no {} record; left out",
+                s.cell_id,
+                s.test,
+                s.path,
+                if s.flows.len() > 1 {
+                    "aggregate"
+                } else {
+                    "total"
+                }
+            ));
+            continue;
+        };
+        let rec = &main.rec;
+        match s.pattern.as_str() {
+            "incast" => incasts.push(incast_of(data, cell, samples)),
+            "bisection" => bisections.push(bisection_of(data, cell, samples)),
+            _ => {}
+        }
+        let (scope_key, first) = match s.pattern.as_str() {
+            "pairs" => match s.flows.first() {
+                Some((a, b)) => (format!("pair:{a}>{b}"), format!("{a} -> {b}")),
+                None => ("pair:".into(), "pair".into()),
+            },
+            p => (p.to_string(), p.to_string()),
+        };
+        let n = order.len();
+        let idx = *order.entry(s.test.clone()).or_insert(n);
+        let key = (
+            idx,
+            s.dims.to_string(),
+            s.path.clone(),
+            scope_key.clone(),
+            first,
+        );
+        let (_, acc) = groups
+            .entry(key)
+            .or_insert_with(|| (cell.clone(), Acc::default()));
+        acc.cells.push(s.cell_id.clone());
+        for (a, b) in &s.flows {
+            acc.nodes.insert(a.clone());
+            acc.nodes.insert(b.clone());
+            acc.pairs.insert((a.clone(), b.clone()));
+        }
+        acc.size = acc.size.or(dim_u64(&s.dims, "size")).or(rec.size);
+        acc.streams = acc.streams.or(dim_u64(&s.dims, "streams")).or(rec.streams);
+        acc.op = acc.op.clone().or(dim_str(&s.dims, "op")).or(rec.op.clone());
+        acc.direction = acc
+            .direction
+            .clone()
+            .or(dim_str(&s.dims, "direction"))
+            .or(rec.direction.clone());
+        acc.mtu = acc.mtu.or(dim_u64(&s.dims, "mtu"));
+        acc.ports
+            .push(cell_port(data, cell, acc.direction.as_deref()));
+        if let Some(r) = rec.retransmits {
+            acc.retrans.push(r as f64);
+        }
+        if let Some(l) = rec.udp_loss_pct {
+            acc.loss.push(l);
+        }
+        match family {
+            Family::Bandwidth | Family::Udp => {
+                if let Some(b) = rec.bw_gbps {
+                    acc.values.push(b);
+                }
+                if s.flows.len() == 1 {
+                    let host = rec.host_cpu_local.is_some() && rec.host_cpu_remote.is_some();
+                    if acc.cells.len() == 1 {
+                        acc.cpu_host = host;
+                    }
+                    let (c, a) = cpu_per_gbps(rec, acc.cpu_host && host);
+                    acc.cpu_client.push(c);
+                    acc.cpu_agent.push(a);
+                }
+            }
+            Family::Latency => {
+                acc.lat_kind = acc
+                    .lat_kind
+                    .clone()
+                    .or(rec.lat.as_ref().and_then(|l| l.kind.clone()));
+                let decoded = rec.lat_hist.as_deref().map(hist::decode);
+                let mut hp50 = None;
+                match decoded {
+                    Some(Ok(h)) if !h.is_empty() => {
+                        let mut one = Merged::new();
+                        let _ = one.add(&h);
+                        hp50 = one.quantile_us(0.5);
+                        if let Err(e) = acc.hists.add(&h) {
+                            notes.push(format!("cell {}: {e}", s.cell_id));
+                            acc.hist_missing += 1;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        notes.push(format!(
+                            "cell {}: {e}; its stored percentiles are used",
+                            s.cell_id
+                        ));
+                        acc.hist_missing += 1;
+                    }
+                    _ => acc.hist_missing += 1,
+                }
+                acc.per_cell_hist_p50.push(hp50);
+                let stored = rec.lat.clone().unwrap_or_default();
+                if let Some(v) = hp50.or(stored.p50) {
+                    acc.values.push(v);
+                }
+                acc.stored.push(stored);
+            }
+        }
+    }
+    if !unknown_kinds.is_empty() {
+        notes.push(format!(
+            "cells of test kinds this report does not know are left out: {}",
+            unknown_kinds.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let mut rows = Vec::new();
+    for ((_, _, _, scope_key, first), (cell, acc)) in groups {
+        let s = &cell.spec;
+        let family = Family::of_kind(&s.kind).expect("grouped by known kinds");
+        let stats = Stats::of(&acc.values);
+        let mut warnings: Vec<String> = Vec::new();
+        if let Some(st) = &stats {
+            if s.pattern == "mesh" {
+                warnings.push(format!(
+                    "mean over {} mesh cells (pairs × repeats); the matrix below has each pair",
+                    st.n
+                ));
+            } else {
+                warnings.extend(
+                    stats::warnings(&acc.values, st)
+                        .iter()
+                        .map(|w| w.text(family.unit())),
+                );
+            }
+        }
+        let scope = match s.pattern.as_str() {
+            "pairs" => first,
+            "mesh" => format!("mesh, {} pairs", acc.pairs.len()),
+            "incast" => "incast aggregate".into(),
+            "bisection" => "bisection aggregate".into(),
+            p => p.to_string(),
+        };
+        let port = {
+            let p: Option<Vec<f64>> = acc.ports.iter().copied().collect();
+            p.map(|p| p.iter().copied().fold(f64::INFINITY, f64::min))
+                .filter(|x| x.is_finite())
+        };
+        let pct_port = match (family, &stats, port) {
+            (Family::Bandwidth | Family::Udp, Some(st), Some(p)) if p > 0.0 => {
+                Some(st.mean / p * 100.0)
+            }
+            _ => None,
+        };
+        let cpu = (!acc.cpu_client.is_empty()).then(|| CpuPerGbps {
+            client: all_some(&acc.cpu_client),
+            agent: all_some(&acc.cpu_agent),
+            source: if acc.cpu_host { "host" } else { "threads" },
+        });
+        let cpu = cpu.filter(|c| c.client.is_some() || c.agent.is_some());
+        let lat = (family == Family::Latency).then(|| lat_figures(&acc));
+        if let Some(l) = &lat {
+            if l.source == LatSource::StoredPercentiles && !acc.stored.is_empty() {
+                warnings.push(
+                    "no latency histogram stored: p50/p99 are the mean of the repeats' own percentiles, not percentiles over every sample".into(),
+                );
+            }
+        }
+        rows.push(Row {
+            family,
+            test: s.test.clone(),
+            kind: s.kind.clone(),
+            path: s.path.clone(),
+            pattern: s.pattern.clone(),
+            scope,
+            scope_key,
+            dims: s.dims.clone(),
+            size: acc.size,
+            streams: acc.streams,
+            op: acc.op.clone(),
+            direction: acc.direction.clone(),
+            mtu: acc.mtu,
+            rate: rate_label(&s.dims),
+            nodes: acc.nodes.iter().cloned().collect(),
+            cells: acc.cells.clone(),
+            values: acc.values.clone(),
+            stats,
+            warnings,
+            port_rate_gbps: port,
+            pct_port,
+            cpu,
+            retransmits: mean_of(&acc.retrans),
+            loss_pct: mean_of(&acc.loss),
+            lat,
+            base: None,
+        });
+    }
+    // Within a test: sizes ascending, then the other dims, paths in the
+    // order first seen, baseline first.
+    let baseline_from = if opts.baseline.is_some() {
+        Some("--baseline")
+    } else if data.plan_baseline.is_some() {
+        Some("plan")
+    } else {
+        None
+    };
+    let baseline = opts.baseline.clone().or(data.plan_baseline.clone());
+    let paths_seen: Vec<String> = {
+        let mut v: Vec<String> = Vec::new();
+        for r in &rows {
+            if !v.contains(&r.path) {
+                v.push(r.path.clone());
+            }
+        }
+        v
+    };
+    if let Some(b) = &baseline {
+        if !paths_seen.contains(b) {
+            let msg = format!(
+                "the baseline path {b:?} has no measurement in run {}; paths measured: {}",
+                data.run.id,
+                if paths_seen.is_empty() {
+                    "none".to_string()
+                } else {
+                    paths_seen.join(", ")
+                }
+            );
+            if opts.baseline.is_some() {
+                return Err(ReportError::Usage(format!(
+                    "{msg}; give one of them to --baseline"
+                )));
+            }
+            notes.push(format!("{msg}; no differences are computed"));
+        }
+    }
+    let path_rank = |p: &str| {
+        if Some(p) == baseline.as_deref() {
+            0
+        } else {
+            1 + paths_seen.iter().position(|x| x == p).unwrap_or(0)
+        }
+    };
+    let test_rank: BTreeMap<String, usize> = order;
+    rows.sort_by(|a, b| {
+        (
+            a.family,
+            test_rank.get(&a.test),
+            a.size,
+            a.op.clone(),
+            a.streams,
+            a.direction.clone(),
+            a.rate.clone(),
+            a.mtu,
+            a.scope_key.clone(),
+            path_rank(&a.path),
+        )
+            .cmp(&(
+                b.family,
+                test_rank.get(&b.test),
+                b.size,
+                b.op.clone(),
+                b.streams,
+                b.direction.clone(),
+                b.rate.clone(),
+                b.mtu,
+                b.scope_key.clone(),
+                path_rank(&b.path),
+            ))
+    });
+    let failed = data
+        .cells
+        .iter()
+        .filter(|c| c.state == CellState::Failed)
+        .map(|c| FailedCell {
+            cell: c.spec.cell_id.clone(),
+            test: c.spec.test.clone(),
+            path: c.spec.path.clone(),
+            pattern: c.spec.pattern.clone(),
+            flows: c.spec.flows.clone(),
+            error: c.error.clone().unwrap_or_default(),
+        })
+        .collect();
+    let count = |st: CellState| data.cells.iter().filter(|c| c.state == st).count();
+    let description = toml::from_str::<toml::Value>(&data.run.plan_text)
+        .ok()
+        .and_then(|v| v.get("description")?.as_str().map(str::to_string));
+    notes.append(&mut data.notes);
+    let mut report = Report {
+        run: RunMeta {
+            id: data.run.id,
+            plan: data.run.plan_name.clone(),
+            description,
+            started_at: data.run.started_at.clone(),
+            ended_at: data.run.ended_at.clone(),
+            fabperf_version: data.run.fabperf_version.clone(),
+            cells_done: count(CellState::Done),
+            cells_failed: count(CellState::Failed),
+            cells_pending: count(CellState::Pending),
+        },
+        baseline: baseline.clone(),
+        baseline_from,
+        rows,
+        meshes: Vec::new(),
+        incasts,
+        bisections,
+        agents: data.agents.clone(),
+        findings: data.findings.clone(),
+        verdicts: Vec::new(),
+        failed,
+        notes,
+        gates: Vec::new(),
+    };
+    if let Some(b) = &baseline {
+        let deltas: Vec<Option<Delta>> = report
+            .rows
+            .iter()
+            .map(|r| {
+                if &r.path == b {
+                    return None;
+                }
+                let base = report.counterpart(r, b)?;
+                Some(delta(r, base))
+            })
+            .collect();
+        for (r, d) in report.rows.iter_mut().zip(deltas) {
+            r.base = d;
+        }
+    }
+    Ok(report)
+}
+
+fn lat_figures(acc: &Acc) -> LatFigures {
+    if acc.hist_missing == 0 && acc.hists.parts > 0 {
+        let h = &acc.hists;
+        return LatFigures {
+            min: h.min_us(),
+            p50: h.quantile_us(0.5),
+            p90: h.quantile_us(0.9),
+            p99: h.quantile_us(0.99),
+            p999: h.quantile_us(0.999),
+            max: h.max_us(),
+            mean: h.mean_us(),
+            kind: acc.lat_kind.clone(),
+            source: LatSource::Histograms {
+                repeats: h.parts,
+                samples: h.samples(),
+            },
+            curve: h.curve(),
+        };
+    }
+    let m = |f: fn(&crate::data::LatView) -> Option<f64>| {
+        let v: Vec<f64> = acc.stored.iter().filter_map(f).collect();
+        mean_of(&v)
+    };
+    let min = acc
+        .stored
+        .iter()
+        .filter_map(|l| l.min)
+        .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.min(v))));
+    let max = acc
+        .stored
+        .iter()
+        .filter_map(|l| l.max)
+        .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))));
+    LatFigures {
+        min,
+        p50: m(|l| l.p50),
+        p90: m(|l| l.p90),
+        p99: m(|l| l.p99),
+        p999: m(|l| l.p999),
+        max,
+        mean: m(|l| l.mean),
+        kind: acc.lat_kind.clone(),
+        source: LatSource::StoredPercentiles,
+        curve: Vec::new(),
+    }
+}
+
+fn delta(r: &Row, b: &Row) -> Delta {
+    let (rs, bs) = (r.stats.as_ref(), b.stats.as_ref());
+    let base_mean = bs.map(|s| s.mean).unwrap_or(f64::NAN);
+    let within_noise = match (rs.and_then(|s| s.ci95), bs.and_then(|s| s.ci95)) {
+        (Some(a), Some(c)) => Some((rs.map(|s| s.mean).unwrap_or(0.0) - base_mean).abs() <= a + c),
+        _ => None,
+    };
+    let mut d = Delta {
+        path: b.path.clone(),
+        kind: b.kind.clone(),
+        test: b.test.clone(),
+        base_mean,
+        d_gbps: None,
+        d_pct: None,
+        d_p50_us: None,
+        d_p99_us: None,
+        d_loss_pp: None,
+        within_noise,
+    };
+    match r.family {
+        Family::Bandwidth | Family::Udp => {
+            if let (Some(a), Some(c)) = (rs, bs) {
+                d.d_gbps = Some(a.mean - c.mean);
+                if c.mean > 0.0 {
+                    d.d_pct = Some((a.mean - c.mean) / c.mean * 100.0);
+                }
+            }
+            if let (Some(a), Some(c)) = (r.loss_pct, b.loss_pct) {
+                d.d_loss_pp = Some(a - c);
+            }
+        }
+        Family::Latency => {
+            let (la, lb) = (r.lat.as_ref(), b.lat.as_ref());
+            d.d_p50_us = la
+                .and_then(|l| l.p50)
+                .zip(lb.and_then(|l| l.p50))
+                .map(|(a, c)| a - c);
+            d.d_p99_us = la
+                .and_then(|l| l.p99)
+                .zip(lb.and_then(|l| l.p99))
+                .map(|(a, c)| a - c);
+        }
+    }
+    d
+}
+
+fn incast_of(data: &RunData, cell: &CellRow, samples: &[Sample]) -> Incast {
+    let s = &cell.spec;
+    let flows: Vec<&Sample> = samples.iter().filter(|m| m.role == Role::Flow).collect();
+    let sum: f64 = flows.iter().filter_map(|m| m.rec.bw_gbps).sum();
+    let senders: Vec<SenderShare> = flows
+        .iter()
+        .filter_map(|m| {
+            let g = m.rec.bw_gbps?;
+            Some(SenderShare {
+                src: m.src.clone().unwrap_or_default(),
+                gbps: g,
+                share: if sum > 0.0 { g / sum } else { 0.0 },
+            })
+        })
+        .collect();
+    let rates: Vec<f64> = senders.iter().map(|x| x.gbps).collect();
+    let aggregate = main_sample(cell, samples).and_then(|m| m.rec.bw_gbps);
+    let receiver = s.flows.first().map(|f| f.1.clone()).unwrap_or_default();
+    let port = data
+        .agent(&s.path, &receiver)
+        .and_then(|a| a.inventory.port_rate_gbps);
+    Incast {
+        test: s.test.clone(),
+        path: s.path.clone(),
+        receiver,
+        repeat: s.repeat,
+        cell: s.cell_id.clone(),
+        dims: s.dims.clone(),
+        jain: stats::jain(&rates),
+        senders,
+        aggregate_gbps: aggregate,
+        port_rate_gbps: port,
+        pct_port: aggregate.zip(port).map(|(a, p)| a / p * 100.0),
+    }
+}
+
+fn bisection_of(data: &RunData, cell: &CellRow, samples: &[Sample]) -> Bisection {
+    let s = &cell.spec;
+    let flows: Vec<(String, String, f64)> = samples
+        .iter()
+        .filter(|m| m.role == Role::Flow)
+        .filter_map(|m| {
+            Some((
+                m.src.clone().unwrap_or_default(),
+                m.dst.clone().unwrap_or_default(),
+                m.rec.bw_gbps?,
+            ))
+        })
+        .collect();
+    let rates: Vec<f64> = flows.iter().map(|f| f.2).collect();
+    let aggregate = main_sample(cell, samples).and_then(|m| m.rec.bw_gbps);
+    let ports: Option<Vec<f64>> = s
+        .flows
+        .iter()
+        .map(|(a, b)| flow_port(data, &s.path, a, b))
+        .collect();
+    let port_sum = ports.map(|p| p.iter().sum::<f64>());
+    Bisection {
+        test: s.test.clone(),
+        path: s.path.clone(),
+        repeat: s.repeat,
+        cell: s.cell_id.clone(),
+        dims: s.dims.clone(),
+        jain: stats::jain(&rates),
+        flows,
+        aggregate_gbps: aggregate,
+        port_sum_gbps: port_sum,
+        pct_port: aggregate
+            .zip(port_sum)
+            .filter(|(_, p)| *p > 0.0)
+            .map(|(a, p)| a / p * 100.0),
+    }
+}
+
+/// A number in words: two decimals below 10, one below 100, none above.
+pub fn fmt_num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// A signed number with a real minus sign.
+pub fn signed(v: f64, decimals: usize) -> String {
+    let s = format!("{:.*}", decimals, v.abs());
+    if v < 0.0 && s.trim_start_matches(['0', '.']).chars().any(|c| c != '0') {
+        format!("−{s}")
+    } else {
+        format!("+{s}")
+    }
+}
+
+fn where_(r: &Row) -> String {
+    let mut s = match r.size {
+        Some(b) => format!("at {}", size_words(b)),
+        None => String::new(),
+    };
+    if let Some(op) = &r.op {
+        s.push_str(&format!(" {op}"));
+    }
+    if let Some(n) = r.streams.filter(|n| *n > 1) {
+        s.push_str(&format!(" ×{n}"));
+    }
+    if let Some(rate) = &r.rate {
+        s.push_str(&format!(" at rate {rate}"));
+    }
+    s.trim().to_string()
+}
+
+fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let base = rep.baseline.as_deref();
+    let doctor: Vec<&FindingView> = rep
+        .findings
+        .iter()
+        .filter(|f| f.kind == "doctor" && f.severity.as_deref() != Some("info"))
+        .collect();
+    for path in rep.paths() {
+        let rows: Vec<&Row> = rep.rows.iter().filter(|r| r.path == path).collect();
+        let mut parts: Vec<String> = Vec::new();
+        let mut level = Level::Ok;
+        let nodes: BTreeSet<&str> = rows
+            .iter()
+            .flat_map(|r| r.nodes.iter().map(String::as_str))
+            .collect();
+        if Some(path.as_str()) == base {
+            parts.push("baseline".into());
+        }
+        // Bandwidth against the baseline: the worst difference.
+        let worst_bw = rows
+            .iter()
+            .filter(|r| r.family != Family::Latency)
+            .filter_map(|r| Some((r, r.base.as_ref()?.d_pct?)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((r, pct)) = worst_bw {
+            let d = r.base.as_ref().expect("filtered on base");
+            // Within the two intervals: a small difference is noise; a large
+            // one is reported, softened, with the reason (too few repeats).
+            let noise = d.within_noise == Some(true);
+            let caveat = if noise {
+                "; within the 95 % intervals of its repeats, so more repeats are needed to be sure"
+            } else {
+                ""
+            };
+            if pct <= -5.0 && !(noise && pct > -25.0) {
+                parts.push(format!(
+                    "{} % vs {} {} ({} {} vs {} Gbit/s{caveat})",
+                    signed(pct, 0),
+                    d.path,
+                    where_(r),
+                    r.kind,
+                    fmt_num(r.mean().unwrap_or(f64::NAN)),
+                    fmt_num(d.base_mean)
+                ));
+                level = level.max(if pct <= -25.0 && (!noise || pct <= -50.0) {
+                    Level::Bad
+                } else {
+                    Level::Warn
+                });
+            } else if pct >= 5.0 && !noise {
+                parts.push(format!(
+                    "{} % vs {} {} ({})",
+                    signed(pct, 0),
+                    d.path,
+                    where_(r),
+                    r.kind
+                ));
+            } else {
+                parts.push(format!(
+                    "bandwidth on par with {} (worst {} %{})",
+                    d.path,
+                    signed(pct, 1),
+                    if noise { ", within the noise" } else { "" }
+                ));
+            }
+        }
+        // Latency against the baseline: the largest p50 increase.
+        let worst_lat = rows
+            .iter()
+            .filter(|r| r.family == Family::Latency)
+            .filter_map(|r| Some((r, r.base.as_ref()?.d_p50_us?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((r, d50)) = worst_lat {
+            let d = r.base.as_ref().expect("filtered on base");
+            let rel = if d.base_mean > 0.0 {
+                d50 / d.base_mean
+            } else {
+                0.0
+            };
+            let d99 = d
+                .d_p99_us
+                .map(|x| format!(", {} µs at p99", signed(x, 1)))
+                .unwrap_or_default();
+            parts.push(format!(
+                "{} µs at p50{d99} {} ({})",
+                signed(d50, 1),
+                where_(r),
+                r.kind
+            ));
+            if rel > 0.5 && d50 > 1.0 {
+                level = level.max(Level::Bad);
+            } else if rel > 0.1 && d50 > 0.5 {
+                level = level.max(Level::Warn);
+            }
+        }
+        // UDP loss against the baseline.
+        if let Some((r, pp)) = rows
+            .iter()
+            .filter_map(|r| Some((r, r.base.as_ref()?.d_loss_pp?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+        {
+            if pp > 0.1 {
+                parts.push(format!(
+                    "loses {:.2} % of datagrams {} ({} pp vs {})",
+                    r.loss_pct.unwrap_or(0.0),
+                    where_(r),
+                    signed(pp, 2),
+                    r.base.as_ref().map(|d| d.path.as_str()).unwrap_or("")
+                ));
+                level = level.max(Level::Warn);
+            }
+        }
+        // Share of the port rate.
+        if let Some((r, pct)) = rows
+            .iter()
+            .filter(|r| r.family == Family::Bandwidth && r.pattern == "pairs")
+            .filter_map(|r| Some((r, r.pct_port?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+        {
+            parts.push(format!(
+                "best {:.0} % of the {} Gbit/s port {}",
+                pct,
+                fmt_num(r.port_rate_gbps.unwrap_or(f64::NAN)),
+                where_(r)
+            ));
+            if pct < 50.0 {
+                level = level.max(Level::Warn);
+            }
+        }
+        for m in rep.meshes.iter().flat_map(|m| &m.groups) {
+            if m.path != path {
+                continue;
+            }
+            if !m.bad_nodes.is_empty() || !m.bad_links.is_empty() {
+                parts.push(format!(
+                    "mesh {}: suspect node(s) {}, link(s) {}",
+                    m.test,
+                    list_or_none(m.bad_nodes.iter().map(String::as_str)),
+                    list_or_none(m.bad_links.iter().map(|(a, b)| format!("{a}-{b}")))
+                ));
+                level = level.max(Level::Warn);
+            }
+        }
+        // Incast fairness and bisection bandwidth, in one phrase each.
+        let ics: Vec<&Incast> = rep.incasts.iter().filter(|i| i.path == path).collect();
+        if let Some(worst) = ics
+            .iter()
+            .filter(|i| i.jain.is_some())
+            .min_by(|a, b| a.jain.unwrap_or(1.0).total_cmp(&b.jain.unwrap_or(1.0)))
+        {
+            parts.push(format!(
+                "incast: Jain's index {:.2} at worst (into {}){}",
+                worst.jain.unwrap_or(1.0),
+                worst.receiver,
+                worst
+                    .pct_port
+                    .map(|p| format!(", {p:.0} % of its port"))
+                    .unwrap_or_default()
+            ));
+        }
+        if let Some(worst) = rep
+            .bisections
+            .iter()
+            .filter(|b| b.path == path && b.pct_port.is_some())
+            .min_by(|a, b| {
+                a.pct_port
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.pct_port.unwrap_or(0.0))
+            })
+        {
+            let p = worst.pct_port.unwrap_or(0.0);
+            parts.push(format!(
+                "bisection: {} Gbit/s, {p:.0} % of the flows' port rates at worst",
+                fmt_num(worst.aggregate_gbps.unwrap_or(f64::NAN))
+            ));
+            if p < 50.0 {
+                level = level.max(Level::Warn);
+            }
+        }
+        let failed = rep.failed.iter().filter(|f| f.path == path).count();
+        if failed > 0 {
+            parts.push(format!("{failed} cell(s) failed"));
+            level = level.max(Level::Warn);
+        }
+        // The findings of this path's nodes explain what the figures show.
+        let see: Vec<String> = doctor
+            .iter()
+            .filter(|f| nodes.contains(f.node.as_str()))
+            .map(|f| {
+                format!(
+                    "see doctor finding {}{}",
+                    f.label(),
+                    f.summary
+                        .as_deref()
+                        .map(|s| format!(" ({s})"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        if level > Level::Ok {
+            parts.extend(see);
+        }
+        if parts.is_empty() {
+            parts.push("measured; no baseline to compare with".into());
+        }
+        out.push(Verdict {
+            scope: "path",
+            subject: path.clone(),
+            level,
+            text: parts.join("; "),
+        });
+    }
+    // Nodes.
+    let mut nodes: BTreeSet<String> = data.agents.iter().map(|a| a.name.clone()).collect();
+    for c in &data.cells {
+        for (a, b) in &c.spec.flows {
+            nodes.insert(a.clone());
+            nodes.insert(b.clone());
+        }
+    }
+    for n in nodes {
+        let mut parts = Vec::new();
+        let mut level = Level::Ok;
+        for f in rep.findings.iter().filter(|f| f.node == n) {
+            let l = match f.severity.as_deref() {
+                Some("error") => Level::Bad,
+                Some("warning") | Some("warn") => Level::Warn,
+                _ => Level::Ok,
+            };
+            level = level.max(l);
+            parts.push(format!(
+                "{} finding {}{}",
+                f.kind,
+                f.id.as_deref().unwrap_or(&f.subject),
+                f.summary
+                    .as_deref()
+                    .map(|s| format!(": {s}"))
+                    .unwrap_or_default()
+            ));
+        }
+        for m in rep.meshes.iter().flat_map(|m| &m.groups) {
+            if m.bad_nodes.contains(&n) {
+                let vals: Vec<f64> = m
+                    .suspects
+                    .iter()
+                    .filter(|s| s.confirmed && (s.src == n || s.dst == n))
+                    .map(|s| s.value)
+                    .collect();
+                let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                parts.push(format!(
+                    "suspect node in mesh {} on {}: all {} of its links fail the rule ({}–{} {})",
+                    m.test,
+                    m.path,
+                    vals.len(),
+                    fmt_num(lo),
+                    fmt_num(hi),
+                    m.metric.unit()
+                ));
+                level = Level::Bad;
+            }
+            for (a, b) in &m.bad_links {
+                if *a == n || *b == n {
+                    parts.push(format!(
+                        "suspect link {a}-{b} in mesh {} on {}",
+                        m.test, m.path
+                    ));
+                    level = level.max(Level::Warn);
+                }
+            }
+        }
+        for ic in &rep.incasts {
+            let k = ic.senders.len();
+            if k < 2 {
+                continue;
+            }
+            if let Some(s) = ic.senders.iter().find(|s| s.src == n) {
+                let fair = 1.0 / k as f64;
+                if s.share < 0.5 * fair {
+                    parts.push(format!(
+                        "got {:.0} % of the bandwidth into {} as one of {k} incast senders (test {}; fair share {:.0} %)",
+                        s.share * 100.0,
+                        ic.receiver,
+                        ic.test,
+                        fair * 100.0
+                    ));
+                    level = level.max(Level::Warn);
+                }
+            }
+        }
+        // Inventory: a port rate or MTU unlike the rest of the path's nodes.
+        for a in data.agents.iter().filter(|a| a.name == n) {
+            if let Some(u) = &a.unreachable {
+                parts.push(format!("agent on path {} unreachable: {u}", a.path));
+                level = Level::Bad;
+            }
+            let peers: Vec<&Agent> = data
+                .agents
+                .iter()
+                .filter(|p| p.path == a.path && p.name != n)
+                .collect();
+            if let Some(mine) = a.inventory.port_rate_gbps {
+                if let Some(common) =
+                    majority(peers.iter().filter_map(|p| p.inventory.port_rate_gbps))
+                {
+                    if (mine - common).abs() > 1e-9 {
+                        parts.push(format!(
+                            "port rate {} Gbit/s on path {} where its peers have {}",
+                            fmt_num(mine),
+                            a.path,
+                            fmt_num(common)
+                        ));
+                        level = level.max(Level::Warn);
+                    }
+                }
+            }
+            if let Some(mine) = a.inventory.mtu {
+                if let Some(common) = majority(
+                    peers
+                        .iter()
+                        .filter_map(|p| p.inventory.mtu.map(|m| m as f64)),
+                ) {
+                    if (mine as f64 - common).abs() > 0.5 {
+                        parts.push(format!(
+                            "MTU {mine} on path {} where its peers have {common:.0}",
+                            a.path
+                        ));
+                        level = level.max(Level::Warn);
+                    }
+                }
+            }
+        }
+        let failed: Vec<&FailedCell> = rep
+            .failed
+            .iter()
+            .filter(|f| f.flows.iter().any(|(a, b)| *a == n || *b == n))
+            .collect();
+        if !failed.is_empty() {
+            parts.push(format!(
+                "{} cell(s) with it failed (first: {})",
+                failed.len(),
+                failed[0].error
+            ));
+            level = level.max(Level::Warn);
+        }
+        if parts.is_empty() {
+            parts.push("no issue found".into());
+        }
+        out.push(Verdict {
+            scope: "node",
+            subject: n,
+            level,
+            text: parts.join("; "),
+        });
+    }
+    out
+}
+
+fn list_or_none<S: AsRef<str>>(it: impl Iterator<Item = S>) -> String {
+    let v: Vec<String> = it.map(|s| s.as_ref().to_string()).collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The value most of `vals` share (ties: the larger); `None` when empty.
+fn majority(vals: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut counts: Vec<(f64, usize)> = Vec::new();
+    for v in vals {
+        match counts.iter_mut().find(|(x, _)| (*x - v).abs() < 1e-9) {
+            Some(c) => c.1 += 1,
+            None => counts.push((v, 1)),
+        }
+    }
+    counts
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(a.0.total_cmp(&b.0)))
+        .map(|c| c.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        let r = |v: Value| rate_label(&serde_json::json!({ "rate": v }));
+        assert_eq!(r(serde_json::json!(500_000_000)).as_deref(), Some("500M"));
+        assert_eq!(
+            r(serde_json::json!(2_500_000_000u64)).as_deref(),
+            Some("2.5G")
+        );
+        assert_eq!(r(serde_json::json!("max")).as_deref(), Some("max"));
+        assert_eq!(r(serde_json::json!("500M")).as_deref(), Some("500M"));
+        assert_eq!(rate_label(&serde_json::json!({})), None);
+    }
+
+    #[test]
+    fn signs_and_numbers() {
+        assert_eq!(signed(-41.2, 0), "−41");
+        assert_eq!(signed(3.0, 1), "+3.0");
+        assert_eq!(signed(-0.001, 1), "+0.0");
+        assert_eq!(fmt_num(9.412), "9.41");
+        assert_eq!(fmt_num(94.12), "94.1");
+        assert_eq!(fmt_num(941.2), "941");
+        assert_eq!(majority([100.0, 100.0, 25.0].into_iter()), Some(100.0));
+        assert_eq!(majority(std::iter::empty()), None);
+    }
+}

@@ -1,0 +1,452 @@
+//! What a report reads from the store: one run's plan, cells, measurements
+//! (as stored JSON, so records from newer writers are read too), agents
+//! with their inventories, and findings.
+
+use fabperf_store::{CellRow, CellState, RawMeasurement, Role, RunInfo, Store, StoreError};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+
+/// Errors of `fabperf report`.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// A latency summary as stored in a record (µs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LatView {
+    pub min: Option<f64>,
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p99: Option<f64>,
+    pub p999: Option<f64>,
+    pub max: Option<f64>,
+    pub mean: Option<f64>,
+    pub samples: Option<u64>,
+    /// `half_rtt` or `rtt`.
+    pub kind: Option<String>,
+}
+
+/// A host's CPU figures over a test's interval (percent of one CPU).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct HostCpuView {
+    pub total_pct: f64,
+    pub cpus: Option<u32>,
+}
+
+/// The figures of one stored record a report uses. Every key is optional:
+/// a missing, mistyped or non-finite value is simply absent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RecView {
+    pub test: String,
+    pub transport: Option<String>,
+    pub op: Option<String>,
+    pub direction: Option<String>,
+    pub stream: Option<u64>,
+    pub size: Option<u64>,
+    pub streams: Option<u64>,
+    pub duration_s: Option<f64>,
+    pub bw_gbps: Option<f64>,
+    pub msg_rate_mpps: Option<f64>,
+    pub lat: Option<LatView>,
+    pub lat_hist: Option<String>,
+    pub cpu_local_pct: Option<f64>,
+    pub cpu_remote_pct: Option<f64>,
+    pub host_cpu_local: Option<HostCpuView>,
+    pub host_cpu_remote: Option<HostCpuView>,
+    pub retransmits: Option<u64>,
+    pub udp_sent: Option<u64>,
+    pub udp_lost: Option<u64>,
+    pub udp_loss_pct: Option<f64>,
+    pub mtu: Option<u64>,
+    pub warnings: Vec<String>,
+    pub started_at: Option<String>,
+}
+
+fn num(v: &Value, k: &str) -> Option<f64> {
+    v.get(k)?.as_f64().filter(|x| x.is_finite())
+}
+
+fn uint(v: &Value, k: &str) -> Option<u64> {
+    v.get(k)?.as_u64()
+}
+
+fn text(v: &Value, k: &str) -> Option<String> {
+    v.get(k)?.as_str().map(str::to_string)
+}
+
+impl RecView {
+    /// Read a stored record; `lat_hist` falls back to the store's column.
+    pub fn from_json(v: &Value, hist_column: Option<&str>) -> RecView {
+        let lat = v.get("lat_us").filter(|l| l.is_object()).map(|l| LatView {
+            min: num(l, "min"),
+            p50: num(l, "p50"),
+            p90: num(l, "p90"),
+            p99: num(l, "p99"),
+            p999: num(l, "p999"),
+            max: num(l, "max"),
+            mean: num(l, "mean"),
+            samples: uint(l, "samples"),
+            kind: text(l, "kind"),
+        });
+        let host = |k: &str| {
+            let h = v.get(k).filter(|h| h.is_object())?;
+            let parts = ["user_pct", "system_pct", "irq_pct", "softirq_pct"];
+            let vals: Vec<f64> = parts.iter().filter_map(|p| num(h, p)).collect();
+            if vals.is_empty() {
+                return None;
+            }
+            Some(HostCpuView {
+                total_pct: vals.iter().sum(),
+                cpus: uint(h, "cpus").and_then(|c| u32::try_from(c).ok()),
+            })
+        };
+        let udp = v.get("udp");
+        let warnings = v
+            .get("warnings")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|w| match w {
+                        Value::String(s) => Some(s.clone()),
+                        Value::Object(o) => {
+                            o.get("message").and_then(Value::as_str).map(str::to_string)
+                        }
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        RecView {
+            test: text(v, "test").unwrap_or_default(),
+            transport: text(v, "transport"),
+            op: text(v, "op"),
+            direction: text(v, "direction"),
+            stream: uint(v, "stream"),
+            size: uint(v, "size"),
+            streams: uint(v, "streams"),
+            duration_s: num(v, "duration_s"),
+            bw_gbps: num(v, "bw_gbps"),
+            msg_rate_mpps: num(v, "msg_rate_mpps"),
+            lat,
+            lat_hist: text(v, "lat_hist").or_else(|| hist_column.map(str::to_string)),
+            cpu_local_pct: num(v, "cpu_local_pct"),
+            cpu_remote_pct: num(v, "cpu_remote_pct"),
+            host_cpu_local: host("host_cpu_local"),
+            host_cpu_remote: host("host_cpu_remote"),
+            retransmits: uint(v, "retransmits"),
+            udp_sent: udp.and_then(|u| uint(u, "sent")),
+            udp_lost: udp.and_then(|u| uint(u, "lost")),
+            udp_loss_pct: udp.and_then(|u| num(u, "loss_pct")),
+            mtu: uint(v, "mtu"),
+            warnings,
+            started_at: text(v, "started_at"),
+        }
+    }
+}
+
+/// One stored measurement.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub role: Role,
+    pub src: Option<String>,
+    pub dst: Option<String>,
+    pub rec: RecView,
+}
+
+/// What an agent said about its node's link (from its hello's
+/// `agent.inventory`; every key optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Inventory {
+    pub iface: Option<String>,
+    pub port_rate_gbps: Option<f64>,
+    pub mtu: Option<u64>,
+    pub numa_node: Option<i64>,
+}
+
+/// An agent of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Agent {
+    pub name: String,
+    pub path: String,
+    pub addr: String,
+    /// The node name the agent gave, when it gave one.
+    pub node: Option<String>,
+    pub inventory: Inventory,
+    /// The agent could not be reached when the run discovered it.
+    pub unreachable: Option<String>,
+}
+
+impl Agent {
+    fn from_row(a: &fabperf_store::AgentRow) -> Agent {
+        let ident = a.hello.get("agent");
+        let inv = ident.and_then(|i| i.get("inventory"));
+        let port = inv.and_then(|i| {
+            num(i, "port_rate_gbps")
+                .or_else(|| num(i, "speed_mbps").map(|m| m / 1000.0))
+                .filter(|r| *r > 0.0)
+        });
+        Agent {
+            name: a.name.clone(),
+            path: a.path.clone(),
+            addr: a.addr.clone(),
+            node: ident.and_then(|i| text(i, "node")),
+            inventory: Inventory {
+                iface: inv.and_then(|i| text(i, "iface")),
+                port_rate_gbps: port,
+                mtu: inv.and_then(|i| uint(i, "mtu")),
+                numa_node: inv.and_then(|i| i.get("numa_node")?.as_i64()),
+            },
+            unreachable: text(&a.hello, "unreachable"),
+        }
+    }
+}
+
+/// A stored finding, with the keys a doctor finding has when present.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FindingView {
+    pub kind: String,
+    pub subject: String,
+    /// Stable id (`node-ip-slow-link`, ...).
+    pub id: Option<String>,
+    /// `error`, `warning`, `info`.
+    pub severity: Option<String>,
+    pub summary: Option<String>,
+    /// The node it is about (the body's `node`/`hostname`, else the subject).
+    pub node: String,
+    pub fix: Vec<String>,
+}
+
+impl FindingView {
+    fn from(f: &fabperf_store::Finding) -> FindingView {
+        let b = &f.body;
+        // A finding may be stored whole or wrapped ({"node": .., "finding": {..}}).
+        let inner = b.get("finding").filter(|x| x.is_object()).unwrap_or(b);
+        let node = text(b, "node")
+            .or_else(|| text(b, "hostname"))
+            .unwrap_or_else(|| f.subject.clone());
+        FindingView {
+            kind: f.kind.clone(),
+            subject: f.subject.clone(),
+            id: text(inner, "id"),
+            severity: text(inner, "severity").map(|s| s.to_ascii_lowercase()),
+            summary: text(inner, "summary").or_else(|| text(inner, "message")),
+            node,
+            fix: inner
+                .get("fix")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// "node-ip-slow-link on fp-node1" or the subject.
+    pub fn label(&self) -> String {
+        match &self.id {
+            Some(id) => format!("{id} on {}", self.node),
+            None => format!("{} {}", self.kind, self.subject),
+        }
+    }
+}
+
+/// Per-test settings from the stored plan.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeshRule {
+    pub bw_fraction: f64,
+    pub lat_factor: f64,
+}
+
+/// One run, read whole.
+#[derive(Debug, Clone)]
+pub struct RunData {
+    pub run: RunInfo,
+    /// The plan's `baseline`, when it names one.
+    pub plan_baseline: Option<String>,
+    pub mesh_rules: BTreeMap<String, MeshRule>,
+    pub cells: Vec<CellRow>,
+    pub samples: HashMap<String, Vec<Sample>>,
+    pub agents: Vec<Agent>,
+    pub findings: Vec<FindingView>,
+    /// Histograms that could not be used, with the cell.
+    pub notes: Vec<String>,
+}
+
+impl RunData {
+    pub fn agent(&self, path: &str, name: &str) -> Option<&Agent> {
+        self.agents
+            .iter()
+            .find(|a| a.path == path && a.name == name)
+    }
+
+    pub fn done(&self) -> impl Iterator<Item = &CellRow> {
+        self.cells.iter().filter(|c| c.state == CellState::Done)
+    }
+
+    pub fn samples_of(&self, cell_id: &str) -> &[Sample] {
+        self.samples.get(cell_id).map(Vec::as_slice).unwrap_or(&[])
+    }
+}
+
+/// The plan's `baseline` and mesh thresholds from its stored text.
+fn plan_settings(text: &str) -> (Option<String>, BTreeMap<String, MeshRule>) {
+    let mut rules = BTreeMap::new();
+    if let Ok(p) = fabperf_run::parse(text, "stored plan", std::path::Path::new(".")) {
+        for t in &p.tests {
+            rules.insert(
+                t.name.clone(),
+                MeshRule {
+                    bw_fraction: t.suspect_bw,
+                    lat_factor: t.suspect_lat,
+                },
+            );
+        }
+        return (p.baseline, rules);
+    }
+    // A plan this version cannot validate (written by a newer one): take
+    // what the report needs from the TOML alone.
+    let base = toml::from_str::<toml::Value>(text)
+        .ok()
+        .and_then(|v| v.get("baseline")?.as_str().map(str::to_string));
+    (base, rules)
+}
+
+/// Read run `run` (default: the newest) from the store.
+pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
+    let run = match run {
+        Some(id) => store.run(id)?,
+        None => store.latest_run()?.ok_or_else(|| {
+            ReportError::Usage(format!(
+                "{} holds no run yet; `fabperf run PLAN --db {}` makes one",
+                store.path().display(),
+                store.path().display()
+            ))
+        })?,
+    };
+    let (plan_baseline, mesh_rules) = plan_settings(&run.plan_text);
+    let cells = store.cells(run.id)?;
+    let mut samples: HashMap<String, Vec<Sample>> = HashMap::new();
+    for RawMeasurement {
+        cell_id,
+        role,
+        src,
+        dst,
+        record,
+        lat_hist,
+    } in store.measurements_raw(run.id)?
+    {
+        let rec = RecView::from_json(&record, lat_hist.as_deref());
+        samples.entry(cell_id).or_default().push(Sample {
+            role,
+            src,
+            dst,
+            rec,
+        });
+    }
+    let agents = store.agents(run.id)?.iter().map(Agent::from_row).collect();
+    let findings = store
+        .findings(run.id, None)?
+        .iter()
+        .map(FindingView::from)
+        .collect();
+    Ok(RunData {
+        run,
+        plan_baseline,
+        mesh_rules,
+        cells,
+        samples,
+        agents,
+        findings,
+        notes: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn records_are_read_tolerantly() {
+        let v = json!({
+            "test": "tcp-lat", "size": 64, "bw_gbps": "fast", "duration_s": 2.0,
+            "lat_us": {"p50": 7.5, "p99": 20.0, "mean": null, "kind": "half_rtt", "samples": 10},
+            "host_cpu_local": {"user_pct": 10.0, "system_pct": 5.5, "irq_pct": 0.5, "softirq_pct": 4.0, "cpus": 8},
+            "udp": {"sent": 100, "lost": 3, "loss_pct": 3.0},
+            "warnings": ["old style", {"id": "x", "message": "new style"}, 7],
+            "lat_hist": "HISTfromrecord"
+        });
+        let r = RecView::from_json(&v, Some("column"));
+        assert_eq!(r.test, "tcp-lat");
+        assert_eq!(r.bw_gbps, None);
+        assert_eq!(r.size, Some(64));
+        let l = r.lat.unwrap();
+        assert_eq!((l.p50, l.p99, l.mean), (Some(7.5), Some(20.0), None));
+        assert_eq!(r.host_cpu_local.unwrap().total_pct, 20.0);
+        assert_eq!(r.host_cpu_local.unwrap().cpus, Some(8));
+        assert_eq!(r.host_cpu_remote, None);
+        assert_eq!(r.udp_loss_pct, Some(3.0));
+        assert_eq!(r.warnings, vec!["old style", "new style"]);
+        assert_eq!(r.lat_hist.as_deref(), Some("HISTfromrecord"));
+        let r = RecView::from_json(&json!({"test": 5}), Some("column"));
+        assert_eq!(r.test, "");
+        assert_eq!(r.lat_hist.as_deref(), Some("column"));
+        assert_eq!(RecView::from_json(&json!([]), None), RecView::default());
+    }
+
+    #[test]
+    fn inventories_and_findings() {
+        let row = fabperf_store::AgentRow {
+            name: "n1".into(),
+            path: "host".into(),
+            addr: "10.0.0.1:5301".into(),
+            hello: json!({"agent": {"node": "n1", "path": "host",
+                "inventory": {"iface": "eth0", "port_rate_gbps": 100, "mtu": 9000, "numa_node": 1}}}),
+            seen_at: String::new(),
+        };
+        let a = Agent::from_row(&row);
+        assert_eq!(a.inventory.port_rate_gbps, Some(100.0));
+        assert_eq!(a.inventory.mtu, Some(9000));
+        assert_eq!(a.inventory.numa_node, Some(1));
+        assert_eq!(a.node.as_deref(), Some("n1"));
+        // Older agents: no identity; hostile values are ignored.
+        let mut row2 = row.clone();
+        row2.hello = json!({"agent": {"inventory": {"port_rate_gbps": -5, "mtu": "big"}}});
+        let a = Agent::from_row(&row2);
+        assert_eq!(a.inventory, Inventory::default());
+        row2.hello = json!({"unreachable": "connection refused"});
+        assert_eq!(
+            Agent::from_row(&row2).unreachable.as_deref(),
+            Some("connection refused")
+        );
+        let f = fabperf_store::Finding {
+            kind: "doctor".into(),
+            subject: "fp-node1".into(),
+            body: json!({"id": "node-ip-slow-link", "severity": "Warning",
+                "summary": "node IP on a 1 GbE link", "fix": ["--node-ip"]}),
+            at: String::new(),
+        };
+        let v = FindingView::from(&f);
+        assert_eq!(v.label(), "node-ip-slow-link on fp-node1");
+        assert_eq!(v.severity.as_deref(), Some("warning"));
+        assert_eq!(v.fix, vec!["--node-ip"]);
+    }
+
+    #[test]
+    fn plan_baseline_from_text() {
+        let (b, _) = plan_settings("name = \"x\"\nbaseline = \"host\"\nfuture_key = 1\n");
+        assert_eq!(b.as_deref(), Some("host"));
+        let (b, _) = plan_settings("not toml [");
+        assert_eq!(b, None);
+    }
+}

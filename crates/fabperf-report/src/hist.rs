@@ -1,0 +1,259 @@
+//! Latency histograms stored with the records (`lat_hist`: HdrHistogram's
+//! V2 encoding, usually deflate-compressed, in base64; values in
+//! nanoseconds), decoded with bounds and merged across repeats so that
+//! percentiles of a path are computed over every sample of every repeat.
+
+use hdrhistogram::serialization::Deserializer;
+use hdrhistogram::Histogram;
+use std::io::Read;
+
+/// Longest base64 text accepted.
+pub const MAX_ENCODED_LEN: usize = 1 << 20;
+/// Largest inflated payload accepted.
+const MAX_INFLATED: u64 = 4 << 20;
+/// HdrHistogram's V2 cookies (plain, deflate-compressed).
+const V2_COOKIE: u32 = 0x1c84_9313;
+const V2_COMPRESSED_COOKIE: u32 = 0x1c84_9314;
+/// Bytes of a V2 header before the counts.
+const V2_HEADER: usize = 40;
+/// Highest trackable value accepted: one hour in nanoseconds.
+const MAX_HIGHEST_NS: u64 = 3_600_000_000_000;
+
+/// Why a stored histogram could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("latency histogram: {0}")]
+pub struct HistError(pub String);
+
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4)
+        .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+}
+
+fn be64(b: &[u8], at: usize) -> Option<u64> {
+    let x = b.get(at..at + 8)?;
+    let mut a = [0u8; 8];
+    a.copy_from_slice(x);
+    Some(u64::from_be_bytes(a))
+}
+
+/// Decode one `lat_hist` text. Its length, the inflated size and the
+/// histogram's parameters are checked before anything is allocated from
+/// them.
+pub fn decode(text: &str) -> Result<Histogram<u64>, HistError> {
+    use base64::Engine;
+    let bad = |m: String| HistError(m);
+    if text.len() > MAX_ENCODED_LEN {
+        return Err(bad(format!(
+            "{} characters, more than the {MAX_ENCODED_LEN} accepted",
+            text.len()
+        )));
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| bad(format!("not base64: {e}")))?;
+    let inner: Vec<u8> = match be32(&raw, 0) {
+        Some(V2_COMPRESSED_COOKIE) => {
+            let clen = be32(&raw, 4).ok_or_else(|| bad("truncated header".into()))? as usize;
+            let body = &raw[8..];
+            if clen != body.len() {
+                return Err(bad(format!(
+                    "compressed length {clen} announced, {} bytes present",
+                    body.len()
+                )));
+            }
+            let mut inner = Vec::new();
+            flate2::read::ZlibDecoder::new(body)
+                .take(MAX_INFLATED + 1)
+                .read_to_end(&mut inner)
+                .map_err(|e| bad(format!("bad compressed data: {e}")))?;
+            if inner.len() as u64 > MAX_INFLATED {
+                return Err(bad(format!("inflates to more than {MAX_INFLATED} bytes")));
+            }
+            inner
+        }
+        Some(V2_COOKIE) => raw,
+        _ => return Err(bad("not an HdrHistogram V2 encoding (wrong cookie)".into())),
+    };
+    if inner.len() < V2_HEADER || be32(&inner, 0) != Some(V2_COOKIE) {
+        return Err(bad("V2 header missing or wrong".into()));
+    }
+    let payload = be32(&inner, 4).unwrap_or(0) as usize;
+    if payload > inner.len() - V2_HEADER {
+        return Err(bad(format!(
+            "payload of {payload} bytes announced, {} present",
+            inner.len() - V2_HEADER
+        )));
+    }
+    let digits = be32(&inner, 12).unwrap_or(0);
+    let low = be64(&inner, 16).unwrap_or(0);
+    let high = be64(&inner, 24).unwrap_or(0);
+    if !(1..=5).contains(&digits) || low == 0 || high < 2 * low || high > MAX_HIGHEST_NS {
+        return Err(bad(format!(
+            "parameters out of range ({digits} significant digits, {low}..{high} ns; \
+             accepted: 1..5 digits, up to {MAX_HIGHEST_NS} ns)"
+        )));
+    }
+    Deserializer::new()
+        .deserialize(&mut inner.as_slice())
+        .map_err(|e| bad(format!("{e:?}")))
+}
+
+/// Histograms merged across repeats.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    hist: Histogram<u64>,
+    /// How many histograms went in.
+    pub parts: usize,
+}
+
+impl Default for Merged {
+    fn default() -> Self {
+        Merged::new()
+    }
+}
+
+impl Merged {
+    pub fn new() -> Merged {
+        let mut hist = Histogram::<u64>::new(3).expect("3 significant digits are valid");
+        hist.auto(true);
+        Merged { hist, parts: 0 }
+    }
+
+    /// Add a decoded histogram.
+    pub fn add(&mut self, h: &Histogram<u64>) -> Result<(), HistError> {
+        self.hist
+            .add(h)
+            .map_err(|e| HistError(format!("cannot merge: {e:?}")))?;
+        self.parts += 1;
+        Ok(())
+    }
+
+    pub fn samples(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// The value at quantile `q` (0..=1), microseconds.
+    pub fn quantile_us(&self, q: f64) -> Option<f64> {
+        (!self.hist.is_empty()).then(|| self.hist.value_at_quantile(q) as f64 / 1000.0)
+    }
+
+    pub fn mean_us(&self) -> Option<f64> {
+        (!self.hist.is_empty()).then(|| self.hist.mean() / 1000.0)
+    }
+
+    pub fn min_us(&self) -> Option<f64> {
+        (!self.hist.is_empty()).then(|| self.hist.min() as f64 / 1000.0)
+    }
+
+    pub fn max_us(&self) -> Option<f64> {
+        (!self.hist.is_empty()).then(|| self.hist.max() as f64 / 1000.0)
+    }
+
+    /// Percentile curve for charts: (percentile, µs) at 0, 50, 90, 99,
+    /// 99.9, ... up to what the sample count resolves, then the maximum.
+    pub fn curve(&self) -> Vec<(f64, f64)> {
+        if self.hist.is_empty() {
+            return Vec::new();
+        }
+        let n = self.hist.len() as f64;
+        let mut out = Vec::new();
+        for q in [
+            0.0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999, 0.99999,
+        ] {
+            // A quantile needs about 1/(1-q) samples to mean anything.
+            if q > 0.0 && (1.0 - q) * n < 1.0 {
+                break;
+            }
+            out.push((q * 100.0, self.hist.value_at_quantile(q) as f64 / 1000.0));
+        }
+        out.push((100.0, self.hist.max() as f64 / 1000.0));
+        out
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use hdrhistogram::serialization::{Serializer, V2DeflateSerializer, V2Serializer};
+
+    pub(crate) fn encode(h: &Histogram<u64>, compressed: bool) -> String {
+        use base64::Engine;
+        let mut buf = Vec::new();
+        if compressed {
+            V2DeflateSerializer::new().serialize(h, &mut buf).unwrap();
+        } else {
+            V2Serializer::new().serialize(h, &mut buf).unwrap();
+        }
+        base64::engine::general_purpose::STANDARD.encode(buf)
+    }
+
+    fn sample(values_ns: &[u64]) -> Histogram<u64> {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+        for &v in values_ns {
+            h.record(v).unwrap();
+        }
+        h
+    }
+
+    #[test]
+    fn round_trip_and_merge() {
+        let a = sample(&[10_000; 90]);
+        let b = sample(&[100_000; 10]);
+        let da = decode(&encode(&a, true)).unwrap();
+        let db = decode(&encode(&b, false)).unwrap();
+        let mut m = Merged::new();
+        m.add(&da).unwrap();
+        m.add(&db).unwrap();
+        assert_eq!(m.samples(), 100);
+        assert!((m.quantile_us(0.5).unwrap() - 10.0).abs() < 0.02);
+        // p95 lies in the slow repeat's samples: only a merge sees it.
+        assert!((m.quantile_us(0.95).unwrap() - 100.0).abs() < 0.1);
+        let c = m.curve();
+        assert_eq!(c.first().unwrap().0, 0.0);
+        assert_eq!(c.last().unwrap().0, 100.0);
+        assert!(c.iter().all(|(q, _)| *q <= 100.0));
+        // 100 samples resolve p99 but not p99.9.
+        assert!(c.iter().any(|(q, _)| *q == 99.0));
+        assert!(!c.iter().any(|(q, _)| *q == 99.9));
+    }
+
+    #[test]
+    fn hostile_inputs_are_refused() {
+        use base64::Engine;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let err = |s: &str| decode(s).unwrap_err().0;
+        assert!(err("not base64!").contains("not base64"));
+        assert!(err(&b64(b"HISTxxxx")).contains("wrong cookie"));
+        assert!(err(&"A".repeat(MAX_ENCODED_LEN + 4)).contains("accepted"));
+        // Compressed length that lies.
+        let mut raw = V2_COMPRESSED_COOKIE.to_be_bytes().to_vec();
+        raw.extend(1000u32.to_be_bytes());
+        raw.extend([1, 2, 3]);
+        assert!(err(&b64(&raw)).contains("announced"));
+        // A deflate bomb: 2x the inflate limit of zeros.
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut z, &vec![0u8; (MAX_INFLATED as usize) * 2]).unwrap();
+        let body = z.finish().unwrap();
+        let mut raw = V2_COMPRESSED_COOKIE.to_be_bytes().to_vec();
+        raw.extend((body.len() as u32).to_be_bytes());
+        raw.extend(body);
+        assert!(err(&b64(&raw)).contains("inflates"));
+        // A header announcing a huge range (allocation bait).
+        let good = sample(&[1000]);
+        let plain = {
+            let mut buf = Vec::new();
+            V2Serializer::new().serialize(&good, &mut buf).unwrap();
+            buf
+        };
+        let mut evil = plain.clone();
+        evil[24..32].copy_from_slice(&u64::MAX.to_be_bytes());
+        assert!(err(&b64(&evil)).contains("parameters"));
+        let mut evil = plain.clone();
+        evil[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(err(&b64(&evil)).contains("payload"));
+        let mut evil = plain;
+        evil[12..16].copy_from_slice(&9u32.to_be_bytes());
+        assert!(err(&b64(&evil)).contains("parameters"));
+        assert!(err(&b64(&V2_COOKIE.to_be_bytes())).contains("header"));
+    }
+}

@@ -1,0 +1,26 @@
+//! fabperf's reports, from the results store (`fabperf run`'s SQLite file):
+//!
+//! - [`analysis`]: one row per test × sweep point × path × pattern
+//!   instance, with mean, stdev and the 95 % confidence interval over its
+//!   repeats ([`stats`]), the difference to the baseline path (Gbit/s and
+//!   %, µs added at p50 and p99 from merged histograms, loss change), the
+//!   share of the port rate, CPU per Gbit/s; incast fairness, bisection
+//!   bandwidth, the mesh matrices; verdicts in words per path and node;
+//! - [`text`]: terminal table, Markdown, CSV, JSON; [`html`]: one
+//!   self-contained HTML file with SVG charts;
+//! - [`openmetrics`]: every measurement as OpenMetrics gauges, and a
+//!   Pushgateway client;
+//! - [`gate`]: pass/fail gates with a small grammar and presets.
+
+pub mod analysis;
+pub mod data;
+pub mod gate;
+pub mod hist;
+pub mod html;
+pub mod openmetrics;
+pub mod stats;
+pub mod text;
+pub mod units;
+
+pub use analysis::{build, Options, Report};
+pub use data::ReportError;

@@ -1,0 +1,457 @@
+//! Every stored measurement as OpenMetrics gauges (the text format that
+//! Prometheus scrapes), labelled so dashboards can slice by test, size,
+//! path and node pair, and a small Pushgateway client.
+//!
+//! Families (base units, as OpenMetrics asks):
+//!
+//! | family | unit | what |
+//! |---|---|---|
+//! | `fabperf_bandwidth_bits_per_second` | bits/s | payload bandwidth of a measurement |
+//! | `fabperf_latency_seconds{stat=…}` | seconds | min, p50, p90, p99, p999, max, mean |
+//! | `fabperf_cpu_ratio{end=client\|agent, source=threads\|host}` | ratio | CPU time over wall time (1 = one CPU busy) |
+//! | `fabperf_tcp_retransmits` | — | retransmitted segments during the measured interval |
+//! | `fabperf_udp_loss_ratio` | ratio | datagrams lost / sent |
+//! | `fabperf_duration_seconds` | seconds | the measured interval |
+//! | `fabperf_port_rate_bits_per_second` | bits/s | an agent's port rate from its inventory |
+//! | `fabperf_run_cells{state=…}` | — | cells of a run by state |
+
+use crate::data::{load, ReportError, RunData};
+use fabperf_store::{CellState, Store};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// Label names of a measurement's series, in order.
+pub const LABELS: [&str; 18] = [
+    "run",
+    "plan",
+    "test",
+    "kind",
+    "op",
+    "size",
+    "streams",
+    "direction",
+    "mtu",
+    "rate",
+    "path",
+    "pattern",
+    "role",
+    "src_node",
+    "dst_node",
+    "repeat",
+    "cell",
+    "stream",
+];
+
+/// Escape a label value: backslash, double quote and line feed.
+pub fn escape_label(v: &str) -> String {
+    let mut o = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => o.push_str("\\\\"),
+            '"' => o.push_str("\\\""),
+            '\n' => o.push_str("\\n"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// A sample value: finite numbers only (the caller skips the others).
+fn value(v: f64) -> String {
+    if v == v.trunc() && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        format!("{v}")
+    }
+}
+
+struct Family {
+    name: &'static str,
+    unit: Option<&'static str>,
+    help: &'static str,
+    samples: Vec<(String, f64)>,
+}
+
+fn labels(pairs: &[(&str, String)]) -> String {
+    let inner: Vec<String> = pairs
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+fn dim(dims: &serde_json::Value, k: &str) -> String {
+    match dims.get(k) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Null) | None => String::new(),
+        Some(v) => v.to_string(),
+    }
+}
+
+fn families(data: &RunData) -> Vec<Family> {
+    let mut bw = Family {
+        name: "fabperf_bandwidth_bits_per_second",
+        unit: Some("bits_per_second"),
+        help: "Payload bandwidth of one fabperf measurement.",
+        samples: Vec::new(),
+    };
+    let mut lat = Family {
+        name: "fabperf_latency_seconds",
+        unit: Some("seconds"),
+        help: "Latency of one fabperf measurement (half round trip unless the test measured full round trips), by statistic.",
+        samples: Vec::new(),
+    };
+    let mut cpu = Family {
+        name: "fabperf_cpu_ratio",
+        unit: Some("ratio"),
+        help: "CPU time over wall time during a measurement at one end (1 = one CPU fully busy).",
+        samples: Vec::new(),
+    };
+    let mut retr = Family {
+        name: "fabperf_tcp_retransmits",
+        unit: None,
+        help: "TCP segments the sender retransmitted during the measured interval.",
+        samples: Vec::new(),
+    };
+    let mut loss = Family {
+        name: "fabperf_udp_loss_ratio",
+        unit: Some("ratio"),
+        help: "UDP datagrams lost over datagrams sent.",
+        samples: Vec::new(),
+    };
+    let mut dur = Family {
+        name: "fabperf_duration_seconds",
+        unit: Some("seconds"),
+        help: "Measured interval of one fabperf measurement (warm-up excluded).",
+        samples: Vec::new(),
+    };
+    let mut port = Family {
+        name: "fabperf_port_rate_bits_per_second",
+        unit: Some("bits_per_second"),
+        help: "Port rate of the link an agent serves on, from its inventory.",
+        samples: Vec::new(),
+    };
+    let mut cells = Family {
+        name: "fabperf_run_cells",
+        unit: None,
+        help: "Cells of a fabperf run by state.",
+        samples: Vec::new(),
+    };
+    let run = data.run.id.to_string();
+    let plan = data.run.plan_name.clone();
+    let by_id: HashMap<&str, &fabperf_store::CellRow> = data
+        .cells
+        .iter()
+        .map(|c| (c.spec.cell_id.as_str(), c))
+        .collect();
+    for c in &data.cells {
+        let Some(samples) = data.samples.get(&c.spec.cell_id) else {
+            continue;
+        };
+        let cell = by_id[c.spec.cell_id.as_str()];
+        let s = &cell.spec;
+        for m in samples {
+            let r = &m.rec;
+            let base: Vec<(&str, String)> = vec![
+                ("run", run.clone()),
+                ("plan", plan.clone()),
+                ("test", s.test.clone()),
+                ("kind", s.kind.clone()),
+                ("op", r.op.clone().unwrap_or_else(|| dim(&s.dims, "op"))),
+                (
+                    "size",
+                    r.size
+                        .map(|x| x.to_string())
+                        .unwrap_or_else(|| dim(&s.dims, "size")),
+                ),
+                (
+                    "streams",
+                    r.streams.map(|x| x.to_string()).unwrap_or_default(),
+                ),
+                (
+                    "direction",
+                    r.direction
+                        .clone()
+                        .unwrap_or_else(|| dim(&s.dims, "direction")),
+                ),
+                ("mtu", dim(&s.dims, "mtu")),
+                ("rate", dim(&s.dims, "rate")),
+                ("path", s.path.clone()),
+                ("pattern", s.pattern.clone()),
+                ("role", m.role.as_str().to_string()),
+                ("src_node", m.src.clone().unwrap_or_default()),
+                ("dst_node", m.dst.clone().unwrap_or_default()),
+                ("repeat", s.repeat.to_string()),
+                ("cell", s.cell_id.clone()),
+                (
+                    "stream",
+                    r.stream.map(|x| x.to_string()).unwrap_or_default(),
+                ),
+            ];
+            let with = |extra: &[(&str, &str)]| {
+                let mut v = base.clone();
+                for (k, x) in extra {
+                    v.push((k, x.to_string()));
+                }
+                labels(&v)
+            };
+            if let Some(b) = r.bw_gbps {
+                bw.samples.push((with(&[]), b * 1e9));
+            }
+            if let Some(l) = &r.lat {
+                for (stat, v) in [
+                    ("min", l.min),
+                    ("p50", l.p50),
+                    ("p90", l.p90),
+                    ("p99", l.p99),
+                    ("p999", l.p999),
+                    ("max", l.max),
+                    ("mean", l.mean),
+                ] {
+                    if let Some(v) = v {
+                        lat.samples.push((with(&[("stat", stat)]), v / 1e6));
+                    }
+                }
+            }
+            for (end, v) in [("client", r.cpu_local_pct), ("agent", r.cpu_remote_pct)] {
+                if let Some(v) = v {
+                    cpu.samples
+                        .push((with(&[("end", end), ("source", "threads")]), v / 100.0));
+                }
+            }
+            for (end, h) in [("client", r.host_cpu_local), ("agent", r.host_cpu_remote)] {
+                if let Some(h) = h {
+                    cpu.samples.push((
+                        with(&[("end", end), ("source", "host")]),
+                        h.total_pct / 100.0,
+                    ));
+                }
+            }
+            if let Some(x) = r.retransmits {
+                retr.samples.push((with(&[]), x as f64));
+            }
+            if let Some(x) = r.udp_loss_pct {
+                loss.samples.push((with(&[]), x / 100.0));
+            }
+            if let Some(x) = r.duration_s {
+                dur.samples.push((with(&[]), x));
+            }
+        }
+    }
+    for a in &data.agents {
+        if let Some(p) = a.inventory.port_rate_gbps {
+            port.samples.push((
+                labels(&[
+                    ("run", run.clone()),
+                    ("plan", plan.clone()),
+                    ("node", a.name.clone()),
+                    ("path", a.path.clone()),
+                    ("iface", a.inventory.iface.clone().unwrap_or_default()),
+                ]),
+                p * 1e9,
+            ));
+        }
+    }
+    for st in [CellState::Done, CellState::Failed, CellState::Pending] {
+        let k = data.cells.iter().filter(|c| c.state == st).count();
+        cells.samples.push((
+            labels(&[
+                ("run", run.clone()),
+                ("plan", plan.clone()),
+                ("state", st.as_str().to_string()),
+            ]),
+            k as f64,
+        ));
+    }
+    vec![bw, lat, cpu, retr, loss, dur, port, cells]
+}
+
+/// Which text format to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// OpenMetrics 1.0 (`# UNIT`, `# EOF`).
+    OpenMetrics,
+    /// Prometheus text format 0.0.4 (what a Pushgateway accepts).
+    Prometheus,
+}
+
+/// The exposition of the given runs' measurements.
+pub fn exposition(runs: &[RunData], flavor: Flavor) -> (String, usize) {
+    let mut merged: Vec<Family> = Vec::new();
+    for data in runs {
+        for f in families(data) {
+            match merged.iter_mut().find(|m| m.name == f.name) {
+                Some(m) => m.samples.extend(f.samples),
+                None => merged.push(f),
+            }
+        }
+    }
+    let mut o = String::new();
+    let mut n = 0;
+    for f in &merged {
+        let samples: Vec<&(String, f64)> =
+            f.samples.iter().filter(|(_, v)| v.is_finite()).collect();
+        if samples.is_empty() {
+            continue;
+        }
+        let _ = writeln!(o, "# HELP {} {}", f.name, f.help);
+        let _ = writeln!(o, "# TYPE {} gauge", f.name);
+        if let (Some(u), Flavor::OpenMetrics) = (f.unit, flavor) {
+            let _ = writeln!(o, "# UNIT {} {u}", f.name);
+        }
+        for (l, v) in samples {
+            let _ = writeln!(o, "{}{l} {}", f.name, value(*v));
+            n += 1;
+        }
+    }
+    if flavor == Flavor::OpenMetrics {
+        o.push_str("# EOF\n");
+    }
+    (o, n)
+}
+
+/// Read the runs to export (one, or all).
+pub fn load_runs(store: &Store, run: Option<i64>) -> Result<Vec<RunData>, ReportError> {
+    match run {
+        Some(id) => Ok(vec![load(store, Some(id))?]),
+        None => store
+            .runs()?
+            .iter()
+            .map(|r| load(store, Some(r.id)))
+            .collect(),
+    }
+}
+
+/// Why a push failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error("--push {url}: {msg}")]
+    Url { url: String, msg: String },
+    #[error("pushing to {url}: {msg}")]
+    Http { url: String, msg: String },
+    #[error("the Pushgateway at {url} answered {status}: {body}")]
+    Status {
+        url: String,
+        status: u16,
+        body: String,
+    },
+}
+
+/// The grouping-key URL for a run: the given URL when it already names a
+/// group (`…/metrics/job/…`), else `URL/metrics/job/fabperf/run/ID`.
+pub fn push_url(base: &str, run: i64) -> Result<String, PushError> {
+    let bad = |msg: &str| PushError::Url {
+        url: base.to_string(),
+        msg: msg.to_string(),
+    };
+    let rest = base
+        .strip_prefix("http://")
+        .ok_or_else(|| {
+            if base.starts_with("https://") {
+                bad("https is not supported by this build; push over http (inside the cluster) or through a TLS-terminating proxy")
+            } else {
+                bad("expected an http:// URL, e.g. http://pushgateway:9091")
+            }
+        })?;
+    let host = rest.split('/').next().unwrap_or("");
+    if host.is_empty()
+        || host.contains('@')
+        || host.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(bad(
+            "expected http://HOST[:PORT][/path], without credentials or spaces",
+        ));
+    }
+    if base
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '?' || c == '#')
+    {
+        return Err(bad("the URL may not contain spaces, a query or a fragment"));
+    }
+    if rest.contains("/metrics/job/") {
+        return Ok(base.to_string());
+    }
+    Ok(format!(
+        "{}/metrics/job/fabperf/run/{run}",
+        base.trim_end_matches('/')
+    ))
+}
+
+/// PUT one run's metrics to a Pushgateway (replacing that run's group).
+pub fn push(url: &str, body: &str, timeout: std::time::Duration) -> Result<(), PushError> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .put(url)
+        .header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        .send(body)
+        .map_err(|e| PushError::Http {
+            url: url.to_string(),
+            msg: e.to_string(),
+        })?;
+    let status = resp.status().as_u16();
+    if (200..300).contains(&status) {
+        return Ok(());
+    }
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(4096)
+        .read_to_string()
+        .unwrap_or_default();
+    let text: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    Err(PushError::Status {
+        url: url.to_string(),
+        status,
+        body: text.trim().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_escaping() {
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(
+            labels(&[("a", "x".into()), ("b", String::new()), ("c", "y".into())]),
+            "{a=\"x\",c=\"y\"}"
+        );
+        assert_eq!(value(9.5e9), "9500000000");
+        assert_eq!(value(0.0000105), "0.0000105");
+    }
+
+    #[test]
+    fn push_urls() {
+        assert_eq!(
+            push_url("http://pg:9091", 3).unwrap(),
+            "http://pg:9091/metrics/job/fabperf/run/3"
+        );
+        assert_eq!(
+            push_url("http://pg:9091/", 3).unwrap(),
+            "http://pg:9091/metrics/job/fabperf/run/3"
+        );
+        assert_eq!(
+            push_url("http://pg:9091/metrics/job/ci/cluster/a", 3).unwrap(),
+            "http://pg:9091/metrics/job/ci/cluster/a"
+        );
+        for bad in [
+            "https://pg:9091",
+            "pg:9091",
+            "http://",
+            "http://user:pw@pg:9091",
+            "http://pg:9091/x?y=1",
+            "http://pg 9091",
+        ] {
+            assert!(push_url(bad, 1).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,739 @@
+//! The report as a terminal table, Markdown, CSV or JSON.
+
+use crate::analysis::{fmt_num, signed, Family, LatSource, Level, Report, Row};
+use crate::units::size_label;
+use std::fmt::Write as _;
+
+/// Output formats of `fabperf report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Markdown,
+    Json,
+    Csv,
+}
+
+/// A table of strings, rendered aligned or as Markdown.
+pub struct Table {
+    pub head: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    /// Left-aligned columns (the others are right-aligned).
+    pub left: Vec<usize>,
+}
+
+impl Table {
+    fn new(head: &[&str], left: &[usize]) -> Table {
+        Table {
+            head: head.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+            left: left.to_vec(),
+        }
+    }
+
+    pub fn text(&self) -> String {
+        let n = self.head.len();
+        let mut w = vec![0usize; n];
+        for r in std::iter::once(&self.head).chain(&self.rows) {
+            for (i, c) in r.iter().enumerate().take(n) {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+        let mut o = String::new();
+        for r in std::iter::once(&self.head).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, c) in r.iter().enumerate().take(n) {
+                let pad = w[i] - c.chars().count();
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                if self.left.contains(&i) {
+                    line.push_str(c);
+                    line.push_str(&" ".repeat(pad));
+                } else {
+                    line.push_str(&" ".repeat(pad));
+                    line.push_str(c);
+                }
+            }
+            o.push_str(line.trim_end());
+            o.push('\n');
+        }
+        o
+    }
+
+    pub fn markdown(&self) -> String {
+        let cell = |s: &str| s.replace('|', "\\|").replace(['\n', '\r'], " ");
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "| {} |",
+            self.head
+                .iter()
+                .map(|h| cell(h))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let _ = writeln!(
+            o,
+            "|{}|",
+            (0..self.head.len())
+                .map(|i| if self.left.contains(&i) {
+                    ":---"
+                } else {
+                    "---:"
+                })
+                .collect::<Vec<_>>()
+                .join("|")
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                o,
+                "| {} |",
+                r.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | ")
+            );
+        }
+        o
+    }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.filter(|x| x.is_finite())
+        .map(fmt_num)
+        .unwrap_or_else(|| "-".into())
+}
+
+fn sweep(r: &Row) -> String {
+    let mut parts = Vec::new();
+    if let Some(op) = &r.op {
+        parts.push(op.clone());
+    }
+    if let Some(n) = r.streams.filter(|n| *n > 1) {
+        parts.push(format!("x{n}"));
+    }
+    if let Some(d) = r.direction.as_deref().filter(|d| *d != "forward") {
+        parts.push(d.to_string());
+    }
+    if let Some(m) = r.mtu {
+        parts.push(format!("mtu {m}"));
+    }
+    if let Some(rate) = &r.rate {
+        parts.push(format!("@{rate}"));
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// A row's footnote marks, and the notes collected for the table.
+fn marks(r: &Row, notes: &mut Vec<String>) -> String {
+    let mut m = Vec::new();
+    for w in &r.warnings {
+        let i = match notes.iter().position(|n| n == w) {
+            Some(i) => i,
+            None => {
+                notes.push(w.clone());
+                notes.len() - 1
+            }
+        };
+        m.push(format!("[{}]", i + 1));
+    }
+    m.join("")
+}
+
+/// The tables of one family: (title, table, footnotes).
+pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<String>)> {
+    let rows: Vec<&Row> = rep.rows.iter().filter(|r| r.family == fam).collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let base = rep.baseline.as_deref().unwrap_or("baseline");
+    let mut notes = Vec::new();
+    let t = match fam {
+        Family::Bandwidth => {
+            let mut t = Table::new(
+                &[
+                    "test",
+                    "size",
+                    "sweep",
+                    "path",
+                    "flows",
+                    "n",
+                    "Gbit/s",
+                    "±95%",
+                    "stdev",
+                    &format!("Δ vs {base}"),
+                    "Δ%",
+                    "%port",
+                    "cpu%/G cli",
+                    "cpu%/G agt",
+                    "retr",
+                    "notes",
+                ],
+                &[0, 2, 3, 4, 15],
+            );
+            for r in rows {
+                let s = r.stats.as_ref();
+                let d = r.base.as_ref();
+                t.rows.push(vec![
+                    r.test.clone(),
+                    r.size.map(size_label).unwrap_or_else(|| "-".into()),
+                    sweep(r),
+                    r.path.clone(),
+                    r.scope.clone(),
+                    s.map(|s| s.n.to_string()).unwrap_or_default(),
+                    opt(s.map(|s| s.mean)),
+                    opt(s.and_then(|s| s.ci95)),
+                    opt(s.and_then(|s| s.stdev)),
+                    d.and_then(|d| d.d_gbps)
+                        .map(|v| signed(v, 2))
+                        .unwrap_or_else(|| {
+                            if d.is_none() && Some(r.path.as_str()) == rep.baseline.as_deref() {
+                                "base".into()
+                            } else {
+                                "-".into()
+                            }
+                        }),
+                    d.and_then(|d| d.d_pct)
+                        .map(|v| {
+                            format!(
+                                "{}{}",
+                                signed(v, 1),
+                                if d.and_then(|d| d.within_noise) == Some(true) {
+                                    "~"
+                                } else {
+                                    ""
+                                }
+                            )
+                        })
+                        .unwrap_or_else(|| "-".into()),
+                    r.pct_port
+                        .map(|p| format!("{p:.0}"))
+                        .unwrap_or_else(|| "-".into()),
+                    opt(r.cpu.as_ref().and_then(|c| c.client)),
+                    opt(r.cpu.as_ref().and_then(|c| c.agent)),
+                    r.retransmits
+                        .map(|v| format!("{v:.0}"))
+                        .unwrap_or_else(|| "-".into()),
+                    marks(r, &mut notes),
+                ]);
+            }
+            t
+        }
+        Family::Udp => {
+            let mut t = Table::new(
+                &[
+                    "test",
+                    "size",
+                    "sweep",
+                    "path",
+                    "flows",
+                    "n",
+                    "Gbit/s",
+                    "±95%",
+                    "loss%",
+                    &format!("Δ vs {base}"),
+                    "Δ%",
+                    "Δloss pp",
+                    "%port",
+                    "notes",
+                ],
+                &[0, 2, 3, 4, 13],
+            );
+            for r in rows {
+                let s = r.stats.as_ref();
+                let d = r.base.as_ref();
+                t.rows.push(vec![
+                    r.test.clone(),
+                    r.size.map(size_label).unwrap_or_else(|| "-".into()),
+                    sweep(r),
+                    r.path.clone(),
+                    r.scope.clone(),
+                    s.map(|s| s.n.to_string()).unwrap_or_default(),
+                    opt(s.map(|s| s.mean)),
+                    opt(s.and_then(|s| s.ci95)),
+                    r.loss_pct
+                        .map(|v| format!("{v:.3}"))
+                        .unwrap_or_else(|| "-".into()),
+                    d.and_then(|d| d.d_gbps)
+                        .map(|v| signed(v, 2))
+                        .unwrap_or_else(|| "-".into()),
+                    d.and_then(|d| d.d_pct)
+                        .map(|v| signed(v, 1))
+                        .unwrap_or_else(|| "-".into()),
+                    d.and_then(|d| d.d_loss_pp)
+                        .map(|v| signed(v, 3))
+                        .unwrap_or_else(|| "-".into()),
+                    r.pct_port
+                        .map(|p| format!("{p:.0}"))
+                        .unwrap_or_else(|| "-".into()),
+                    marks(r, &mut notes),
+                ]);
+            }
+            t
+        }
+        Family::Latency => {
+            let mut t = Table::new(
+                &[
+                    "test",
+                    "size",
+                    "sweep",
+                    "path",
+                    "flows",
+                    "n",
+                    "p50 mean",
+                    "±95%",
+                    "p50",
+                    "p99",
+                    "p99.9",
+                    &format!("Δp50 vs {base}"),
+                    "Δp99",
+                    "from",
+                    "notes",
+                ],
+                &[0, 2, 3, 4, 13, 14],
+            );
+            for r in rows {
+                let s = r.stats.as_ref();
+                let d = r.base.as_ref();
+                let l = r.lat.as_ref();
+                t.rows.push(vec![
+                    r.test.clone(),
+                    r.size.map(size_label).unwrap_or_else(|| "-".into()),
+                    sweep(r),
+                    r.path.clone(),
+                    r.scope.clone(),
+                    s.map(|s| s.n.to_string()).unwrap_or_default(),
+                    opt(s.map(|s| s.mean)),
+                    opt(s.and_then(|s| s.ci95)),
+                    opt(l.and_then(|l| l.p50)),
+                    opt(l.and_then(|l| l.p99)),
+                    opt(l.and_then(|l| l.p999)),
+                    d.and_then(|d| d.d_p50_us)
+                        .map(|v| signed(v, 2))
+                        .unwrap_or_else(|| "-".into()),
+                    d.and_then(|d| d.d_p99_us)
+                        .map(|v| signed(v, 2))
+                        .unwrap_or_else(|| "-".into()),
+                    match l.map(|l| &l.source) {
+                        Some(LatSource::Histograms { samples, .. }) => format!("hist {samples}"),
+                        Some(LatSource::StoredPercentiles) => "stored".into(),
+                        None => "-".into(),
+                    },
+                    marks(r, &mut notes),
+                ]);
+            }
+            t
+        }
+    };
+    Some((fam.title().to_string(), t, notes))
+}
+
+fn incast_table(rep: &Report) -> Option<Table> {
+    if rep.incasts.is_empty() {
+        return None;
+    }
+    let mut t = Table::new(
+        &[
+            "test",
+            "path",
+            "receiver",
+            "rep",
+            "Gbit/s",
+            "%port",
+            "Jain",
+            "per-sender share",
+        ],
+        &[0, 1, 2, 7],
+    );
+    for ic in &rep.incasts {
+        t.rows.push(vec![
+            ic.test.clone(),
+            ic.path.clone(),
+            ic.receiver.clone(),
+            (ic.repeat + 1).to_string(),
+            opt(ic.aggregate_gbps),
+            ic.pct_port
+                .map(|p| format!("{p:.0}"))
+                .unwrap_or_else(|| "-".into()),
+            ic.jain
+                .map(|j| format!("{j:.3}"))
+                .unwrap_or_else(|| "-".into()),
+            ic.senders
+                .iter()
+                .map(|s| format!("{} {:.0}% ({})", s.src, s.share * 100.0, fmt_num(s.gbps)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ]);
+    }
+    Some(t)
+}
+
+fn bisection_table(rep: &Report) -> Option<Table> {
+    if rep.bisections.is_empty() {
+        return None;
+    }
+    let mut t = Table::new(
+        &[
+            "test", "path", "split", "rep", "Gbit/s", "port sum", "%", "Jain", "flows",
+        ],
+        &[0, 1, 2, 8],
+    );
+    for b in &rep.bisections {
+        t.rows.push(vec![
+            b.test.clone(),
+            b.path.clone(),
+            b.cell.chars().take(12).collect(),
+            (b.repeat + 1).to_string(),
+            opt(b.aggregate_gbps),
+            opt(b.port_sum_gbps),
+            b.pct_port
+                .map(|p| format!("{p:.0}"))
+                .unwrap_or_else(|| "-".into()),
+            b.jain
+                .map(|j| format!("{j:.3}"))
+                .unwrap_or_else(|| "-".into()),
+            b.flows
+                .iter()
+                .map(|(s, d, g)| format!("{s}->{d} {}", fmt_num(*g)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ]);
+    }
+    Some(t)
+}
+
+fn header(rep: &Report) -> String {
+    let r = &rep.run;
+    let mut o = format!(
+        "run {} of plan {} (started {}, {}), fabperf {}; cells: {} done, {} failed, {} pending",
+        r.id,
+        r.plan,
+        r.started_at,
+        r.ended_at
+            .as_deref()
+            .map(|e| format!("ended {e}"))
+            .unwrap_or_else(|| "not finished".into()),
+        r.fabperf_version,
+        r.cells_done,
+        r.cells_failed,
+        r.cells_pending
+    );
+    match (&rep.baseline, rep.baseline_from) {
+        (Some(b), Some(from)) => {
+            let _ = write!(o, "\nbaseline path: {b} (from the {from})");
+        }
+        _ => o.push_str("\nno baseline path (the plan's `baseline` or --baseline PATH sets one)"),
+    }
+    o
+}
+
+/// Render the report as text or Markdown.
+pub fn render(rep: &Report, md: bool) -> String {
+    let mut o = String::new();
+    let h = |o: &mut String, title: &str| {
+        if md {
+            let _ = writeln!(o, "\n## {title}\n");
+        } else {
+            let _ = writeln!(o, "\n== {title}");
+        }
+    };
+    if md {
+        let _ = writeln!(o, "# fabperf report: {}\n", rep.run.plan);
+        for l in header(rep).lines() {
+            let _ = writeln!(o, "{l}  ");
+        }
+    } else {
+        let _ = writeln!(o, "fabperf report: {}", header(rep));
+    }
+    for fam in [Family::Bandwidth, Family::Udp, Family::Latency] {
+        if let Some((title, t, notes)) = family_table(rep, fam) {
+            h(&mut o, &title);
+            o.push_str(&if md { t.markdown() } else { t.text() });
+            if !notes.is_empty() {
+                o.push('\n');
+            }
+            for (i, n) in notes.iter().enumerate() {
+                let _ = writeln!(o, "{}[{}] {n}", if md { "- " } else { "  " }, i + 1);
+            }
+        }
+    }
+    if rep
+        .rows
+        .iter()
+        .any(|r| r.base.as_ref().and_then(|d| d.within_noise) == Some(true))
+    {
+        let _ = writeln!(
+            o,
+            "{}~ the difference is within the two 95 % intervals (noise)",
+            if md { "\n" } else { "  " }
+        );
+    }
+    if !rep.meshes.is_empty() {
+        h(&mut o, "Mesh (N×N)");
+        for m in &rep.meshes {
+            let s = fabperf_run::summary::render(m);
+            if md {
+                let _ = writeln!(o, "```\n{}```", s);
+            } else {
+                o.push_str(&s);
+            }
+        }
+    }
+    if let Some(t) = incast_table(rep) {
+        h(&mut o, "Incast (N−1 senders into one receiver)");
+        o.push_str(&if md { t.markdown() } else { t.text() });
+    }
+    if let Some(t) = bisection_table(rep) {
+        h(&mut o, "Bisection (half the nodes into the other half)");
+        o.push_str(&if md { t.markdown() } else { t.text() });
+    }
+    if !rep.verdicts.is_empty() {
+        h(&mut o, "Verdicts");
+        let mut t = Table::new(&["", "", "verdict", "why"], &[0, 1, 2, 3]);
+        for v in &rep.verdicts {
+            t.rows.push(vec![
+                v.scope.to_string(),
+                v.subject.clone(),
+                v.level.word().to_string(),
+                v.text.clone(),
+            ]);
+        }
+        if md {
+            t.head = vec!["".into(), "subject".into(), "verdict".into(), "why".into()];
+            o.push_str(&t.markdown());
+        } else {
+            // Long reasons stay on one line each: easier to grep.
+            for r in &t.rows {
+                let _ = writeln!(o, "{:<4} {:<16} {:<4}  {}", r[0], r[1], r[2], r[3]);
+            }
+        }
+    }
+    let doctor: Vec<_> = rep.findings.iter().collect();
+    if !doctor.is_empty() {
+        h(&mut o, "Findings stored with the run");
+        for f in doctor {
+            let _ = writeln!(
+                o,
+                "{}{} [{}] {}{}",
+                if md { "- " } else { "  " },
+                f.label(),
+                f.severity.as_deref().unwrap_or(&f.kind),
+                f.summary.as_deref().unwrap_or(""),
+                if f.fix.is_empty() {
+                    String::new()
+                } else {
+                    format!(" — fix: {}", f.fix.join("; "))
+                }
+            );
+        }
+    }
+    if !rep.failed.is_empty() {
+        h(&mut o, "Failed cells");
+        for f in &rep.failed {
+            let _ = writeln!(
+                o,
+                "{}{} {} on {} ({}): {}",
+                if md { "- " } else { "  " },
+                f.cell,
+                f.test,
+                f.path,
+                f.flows
+                    .iter()
+                    .map(|(a, b)| format!("{a}->{b}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                f.error
+            );
+        }
+    }
+    if !rep.notes.is_empty() {
+        h(&mut o, "Notes");
+        for n in &rep.notes {
+            let _ = writeln!(o, "{}{n}", if md { "- " } else { "  " });
+        }
+    }
+    if !rep.gates.is_empty() {
+        h(&mut o, "Gates");
+        o.push_str(&gates_text(rep, md));
+    }
+    o
+}
+
+/// The gates' results.
+pub fn gates_text(rep: &Report, md: bool) -> String {
+    let mut o = String::new();
+    let li = if md { "- " } else { "" };
+    for g in &rep.gates {
+        let status = if g.not_applicable {
+            "n/a "
+        } else if g.passed() {
+            "PASS"
+        } else {
+            "FAIL"
+        };
+        let _ = writeln!(
+            o,
+            "{li}{status} {}{} ({} checked{})",
+            g.gate,
+            g.preset
+                .as_deref()
+                .map(|p| format!(" [preset {p}]"))
+                .unwrap_or_default(),
+            g.checked,
+            if g.not_applicable {
+                ", nothing measured matches"
+            } else {
+                ""
+            }
+        );
+        for v in &g.violations {
+            let _ = writeln!(
+                o,
+                "{}  {}: measured {}, required {}{}",
+                if md { "  " } else { "" },
+                v.subject,
+                v.measured,
+                v.required,
+                if v.cells.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (cell{} {})",
+                        if v.cells.len() == 1 { "" } else { "s" },
+                        v.cells.join(", ")
+                    )
+                }
+            );
+        }
+    }
+    o
+}
+
+/// The rows as CSV.
+pub fn csv(rep: &Report) -> Result<String, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "run_id",
+        "family",
+        "test",
+        "kind",
+        "path",
+        "pattern",
+        "flows",
+        "size",
+        "streams",
+        "op",
+        "direction",
+        "mtu",
+        "rate",
+        "n",
+        "unit",
+        "mean",
+        "stdev",
+        "ci95",
+        "min",
+        "max",
+        "port_rate_gbps",
+        "pct_port",
+        "cpu_client_pct_per_gbps",
+        "cpu_agent_pct_per_gbps",
+        "cpu_source",
+        "retransmits",
+        "loss_pct",
+        "lat_p50_us",
+        "lat_p90_us",
+        "lat_p99_us",
+        "lat_p999_us",
+        "lat_mean_us",
+        "lat_source",
+        "baseline_path",
+        "d_gbps",
+        "d_pct",
+        "d_p50_us",
+        "d_p99_us",
+        "d_loss_pp",
+        "within_noise",
+        "warnings",
+        "cells",
+    ])?;
+    let f = |v: Option<f64>| {
+        v.filter(|x| x.is_finite())
+            .map(|x| x.to_string())
+            .unwrap_or_default()
+    };
+    let u = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
+    for r in &rep.rows {
+        let s = r.stats.as_ref();
+        let l = r.lat.as_ref();
+        let d = r.base.as_ref();
+        w.write_record([
+            rep.run.id.to_string(),
+            format!("{:?}", r.family).to_lowercase(),
+            r.test.clone(),
+            r.kind.clone(),
+            r.path.clone(),
+            r.pattern.clone(),
+            r.scope.clone(),
+            u(r.size),
+            u(r.streams),
+            r.op.clone().unwrap_or_default(),
+            r.direction.clone().unwrap_or_default(),
+            u(r.mtu),
+            r.rate.clone().unwrap_or_default(),
+            s.map(|s| s.n.to_string()).unwrap_or_default(),
+            r.family.unit().to_string(),
+            f(s.map(|s| s.mean)),
+            f(s.and_then(|s| s.stdev)),
+            f(s.and_then(|s| s.ci95)),
+            f(s.map(|s| s.min)),
+            f(s.map(|s| s.max)),
+            f(r.port_rate_gbps),
+            f(r.pct_port),
+            f(r.cpu.as_ref().and_then(|c| c.client)),
+            f(r.cpu.as_ref().and_then(|c| c.agent)),
+            r.cpu
+                .as_ref()
+                .map(|c| c.source.to_string())
+                .unwrap_or_default(),
+            f(r.retransmits),
+            f(r.loss_pct),
+            f(l.and_then(|l| l.p50)),
+            f(l.and_then(|l| l.p90)),
+            f(l.and_then(|l| l.p99)),
+            f(l.and_then(|l| l.p999)),
+            f(l.and_then(|l| l.mean)),
+            match l.map(|l| &l.source) {
+                Some(LatSource::Histograms { .. }) => "histograms".into(),
+                Some(LatSource::StoredPercentiles) => "stored_percentiles".into(),
+                None => String::new(),
+            },
+            d.map(|d| d.path.clone()).unwrap_or_default(),
+            f(d.and_then(|d| d.d_gbps)),
+            f(d.and_then(|d| d.d_pct)),
+            f(d.and_then(|d| d.d_p50_us)),
+            f(d.and_then(|d| d.d_p99_us)),
+            f(d.and_then(|d| d.d_loss_pp)),
+            d.and_then(|d| d.within_noise)
+                .map(|b| b.to_string())
+                .unwrap_or_default(),
+            r.warnings.join(" | "),
+            r.cells.join(" "),
+        ])?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| csv::Error::from(e.into_error()))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The verdict levels, worst first, for a one-line summary.
+pub fn verdict_summary(rep: &Report) -> String {
+    let n = |l: Level| rep.verdicts.iter().filter(|v| v.level == l).count();
+    format!(
+        "{} bad, {} warnings, {} ok",
+        n(Level::Bad),
+        n(Level::Warn),
+        n(Level::Ok)
+    )
+}

@@ -1,0 +1,437 @@
+//! A small results store with every part a report reads: pairs on three
+//! paths (host, overlay, rdma) with three repeats, latency with stored
+//! histograms and without, UDP with loss, a 4-node mesh with one slow
+//! node, an incast, a bisection split, a failed cell, inventories and a
+//! doctor finding. Built through fabperf-store's API; the histograms (a
+//! record key newer writers fill) and the times are set with SQL so the
+//! output is the same on every build.
+
+#![allow(dead_code)]
+
+use fabperf_results::{Record, Transport};
+use fabperf_store::{Attempt, CellSpec, Measurement, NewRun, Role, Store};
+use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+use std::path::Path;
+
+pub const PLAN: &str = r#"name = "fixture"
+description = "host vs overlay vs rdma on two nodes, a 4-node mesh, an incast and a bisection"
+baseline = "host"
+"#;
+
+fn record(kind: &str, size: u64, extra: Value) -> Record {
+    let transport = if kind.starts_with("rdma") {
+        Transport::Rdma
+    } else if kind.starts_with("udp") {
+        Transport::Udp
+    } else {
+        Transport::Tcp
+    };
+    let mut v = serde_json::to_value(Record::new(kind, transport, size, 1)).unwrap();
+    v["duration_s"] = json!(3.0);
+    v["started_at"] = json!("2026-01-02T03:04:05Z");
+    v["fabperf_version"] = json!("0.0.0-fixture");
+    if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+        for (k, x) in e {
+            o.insert(k.clone(), x.clone());
+        }
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+fn bw(kind: &str, size: u64, gbps: f64, cpu: Option<(f64, f64)>) -> Record {
+    let mut e = json!({
+        "bw_gbps": gbps,
+        "bytes": (gbps * 1e9 / 8.0 * 3.0) as u64,
+        "direction": "forward",
+    });
+    if let Some((l, r)) = cpu {
+        e["cpu_local_pct"] = json!(l);
+        e["cpu_remote_pct"] = json!(r);
+    }
+    if kind == "rdma-bw" {
+        e["op"] = json!("write");
+    }
+    record(kind, size, e)
+}
+
+fn lat(kind: &str, size: u64, p50: f64, p99: f64, op: Option<&str>) -> Record {
+    let mut e = json!({
+        "lat_us": {"min": p50 * 0.9, "p50": p50, "p90": p50 * 1.1, "p99": p99, "p999": p99 * 1.5,
+                   "p9999": p99 * 2.0, "max": p99 * 3.0, "mean": p50 * 1.05, "stdev": 0.5,
+                   "kind": "half_rtt", "samples": 1010},
+        "op": "ping-pong",
+    });
+    if let Some(op) = op {
+        e["op"] = json!(op);
+    }
+    record(kind, size, e)
+}
+
+/// A histogram of `n` samples at `fast_ns` and `tail` samples at `slow_ns`.
+pub fn hist_b64(fast_ns: u64, n: u64, slow_ns: u64, tail: u64) -> String {
+    use base64::Engine;
+    let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+    h.record_n(fast_ns, n).unwrap();
+    h.record_n(slow_ns, tail).unwrap();
+    let mut buf = Vec::new();
+    V2DeflateSerializer::new().serialize(&h, &mut buf).unwrap();
+    base64::engine::general_purpose::STANDARD.encode(buf)
+}
+
+struct B {
+    store: Store,
+    run: i64,
+    seq: i64,
+    /// (cell id, histogram) to attach after the cells are stored.
+    hists: Vec<(String, String)>,
+}
+
+impl B {
+    #[allow(clippy::too_many_arguments)]
+    fn cell(
+        &mut self,
+        id: &str,
+        test: &str,
+        kind: &str,
+        path: &str,
+        pattern: &str,
+        flows: &[(&str, &str)],
+        dims: Value,
+        repeat: u32,
+    ) -> CellSpec {
+        self.seq += 1;
+        let spec = CellSpec {
+            cell_id: id.to_string(),
+            seq: self.seq,
+            batch: self.seq,
+            test: test.into(),
+            kind: kind.into(),
+            path: path.into(),
+            pattern: pattern.into(),
+            flows: flows
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            params: json!({}),
+            dims,
+            repeat,
+        };
+        self.store
+            .add_cells(self.run, std::slice::from_ref(&spec))
+            .unwrap();
+        spec
+    }
+
+    fn done(&mut self, spec: &CellSpec, ms: Vec<Measurement>) {
+        let at = Attempt {
+            attempts: 1,
+            started_at: "2026-01-02T03:04:05Z".into(),
+            ended_at: "2026-01-02T03:04:09Z".into(),
+            wall_s: 4.0,
+        };
+        self.store
+            .finish_cell_done(self.run, &spec.cell_id, &at, &ms)
+            .unwrap();
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pair(
+        &mut self,
+        id: &str,
+        test: &str,
+        kind: &str,
+        path: &str,
+        dims: Value,
+        repeat: u32,
+        (a, b): (&str, &str),
+        rec: Record,
+    ) {
+        let spec = self.cell(id, test, kind, path, "pairs", &[(a, b)], dims, repeat);
+        self.done(
+            &spec,
+            vec![Measurement {
+                role: Role::Total,
+                src: Some(a.into()),
+                dst: Some(b.into()),
+                record: rec,
+            }],
+        );
+    }
+}
+
+fn agent(name: &str, path: &str, port: Option<f64>, mtu: u64) -> fabperf_store::AgentRow {
+    let mut inv = json!({"iface": "eth1", "mtu": mtu, "numa_node": 0});
+    if let Some(p) = port {
+        inv["port_rate_gbps"] = json!(p);
+    }
+    fabperf_store::AgentRow {
+        name: name.into(),
+        path: path.into(),
+        addr: format!("198.18.1.{}:5301", &name[1..]),
+        hello: json!({"fabperf_version": "0.0.0-fixture", "auth_required": true, "tests": ["drive"],
+                      "agent": {"node": name, "path": path, "inventory": inv}}),
+        seen_at: "2026-01-02T03:04:00Z".into(),
+    }
+}
+
+/// Build the fixture store at `db`; returns the run id.
+pub fn build(db: &Path) -> i64 {
+    let mut store = Store::open(db).unwrap();
+    let run = store
+        .create_run(&NewRun {
+            plan_name: "fixture",
+            plan_hash: "f1x",
+            plan_file: Some("fixture.toml"),
+            plan_text: PLAN,
+        })
+        .unwrap()
+        .id;
+    let mut agents = Vec::new();
+    for n in ["n1", "n2", "n3", "n4"] {
+        // n4's fabric interface has a smaller MTU than its peers'.
+        agents.push(agent(
+            n,
+            "host",
+            Some(10.0),
+            if n == "n4" { 1500 } else { 9000 },
+        ));
+        agents.push(agent(n, "overlay", Some(10.0), 8950));
+    }
+    agents.push(agent("n1", "rdma", Some(25.0), 4096));
+    agents.push(agent("n2", "rdma", Some(25.0), 4096));
+    store.put_agents(run, &agents).unwrap();
+    let mut b = B {
+        store,
+        run,
+        seq: 0,
+        hists: Vec::new(),
+    };
+    let p = ("n1", "n2");
+    // Bandwidth: host is the baseline; overlay is ~41 % slower at 128K.
+    let table: [(&str, &str, u64, [f64; 3]); 5] = [
+        ("tcp-bw", "host", 16384, [6.0, 6.2, 6.4]),
+        ("tcp-bw", "overlay", 16384, [4.0, 4.1, 4.2]),
+        ("tcp-bw", "host", 131072, [9.0, 9.5, 10.0]),
+        ("tcp-bw", "overlay", 131072, [5.5, 5.6, 5.7]),
+        ("rdma-bw", "rdma", 131072, [23.0, 23.5, 24.0]),
+    ];
+    for (kind, path, size, vals) in table {
+        for (rep, v) in vals.iter().enumerate() {
+            let test = if kind == "rdma-bw" { "rdma-bw" } else { "bw" };
+            let dims = if kind == "rdma-bw" {
+                json!({"size": size, "op": "write"})
+            } else {
+                json!({"size": size})
+            };
+            let cpu = (kind == "tcp-bw").then_some((40.0 + *v, 30.0 + *v));
+            b.pair(
+                &format!("{test}-{path}-{size}-r{rep}"),
+                test,
+                kind,
+                path,
+                dims,
+                rep as u32,
+                p,
+                bw(kind, size, *v, cpu),
+            );
+        }
+    }
+    // Latency with histograms: host 10 µs with a 50 µs tail, overlay 20
+    // with a 100 µs tail (values in ns, half round trips).
+    for (path, fast, slow) in [("host", 10_000, 50_000), ("overlay", 20_000, 100_000)] {
+        for rep in 0..3u32 {
+            let id = format!("lat-{path}-64-r{rep}");
+            let jitter = rep as u64 * 100;
+            b.pair(
+                &id,
+                "lat",
+                "tcp-lat",
+                path,
+                json!({"size": 64}),
+                rep,
+                p,
+                lat(
+                    "tcp-lat",
+                    64,
+                    (fast + jitter) as f64 / 1000.0,
+                    slow as f64 / 1000.0,
+                    None,
+                ),
+            );
+            b.hists.push((id, hist_b64(fast + jitter, 1000, slow, 20)));
+        }
+    }
+    // RDMA latency without histograms (an older writer): stored percentiles.
+    for (rep, p50) in [1.8, 1.9, 2.0].iter().enumerate() {
+        b.pair(
+            &format!("rdma-lat-r{rep}"),
+            "rdma-lat",
+            "rdma-lat",
+            "rdma",
+            json!({"size": 64, "op": "write"}),
+            rep as u32,
+            p,
+            lat("rdma-lat", 64, *p50, p50 * 2.0, Some("write")),
+        );
+    }
+    // UDP at 500 Mbit/s, one repeat each: the overlay loses 2 %.
+    for (path, g, loss) in [("host", 0.5, 0.0), ("overlay", 0.45, 2.0)] {
+        let mut r = bw("udp-bw", 1400, g, None);
+        let mut v = serde_json::to_value(&r).unwrap();
+        v["udp"] = json!({"sent": 100000, "received": 100000 - (loss * 1000.0) as u64,
+                          "lost": (loss * 1000.0) as u64, "reordered": 0, "duplicates": 0,
+                          "loss_pct": loss, "jitter_us": 3.0});
+        r = serde_json::from_value(v).unwrap();
+        b.pair(
+            &format!("udp-{path}"),
+            "udp",
+            "udp-bw",
+            path,
+            json!({"size": 1400, "rate": "500M"}),
+            0,
+            p,
+            r,
+        );
+    }
+    // A failed cell.
+    let f = b.cell(
+        "bw-overlay-n3n4",
+        "bw",
+        "tcp-bw",
+        "overlay",
+        "pairs",
+        &[("n3", "n4")],
+        json!({"size": 131072}),
+        0,
+    );
+    b.store
+        .finish_cell_failed(
+            run,
+            &f.cell_id,
+            &Attempt {
+                attempts: 3,
+                started_at: "2026-01-02T03:04:05Z".into(),
+                ended_at: "2026-01-02T03:04:09Z".into(),
+                wall_s: 4.0,
+            },
+            "agent busy: agent is running tcp-bw for 198.18.1.9:4000",
+        )
+        .unwrap();
+    // A 4-node mesh on the host path: n3's links are slow.
+    let nodes = ["n1", "n2", "n3", "n4"];
+    for i in 0..4 {
+        for j in (i + 1)..4 {
+            let (a, c) = (nodes[i], nodes[j]);
+            let g = if a == "n3" || c == "n3" { 1.0 } else { 9.4 };
+            let spec = b.cell(
+                &format!("mesh-{a}{c}"),
+                "mesh-bw",
+                "tcp-bw",
+                "host",
+                "mesh",
+                &[(a, c)],
+                json!({}),
+                0,
+            );
+            b.done(
+                &spec,
+                vec![Measurement {
+                    role: Role::Total,
+                    src: Some(a.into()),
+                    dst: Some(c.into()),
+                    record: bw("tcp-bw", 131072, g, None),
+                }],
+            );
+        }
+    }
+    // An incast into n1: n4 gets a third of the others' share.
+    let spec = b.cell(
+        "incast-n1",
+        "incast",
+        "tcp-bw",
+        "host",
+        "incast",
+        &[("n2", "n1"), ("n3", "n1"), ("n4", "n1")],
+        json!({}),
+        0,
+    );
+    let mut ms: Vec<Measurement> = [("n2", 3.0), ("n3", 3.0), ("n4", 1.0)]
+        .iter()
+        .map(|(s, g)| Measurement {
+            role: Role::Flow,
+            src: Some(s.to_string()),
+            dst: Some("n1".into()),
+            record: bw("tcp-bw", 131072, *g, None),
+        })
+        .collect();
+    ms.push(Measurement {
+        role: Role::Aggregate,
+        src: None,
+        dst: Some("n1".into()),
+        record: bw("tcp-bw", 131072, 7.0, None),
+    });
+    b.done(&spec, ms);
+    // A bisection split.
+    let spec = b.cell(
+        "bisect-0",
+        "bisection",
+        "tcp-bw",
+        "host",
+        "bisection",
+        &[("n1", "n3"), ("n2", "n4")],
+        json!({}),
+        0,
+    );
+    let mut ms: Vec<Measurement> = [("n1", "n3", 9.0), ("n2", "n4", 8.0)]
+        .iter()
+        .map(|(s, d, g)| Measurement {
+            role: Role::Flow,
+            src: Some(s.to_string()),
+            dst: Some(d.to_string()),
+            record: bw("tcp-bw", 131072, *g, None),
+        })
+        .collect();
+    ms.push(Measurement {
+        role: Role::Aggregate,
+        src: None,
+        dst: None,
+        record: bw("tcp-bw", 131072, 17.0, None),
+    });
+    b.done(&spec, ms);
+    b.store
+        .set_findings(
+            run,
+            "doctor",
+            &[(
+                "n1".to_string(),
+                json!({"id": "node-ip-slow-link", "severity": "warning", "subject": "node",
+                       "summary": "the node IP is on a 1 Gbit/s link; a CNI overlay following it is capped there",
+                       "fix": ["kubelet --node-ip=198.18.1.1"]}),
+            )],
+        )
+        .unwrap();
+    b.store.end_run(run).unwrap();
+    let hists = std::mem::take(&mut b.hists);
+    drop(b);
+    // What newer writers store: the histogram in the record and its column;
+    // fixed times and version so the output never changes.
+    let c = rusqlite::Connection::open(db).unwrap();
+    for (cell, h) in hists {
+        c.execute(
+            "UPDATE measurements SET record = json_set(record, '$.lat_hist', ?2), lat_hist = ?2 WHERE cell_id = ?1",
+            rusqlite::params![cell, h],
+        )
+        .unwrap();
+    }
+    c.execute(
+        "UPDATE runs SET started_at = '2026-01-02T03:00:00Z', updated_at = '2026-01-02T04:00:00Z',
+                         ended_at = '2026-01-02T04:00:00Z', fabperf_version = '0.0.0-fixture'",
+        [],
+    )
+    .unwrap();
+    c.execute("UPDATE findings SET at = '2026-01-02T04:00:00Z'", [])
+        .unwrap();
+    run
+}

@@ -1,0 +1,407 @@
+//! Reports over the fixture store: figures against hand-computed values,
+//! golden outputs, gates.
+
+mod common;
+
+use fabperf_report::analysis::{Family, LatSource, Level};
+use fabperf_report::gate;
+use fabperf_report::openmetrics::Flavor;
+use fabperf_report::text;
+use fabperf_report::{build, Options, Report};
+use fabperf_store::Store;
+use std::path::{Path, PathBuf};
+
+fn fixture() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("fixture.db");
+    common::build(&db);
+    (d, db)
+}
+
+fn report(db: &Path, opts: &Options) -> Report {
+    let s = Store::open_read_only(db).unwrap();
+    build(&s, opts).unwrap()
+}
+
+fn close(a: f64, b: f64, eps: f64) -> bool {
+    (a - b).abs() <= eps
+}
+
+fn row<'a>(r: &'a Report, test: &str, path: &str, size: u64) -> &'a fabperf_report::analysis::Row {
+    r.rows
+        .iter()
+        .find(|x| x.test == test && x.path == path && x.size == Some(size))
+        .unwrap_or_else(|| panic!("no row {test} {path} {size}"))
+}
+
+#[test]
+fn figures_match_hand_computed_values() {
+    let (_d, db) = fixture();
+    let r = report(&db, &Options::default());
+    assert_eq!(r.baseline.as_deref(), Some("host"));
+    assert_eq!(r.baseline_from, Some("plan"));
+    // host 128K: 9.0, 9.5, 10.0 → mean 9.5, sd 0.5, CI 4.3027*0.5/sqrt(3).
+    let h = row(&r, "bw", "host", 131072);
+    let s = h.stats.as_ref().unwrap();
+    assert!(close(s.mean, 9.5, 1e-9));
+    assert!(close(s.stdev.unwrap(), 0.5, 1e-9));
+    assert!(close(s.ci95.unwrap(), 1.24208, 1e-4), "{s:?}");
+    assert!(h.base.is_none());
+    assert!(close(h.pct_port.unwrap(), 95.0, 1e-9));
+    // CPU per Gbit/s: client (40+v)/v averaged: (49/9 + 49.5/9.5 + 50/10)/3.
+    let want = (49.0 / 9.0 + 49.5 / 9.5 + 50.0 / 10.0) / 3.0;
+    let cpu = h.cpu.as_ref().unwrap();
+    assert!(close(cpu.client.unwrap(), want, 1e-9));
+    assert_eq!(cpu.source, "threads");
+    // overlay 128K: mean 5.6 → −3.9 Gbit/s, −41.05 %; the intervals do not
+    // overlap (5.6 ± 0.248 vs 9.5 ± 1.242).
+    let o = row(&r, "bw", "overlay", 131072);
+    let d = o.base.as_ref().unwrap();
+    assert_eq!(d.path, "host");
+    assert!(close(d.d_gbps.unwrap(), -3.9, 1e-9));
+    assert!(close(d.d_pct.unwrap(), -3.9 / 9.5 * 100.0, 1e-9));
+    assert_eq!(d.within_noise, Some(false));
+    // RDMA next to TCP: compared with host tcp-bw at the same size.
+    let rd = row(&r, "rdma-bw", "rdma", 131072);
+    assert_eq!(rd.family, Family::Bandwidth);
+    assert_eq!(rd.base.as_ref().unwrap().kind, "tcp-bw");
+    assert!(close(rd.pct_port.unwrap(), 94.0, 1e-9));
+    // Latency from merged histograms: p50 is the fast mode, p99 the tail.
+    let lh = row(&r, "lat", "host", 64);
+    let l = lh.lat.as_ref().unwrap();
+    assert!(
+        matches!(
+            l.source,
+            LatSource::Histograms {
+                repeats: 3,
+                samples: 3060
+            }
+        ),
+        "{:?}",
+        l.source
+    );
+    assert!(close(l.p50.unwrap(), 10.1, 0.02), "{l:?}");
+    assert!(close(l.p99.unwrap(), 50.0, 0.05), "{l:?}");
+    let lo = row(&r, "lat", "overlay", 64);
+    let d = lo.base.as_ref().unwrap();
+    assert!(close(d.d_p50_us.unwrap(), 10.0, 0.05), "{d:?}");
+    assert!(close(d.d_p99_us.unwrap(), 50.0, 0.2), "{d:?}");
+    assert!(!lo.lat.as_ref().unwrap().curve.is_empty());
+    // Latency without histograms: the stored percentiles, said so.
+    let rl = row(&r, "rdma-lat", "rdma", 64);
+    let l = rl.lat.as_ref().unwrap();
+    assert_eq!(l.source, LatSource::StoredPercentiles);
+    assert!(close(l.p50.unwrap(), 1.9, 1e-9));
+    assert!(close(l.p99.unwrap(), 3.8, 1e-9));
+    assert!(rl
+        .warnings
+        .iter()
+        .any(|w| w.contains("no latency histogram")));
+    // UDP: one repeat each (too few, said so), loss +2 pp.
+    let u = row(&r, "udp", "overlay", 1400);
+    assert!(close(
+        u.base.as_ref().unwrap().d_loss_pp.unwrap(),
+        2.0,
+        1e-9
+    ));
+    assert!(u.warnings.iter().any(|w| w.contains("1 repeat")));
+    // Incast: 3, 3, 1 → shares 3/7, 3/7, 1/7; Jain 49 / (3 * 19).
+    let ic = &r.incasts[0];
+    assert_eq!(ic.receiver, "n1");
+    assert!(close(ic.jain.unwrap(), 49.0 / 57.0, 1e-12));
+    assert!(close(ic.senders[2].share, 1.0 / 7.0, 1e-12));
+    assert!(close(ic.pct_port.unwrap(), 70.0, 1e-9));
+    // Bisection: 17 of 20 Gbit/s of port rates.
+    let bi = &r.bisections[0];
+    assert!(close(bi.port_sum_gbps.unwrap(), 20.0, 1e-12));
+    assert!(close(bi.pct_port.unwrap(), 85.0, 1e-9));
+    // Mesh: n3 is named.
+    assert_eq!(r.meshes.len(), 1);
+    assert_eq!(r.meshes[0].groups[0].bad_nodes, vec!["n3".to_string()]);
+    // Verdicts in words.
+    let v = |s: &str| r.verdicts.iter().find(|v| v.subject == s).unwrap();
+    let ov = v("overlay");
+    assert_eq!(ov.level, Level::Bad);
+    assert!(ov.text.contains("−41 % vs host at 128 KiB"), "{}", ov.text);
+    assert!(
+        ov.text
+            .contains("see doctor finding node-ip-slow-link on n1"),
+        "{}",
+        ov.text
+    );
+    assert!(
+        v("n3").text.contains("suspect node in mesh mesh-bw"),
+        "{}",
+        v("n3").text
+    );
+    assert_eq!(v("n3").level, Level::Bad);
+    assert!(v("n4").text.contains("MTU 1500"), "{}", v("n4").text);
+    assert!(
+        v("n4").text.contains("got 14 % of the bandwidth into n1"),
+        "{}",
+        v("n4").text
+    );
+    assert!(v("n1").text.contains("node-ip-slow-link"));
+    assert_eq!(r.failed.len(), 1);
+}
+
+#[test]
+fn baseline_override_and_errors() {
+    let (_d, db) = fixture();
+    let r = report(
+        &db,
+        &Options {
+            baseline: Some("overlay".into()),
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.baseline_from, Some("--baseline"));
+    let h = row(&r, "bw", "host", 131072);
+    assert!(close(h.base.as_ref().unwrap().d_gbps.unwrap(), 3.9, 1e-9));
+    let s = Store::open_read_only(&db).unwrap();
+    let e = build(
+        &s,
+        &Options {
+            baseline: Some("nope".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("paths measured: host, overlay, rdma"), "{e}");
+    let e = build(
+        &s,
+        &Options {
+            run: Some(99),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("no run 99"), "{e}");
+}
+
+fn golden(name: &str, got: &str) {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("FABPERF_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&p).unwrap_or_else(|_| {
+        panic!(
+            "{} missing; FABPERF_UPDATE_GOLDEN=1 cargo test -p fabperf-report writes it",
+            p.display()
+        )
+    });
+    if want != got {
+        let first = want
+            .lines()
+            .zip(got.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(want.lines().count().min(got.lines().count()));
+        panic!(
+            "{name} differs from the golden file at line {}:\n  want: {:?}\n  got:  {:?}\n(FABPERF_UPDATE_GOLDEN=1 rewrites it after a deliberate change)",
+            first + 1,
+            want.lines().nth(first),
+            got.lines().nth(first)
+        );
+    }
+}
+
+#[test]
+fn golden_outputs() {
+    let (_d, db) = fixture();
+    let mut r = report(&db, &Options::default());
+    let gates: Vec<(gate::Gate, Option<String>)> = [
+        "tcp-bw >= 90% port_rate",
+        "path:overlay tcp-bw >= 0.8 * path:host",
+        "tcp-lat p99 <= 60us",
+        "mesh outliers == 0",
+    ]
+    .iter()
+    .map(|g| (gate::parse(g).unwrap(), None))
+    .collect();
+    r.gates = gate::evaluate_all(&gates, &r);
+    golden("fixture.txt", &text::render(&r, false));
+    golden("fixture.md", &text::render(&r, true));
+    golden("fixture.csv", &text::csv(&r).unwrap());
+    golden(
+        "fixture.json",
+        &(serde_json::to_string_pretty(&r).unwrap() + "\n"),
+    );
+    let s = Store::open_read_only(&db).unwrap();
+    let runs = fabperf_report::openmetrics::load_runs(&s, None).unwrap();
+    let (om, n) = fabperf_report::openmetrics::exposition(&runs, Flavor::OpenMetrics);
+    assert!(n > 100, "{n} samples");
+    golden("fixture.om", &om);
+    let (prom, n2) = fabperf_report::openmetrics::exposition(&runs, Flavor::Prometheus);
+    assert_eq!(n, n2);
+    assert!(!prom.contains("# EOF") && !prom.contains("# UNIT"));
+}
+
+#[test]
+fn gates_pass_and_fail_with_the_cells_named() {
+    let (_d, db) = fixture();
+    let r = report(&db, &Options::default());
+    let run = |g: &str| gate::evaluate(&gate::parse(g).unwrap(), &r, None);
+    // Host reaches 60–95 % of its 10 Gbit/s port: 128K passes 0.5, 16K not 0.9.
+    assert!(run("test:bw path:host tcp-bw >= 50% port_rate").passed());
+    let o = run("test:bw path:host tcp-bw >= 90% port_rate");
+    assert_eq!(o.checked, 2);
+    assert_eq!(o.violations.len(), 1);
+    let v = &o.violations[0];
+    assert!(v.subject.contains("size 16K on path host"), "{v:?}");
+    assert_eq!(v.measured, "6.20 Gbit/s");
+    assert!(
+        v.required
+            .contains(">= 9.00 Gbit/s (90 % of the 10.0 Gbit/s port)"),
+        "{v:?}"
+    );
+    assert_eq!(
+        v.cells,
+        vec!["bw-host-16384-r0", "bw-host-16384-r1", "bw-host-16384-r2"]
+    );
+    // A mesh row pools its pairs: the mean passes 50 %, the worst pair not.
+    assert!(run("test:mesh-bw tcp-bw >= 50% port_rate").passed());
+    let o = run("test:mesh-bw tcp-bw min >= 50% port_rate");
+    assert_eq!(o.violations[0].measured, "1.00 Gbit/s");
+    // Incast and bisection aggregates are not pair rows.
+    assert_eq!(run("path:host tcp-bw >= 1Gbps").checked, 3);
+    // Relative to another path.
+    let o = run("path:overlay tcp-bw >= 0.8 * path:host");
+    assert_eq!(o.violations.len(), 2, "{o:?}");
+    assert!(run("path:overlay tcp-bw >= 0.5 * path:host").passed());
+    assert!(run("path:overlay tcp-bw min >= 55% path:host").passed());
+    // Latency percentiles, with units.
+    assert!(run("path:host tcp-lat p99 <= 60us").passed());
+    assert!(!run("tcp-lat p99 <= 0.06ms").passed());
+    assert!(run("rdma-lat mean <= 2.5us").passed());
+    // Mesh, incast, bisection, failures.
+    let o = run("mesh outliers == 0");
+    assert_eq!(o.violations.len(), 1);
+    assert!(o.violations[0].measured.contains("n1->n3 1.00"), "{o:?}");
+    assert!(!run("mesh suspect-nodes == 0").passed());
+    assert!(run("node:n1 mesh suspect-nodes == 0").passed());
+    assert!(run("incast jain >= 0.85").passed());
+    assert!(!run("incast min-share >= 0.5").passed());
+    assert!(run("bisection bw >= 80% port_rate").passed());
+    assert!(!run("bisection bw >= 90% port_rate").passed());
+    assert!(!run("failed-cells == 0").passed());
+    assert!(run("path:host failed-cells == 0").passed());
+    // A gate that selects nothing fails.
+    let o = run("size:1M tcp-bw >= 1Gbps");
+    assert_eq!(o.checked, 0);
+    assert!(!o.passed());
+    assert!(!run("path:nowhere udp-bw >= 1Gbps").passed());
+    // The ConnectX preset: bandwidth (94 % of 25) and write latency pass;
+    // read and send measured nothing: not applicable.
+    let p = gate::preset("connectx-acceptance").unwrap();
+    let gs: Vec<(gate::Gate, Option<String>)> = p
+        .gates
+        .iter()
+        .map(|g| (gate::parse(g).unwrap(), Some(p.name.to_string())))
+        .collect();
+    let out = gate::evaluate_all(&gs, &r);
+    assert!(out.iter().all(|o| o.passed()), "{out:?}");
+    assert_eq!(out.iter().filter(|o| o.not_applicable).count(), 2);
+}
+
+#[test]
+fn html_has_the_charts_and_escapes_the_store() {
+    let (_d, db) = fixture();
+    let r = report(&db, &Options::default());
+    let h = fabperf_report::html::render(&r);
+    for id in ["bandwidth", "udp", "latency-1", "mesh-1"] {
+        assert!(h.contains(&format!("data-chart=\"{id}\"")), "no chart {id}");
+    }
+    // Four paths' bars in the bandwidth chart, the baseline outlined.
+    assert!(h.contains(r#"class="baseline""#));
+    assert!(h.contains("Content-Security-Policy"));
+    assert!(!h.contains("<script"));
+    assert!(!h.contains("http://") || !h.contains("src=\"http"));
+    // Hostile text in the store (a path label, an error, a finding) stays text.
+    let c = rusqlite::Connection::open(&db).unwrap();
+    c.execute(
+        "UPDATE cells SET path = '<script>alert(1)</script>' WHERE path = 'overlay'",
+        [],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE cells SET error = '</pre><img src=x onerror=alert(2)>' WHERE state = 'failed'",
+        [],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE findings SET body = json_set(body, '$.summary', '\"><svg onload=alert(3)>')",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let r = report(&db, &Options::default());
+    let h = fabperf_report::html::render(&r);
+    assert!(!h.contains("<script>alert"), "unescaped path label");
+    assert!(!h.contains("<img src=x"), "unescaped error");
+    assert!(!h.contains("<svg onload"), "unescaped finding");
+    assert!(h.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+}
+
+#[test]
+fn bad_records_and_histograms_in_the_store() {
+    let (_d, db) = fixture();
+    let c = rusqlite::Connection::open(&db).unwrap();
+    // A histogram that is not one, a record that is not an object, a
+    // record whose figures have the wrong types.
+    c.execute(
+        "UPDATE measurements SET record = json_set(record, '$.lat_hist', 'not base64!'), lat_hist = NULL WHERE cell_id = 'lat-host-64-r1'",
+        [],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE measurements SET record = '[]' WHERE cell_id = 'bw-host-16384-r2'",
+        [],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE measurements SET record = json_set(record, '$.bw_gbps', 'fast', '$.size', -1) WHERE cell_id = 'bw-host-16384-r1'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let r = report(&db, &Options::default());
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("lat-host-64-r1") && n.contains("not base64")),
+        "{:?}",
+        r.notes
+    );
+    // The row falls back to stored percentiles for all its repeats, and says so.
+    let l = row(&r, "lat", "host", 64).lat.as_ref().unwrap();
+    assert_eq!(l.source, LatSource::StoredPercentiles);
+    // Only the one good repeat of host 16K is left.
+    let h = row(&r, "bw", "host", 16384);
+    assert_eq!(h.values, vec![6.0]);
+    // The mesh summary reads records strictly: its matrix is left out, said so.
+    assert!(r.meshes.is_empty());
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("mesh test mesh-bw: no matrix") && n.contains("bw-host-16384-r1")),
+        "{:?}",
+        r.notes
+    );
+    // Not JSON at all: the store refuses with the cell named.
+    let c = rusqlite::Connection::open(&db).unwrap();
+    c.execute(
+        "UPDATE measurements SET record = '{oops' WHERE cell_id = 'udp-host'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let s = Store::open_read_only(&db).unwrap();
+    let e = build(&s, &Options::default()).unwrap_err().to_string();
+    assert!(e.contains("udp-host"), "{e}");
+}

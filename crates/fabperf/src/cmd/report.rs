@@ -1,0 +1,283 @@
+//! `fabperf report`: baseline-relative tables, verdicts, HTML and gates
+//! from a results store.
+
+use fabperf_report::gate::{self, Gate};
+use fabperf_report::text::{self, Format};
+use fabperf_report::{build, Options, ReportError};
+use fabperf_store::Store;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Exit status when a gate is violated.
+const EXIT_GATE: u8 = 1;
+/// Exit status for bad usage, a malformed gate or an unreadable store.
+const EXIT_USAGE: u8 = 2;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ReportFormat {
+    Table,
+    Markdown,
+    Json,
+    Csv,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Exit status: 0 every gate holds (or none given), 1 a gate is violated, \
+                        2 bad usage, a malformed gate or an unreadable store.\n\
+                        Gate grammar, examples and presets: docs/report.md."
+)]
+pub struct ReportArgs {
+    /// The results store (SQLite) written by `fabperf run`.
+    #[arg(long, value_name = "FILE", required_unless_present = "presets")]
+    pub db: Option<PathBuf>,
+    /// The run (default: the newest).
+    #[arg(long, value_name = "ID")]
+    pub run: Option<i64>,
+    /// The path the others are compared with (default: the plan's `baseline`).
+    #[arg(long, value_name = "PATH")]
+    pub baseline: Option<String>,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: ReportFormat,
+    /// Also write the report as one self-contained HTML file with charts.
+    #[arg(long, value_name = "OUT")]
+    pub html: Option<PathBuf>,
+    /// Write the --format output here instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// A pass/fail gate, e.g. 'rdma-bw >= 90% port_rate', 'path:pod tcp-bw >= 0.8 * path:host',
+    /// 'tcp-lat p99 <= 50us', 'mesh outliers == 0' (repeatable).
+    #[arg(long = "gate", value_name = "EXPR")]
+    pub gates: Vec<String>,
+    /// A named set of gates (repeatable); `list` prints the presets.
+    #[arg(long = "gate-preset", value_name = "NAME")]
+    pub presets: Vec<String>,
+}
+
+fn usage(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("fabperf report: {msg}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// Write `text` to `path` through a temporary file in the same directory,
+/// so a reader never sees half a report.
+fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report".into());
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let res = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res
+}
+
+pub fn run(a: ReportArgs) -> anyhow::Result<ExitCode> {
+    // Anything that goes wrong is exit 2: 1 means a gate was violated.
+    Ok(match report(a) {
+        Ok(code) => code,
+        Err(e) => usage(format!("{e:#}")),
+    })
+}
+
+fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
+    if a.presets.iter().any(|p| p == "list") {
+        for p in gate::PRESETS {
+            println!("{}: {}", p.name, p.about);
+            for g in p.gates {
+                println!("  --gate '{g}'");
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Gates first: a malformed gate is found before anything is read.
+    let mut gates: Vec<(Gate, Option<String>)> = Vec::new();
+    for (i, g) in a.gates.iter().enumerate() {
+        match gate::parse(g) {
+            Ok(g) => gates.push((g, None)),
+            Err(e) => return Ok(usage(format!("--gate #{} {e}", i + 1))),
+        }
+    }
+    for name in &a.presets {
+        let Some(p) = gate::preset(name) else {
+            return Ok(usage(format!(
+                "no gate preset {name:?}; presets: {} (`--gate-preset list` shows their gates)",
+                gate::PRESETS
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        for g in p.gates {
+            let parsed = gate::parse(g).map_err(|e| anyhow::anyhow!("preset {name}: {e}"))?;
+            gates.push((parsed, Some(p.name.to_string())));
+        }
+    }
+    let Some(db) = &a.db else {
+        return Ok(usage("--db FILE is needed (the store `fabperf run` wrote)"));
+    };
+    let store = match Store::open_read_only(db) {
+        Ok(s) => s,
+        Err(e) => return Ok(usage(e)),
+    };
+    let mut rep = match build(
+        &store,
+        &Options {
+            run: a.run,
+            baseline: a.baseline.clone(),
+        },
+    ) {
+        Ok(r) => r,
+        Err(e @ (ReportError::Usage(_) | ReportError::Store(_))) => return Ok(usage(e)),
+        Err(e) => return Err(e.into()),
+    };
+    rep.gates = gate::evaluate_all(&gates, &rep);
+    let fmt = match a.format {
+        ReportFormat::Table => Format::Table,
+        ReportFormat::Markdown => Format::Markdown,
+        ReportFormat::Json => Format::Json,
+        ReportFormat::Csv => Format::Csv,
+    };
+    let body = match fmt {
+        Format::Table => fabperf_run::exec::printable_block(&text::render(&rep, false)),
+        Format::Markdown => fabperf_run::exec::printable_block(&text::render(&rep, true)),
+        Format::Json => serde_json::to_string_pretty(&rep)? + "\n",
+        Format::Csv => text::csv(&rep)?,
+    };
+    match &a.out {
+        Some(p) => write_atomic(p, &body).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot write {}: {}",
+                p.display(),
+                fabperf_run::plan::os_text(&e)
+            )
+        })?,
+        None => {
+            let stdout = std::io::stdout();
+            let mut o = stdout.lock();
+            // A closed pipe (`| head`) is not an error worth a message.
+            if let Err(e) = o.write_all(body.as_bytes()).and_then(|_| o.flush()) {
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+    if let Some(p) = &a.html {
+        write_atomic(p, &fabperf_report::html::render(&rep)).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot write {}: {}",
+                p.display(),
+                fabperf_run::plan::os_text(&e)
+            )
+        })?;
+        eprintln!("fabperf report: HTML report written to {}", p.display());
+    }
+    if !rep.gates.is_empty() {
+        let failed = rep.gates.iter().filter(|g| !g.passed()).count();
+        let applied = rep.gates.iter().filter(|g| !g.not_applicable).count();
+        if failed > 0 {
+            eprintln!(
+                "fabperf report: {failed} of {applied} gate(s) violated (run {})",
+                rep.run.id
+            );
+            if matches!(fmt, Format::Json | Format::Csv) || a.out.is_some() {
+                eprint!(
+                    "{}",
+                    fabperf_run::exec::printable_block(&text::gates_text(&rep, false))
+                );
+            }
+            return Ok(ExitCode::from(EXIT_GATE));
+        }
+        eprintln!(
+            "fabperf report: all {applied} gate(s) hold (run {})",
+            rep.run.id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `fabperf export --format openmetrics [--push URL]`.
+pub fn export_openmetrics(
+    store: &Store,
+    run: Option<i64>,
+    out: Option<&Path>,
+    push: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    use fabperf_report::openmetrics::{self, Flavor};
+    let runs = match openmetrics::load_runs(store, run) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fabperf export: {e}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    if let Some(base) = push {
+        // Check every URL before the first push.
+        let urls: Vec<String> = match runs
+            .iter()
+            .map(|r| openmetrics::push_url(base, r.run.id))
+            .collect()
+        {
+            Ok(u) => u,
+            Err(e) => {
+                eprintln!("fabperf export: {e}");
+                return Ok(ExitCode::from(EXIT_USAGE));
+            }
+        };
+        if runs.len() > 1 && base.contains("/metrics/job/") {
+            eprintln!(
+                "fabperf export: --push {base} names one group, but {} runs would replace each other there; give --run ID or a base URL (http://HOST:9091)",
+                runs.len()
+            );
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+        for (data, url) in runs.iter().zip(&urls) {
+            let (body, n) = openmetrics::exposition(std::slice::from_ref(data), Flavor::Prometheus);
+            openmetrics::push(url, &body, std::time::Duration::from_secs(30))?;
+            eprintln!(
+                "fabperf export: pushed {n} samples of run {} to {url}",
+                data.run.id
+            );
+        }
+        if out.is_none() {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+    let (body, n) = openmetrics::exposition(&runs, Flavor::OpenMetrics);
+    match out {
+        Some(p) => {
+            write_atomic(p, &body).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot write {}: {}",
+                    p.display(),
+                    fabperf_run::plan::os_text(&e)
+                )
+            })?;
+            eprintln!("fabperf export: {n} samples written");
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut o = stdout.lock();
+            if let Err(e) = o.write_all(body.as_bytes()).and_then(|_| o.flush()) {
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
