@@ -15,6 +15,8 @@ PKGS=(
   iperf3 sockperf iproute2 ethtool procps util-linux jq
   # multi-node namespace testbed (sim/testbed.sh): DNS server for the agents' names
   dnsmasq-base
+  # the policy-rule model (fabperf-tune's per-pod nftables chains, `policies` plans)
+  nftables
   # soft-RoCE guest (sim/softroce.sh): QEMU, rootfs builder, initramfs tools
   qemu-system-x86 mmdebstrap kmod cpio zstd xz-utils debian-archive-keyring
   # cni-bench tests: the reference CNI plugins (bridge, macvlan, host-device, host-local ...) in /usr/lib/cni

@@ -52,6 +52,11 @@ fabperf k8s device-plugin-config "${detects[@]}" --format configmap > "$tmp/dp/c
 fabperf k8s device-plugin-config "${detects[@]}" --format nic-cluster-policy > "$tmp/dp/ncp.yaml"
 "$PY" ci/k8s/validate.py "$tmp/dp"
 
+echo "==> fabperf k8s policy-scale (what a runner's policy command applies)"
+mkdir -p "$tmp/ps"
+fabperf k8s policy-scale --plan examples/pod-policy-scale.toml --count 3 > "$tmp/ps/policies.yaml"
+"$PY" ci/k8s/validate.py "$tmp/ps"
+
 echo "==> the validator rejects broken objects"
 for f in ci/k8s/broken/*.yaml; do
   expect="$(sed -n 's/^# expect: //p' "$f")"

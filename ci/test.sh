@@ -61,6 +61,8 @@ step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/t
   ./sim/testbed-test.sh
 step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay (sim/testbed-run-test.sh)" \
   ./sim/testbed-run-test.sh
+step "tuning levels and policy rules on the testbed, restore verified (sim/testbed-tune-test.sh)" \
+  ./sim/testbed-tune-test.sh
 if [ "$VM" = 1 ]; then
   step "soft-RoCE guest: RDMA device tests and fabperf vs perftest" ./sim/softroce.sh
 else

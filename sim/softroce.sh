@@ -41,11 +41,13 @@ VM_MEM=${FABPERF_SIM_MEM:-2048}
 VM_SMP=${FABPERF_SIM_SMP:-2}
 NET_MTU=${FABPERF_SIM_MTU:-9000}
 # Bump when the rootfs recipe or the module list changes (invalidates caches).
-ROOTFS_RECIPE=3
-MODULES_RECIPE=2
-ROOTFS_PACKAGES=rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod,rdmacm-utils,procps,util-linux,jq
+ROOTFS_RECIPE=4
+MODULES_RECIPE=3
+ROOTFS_PACKAGES=rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod,rdmacm-utils,procps,util-linux,jq,wireguard-tools,iputils-ping
 GUEST_MODULES="virtio_pci virtio_net 9pnet_virtio 9p veth dummy crc32_generic crc32-cryptoapi crc32-pclmul
- rdma_rxe ib_uverbs ib_uverbs_support rdma_ucm ib_umad sch_netem"
+ rdma_rxe ib_uverbs ib_uverbs_support rdma_ucm ib_umad
+ wireguard xfrm_user esp4 xfrm4_tunnel tunnel4 gcm ghash-generic ghash-clmulni-intel aes_generic aesni_intel
+ seqiv echainiv authenc geniv cryptd crypto_simd sch_netem"
 
 log() { printf 'softroce: %s\n' "$*" >&2; }
 die() { printf 'softroce: error: %s\n' "$*" >&2; exit 2; }

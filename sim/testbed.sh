@@ -205,7 +205,7 @@ state_dir_is_ours() {
     for e in "$STATE"/* "$STATE"/.[!.]*; do
         [[ -e $e || -L $e ]] || continue
         case ${e##*/} in
-            logs | pids | dns | batch | bin | degraded | token | testbed.env) ;;
+            logs | pids | dns | batch | bin | degraded | tune-state | token | testbed.env) ;;
             *) return 1 ;;
         esac
     done
@@ -218,7 +218,7 @@ remove_state() {
         log "left $STATE alone: it holds files $PROG did not write"
         return 0
     fi
-    rm -rf "${STATE:?}"/{logs,pids,dns,batch,bin,degraded}
+    rm -rf "${STATE:?}"/{logs,pids,dns,batch,bin,degraded,tune-state}
     rm -f "$STATE/token" "$STATE/testbed.env"
     rmdir "$STATE" 2>/dev/null || log "left $STATE: it holds files $PROG did not write"
 }
@@ -249,6 +249,7 @@ start_agent() { # K PATH
     setsid ip netns exec "$(tb_node_ns "$k")" unshare --uts -- \
         sh -c 'hostname "$1" && shift && exec "$@"' sh "$(tb_node_ns "$k")" \
         "$FABPERF" server --bind "$ip" --port "$TB_PORT" --token-file "$STATE/token" --path-label "$path" \
+        --allow-tune all --state-dir "$STATE/tune-state" \
         </dev/null >"$log" 2>&1 9>&- &
     pid=$!
     echo "$pid" >"$pidf"

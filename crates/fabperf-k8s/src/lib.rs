@@ -11,6 +11,7 @@ pub mod detect;
 pub mod files;
 pub mod objects;
 pub mod plan;
+pub mod policy;
 pub mod render;
 pub mod runner;
 

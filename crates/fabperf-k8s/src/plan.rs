@@ -362,6 +362,8 @@ pub struct Plan {
     pub device_plugin: Option<RdmaSharedConfig>,
     pub operator: OperatorPlan,
     pub cni: Option<CniPlan>,
+    /// `[policy_scale]`: NetworkPolicies selecting the agents, RBAC for the runner.
+    pub policy_scale: Option<crate::policy::PolicyScale>,
     /// Things the plan allows but the user should know (printed by render
     /// and written into the headers they concern).
     pub warnings: Vec<String>,
@@ -415,6 +417,7 @@ struct RawPlan {
     network_operator: Option<S<RawOperator>>,
     cni: Option<S<RawCni>>,
     runner: Option<S<crate::runner::RawRunner>>,
+    policy_scale: Option<S<crate::policy::RawPolicyScale>>,
 }
 
 #[derive(Deserialize)]
@@ -1188,6 +1191,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         }
         r
     };
+    let policy_scale = crate::policy::check(raw.policy_scale.as_ref(), &mut |sp, m| cx.at(sp, m));
 
     if !cx.errors.is_empty() {
         return None;
@@ -1214,6 +1218,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         device_plugin,
         operator,
         cni,
+        policy_scale,
         warnings,
         runner,
     })

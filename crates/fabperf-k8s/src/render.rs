@@ -651,6 +651,10 @@ pub fn render(plan: &Plan) -> Result<Rendered> {
         manifests.push(d.file(&format!("20-agent-{}.yaml", path.name())));
     }
 
+    if let Some(ps) = &plan.policy_scale {
+        crate::policy::render_files(plan, ps, &mut manifests)?;
+    }
+
     if let Some(c) = &plan.cni {
         for kind in &c.plugins {
             let (values, notes) = cni::values(*kind, c, plan.has_multus_path());

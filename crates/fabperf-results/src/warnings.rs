@@ -152,6 +152,10 @@ pub enum Warning {
     PortRateUnknown { side: Side, why: String },
     /// Counters this end meant to read could not be read.
     CountersIncomplete { side: Side, what: String },
+    /// `fabperf run`: a setting of the cell's tuning profile or policy
+    /// rules was not applied or not restored (the text says which, where
+    /// and why).
+    Tuning { text: String },
 }
 
 /// `(id, what it means)` for every warning, in the order of the enum.
@@ -274,6 +278,10 @@ pub const REGISTRY: &[(&str, &str)] = &[
         "counters-incomplete",
         "some counters of an end could not be read",
     ),
+    (
+        "tuning",
+        "a setting of the cell's tuning profile or policy rules was not applied or not restored",
+    ),
 ];
 
 impl Warning {
@@ -311,6 +319,7 @@ impl Warning {
             Warning::BelowPortRate { .. } => "below-port-rate",
             Warning::PortRateUnknown { .. } => "port-rate-unknown",
             Warning::CountersIncomplete { .. } => "counters-incomplete",
+            Warning::Tuning { .. } => "tuning",
         }
     }
 
@@ -453,6 +462,7 @@ impl Warning {
                 "the {side} could not read all its counters ({what}); deltas and findings from \
                  those sources are missing"
             ),
+            Warning::Tuning { text } => text.clone(),
         }
     }
 
@@ -600,6 +610,11 @@ pub(crate) fn examples() -> Vec<Warning> {
         Warning::CountersIncomplete {
             side: Agent,
             what: "/sys/class/net/eth0/statistics: permission denied".into(),
+        },
+        Warning::Tuning {
+            text:
+                "profile x on fp-node1: sysctl net.core.rmem_max = 8388608 not applied, not allowed"
+                    .into(),
         },
     ]
 }

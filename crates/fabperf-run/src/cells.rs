@@ -72,8 +72,9 @@ pub fn cell_id(
     instance: &Value,
     params: &Value,
     repeat: u32,
+    env: Option<&Value>,
 ) -> String {
-    let key = json!({
+    let mut key = json!({
         "plan": plan,
         "test": test.name,
         "kind": test.kind.name(),
@@ -83,9 +84,38 @@ pub fn cell_id(
         "params": params,
         "repeat": repeat,
     });
+    // Only cells with an environment get the key, so plans without
+    // profiles or policies keep their cells' ids.
+    if let Some(e) = env {
+        key["env"] = e.clone();
+    }
     // serde_json's Map is ordered (BTreeMap), so the text is canonical.
     let h = Sha256::digest(key.to_string().as_bytes());
     crate::hex(&h[..8])
+}
+
+/// What a cell's environment adds to its identity: the profile's name and
+/// content hash (an edited profile is another measurement), the policy
+/// count and model. `None` for a cell without one.
+pub fn env_key(plan: &Plan, dims: &Value) -> Option<Value> {
+    let profile = dims.get("profile").and_then(Value::as_str);
+    let policies = dims.get("policies").and_then(Value::as_u64);
+    if profile.is_none() && policies.is_none() {
+        return None;
+    }
+    let mut e = json!({});
+    if let Some(p) = profile {
+        e["profile"] = json!(p);
+        e["profile_hash"] = json!(plan.profiles.get(p).map(|p| p.hash()));
+    }
+    if let Some(n) = policies {
+        e["policies"] = json!(n);
+        e["policy_conntrack"] = json!(dims
+            .get("policy_conntrack")
+            .and_then(Value::as_bool)
+            .unwrap_or(false));
+    }
+    Some(e)
 }
 
 fn names(nodes: &[&RosterAgent], flows: &[(usize, usize)]) -> Vec<(String, String)> {
@@ -221,6 +251,7 @@ pub fn expand(plan: &Plan, roster: &Roster) -> Result<Vec<CellSpec>, String> {
                                     instance,
                                     &point.params,
                                     repeat,
+                                    env_key(plan, &Value::Object(point.dims.clone())).as_ref(),
                                 ),
                                 seq: out.len() as i64,
                                 batch,

@@ -8,6 +8,7 @@ use crate::summary;
 use fabperf_proto::{connect_test, ClientConfig, Control, ErrorCode, Msg, ProtoError};
 use fabperf_results::Record;
 use fabperf_store::{Attempt, CellRow, CellSpec, CellState, Measurement, Role, Store};
+use fabperf_tune::{end_tune, open_tune, TuneParams};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -448,8 +449,12 @@ struct Session {
 /// A cell's flows' results (flow index, result), or why it failed.
 type CellResult = Result<Vec<(usize, DriveResult)>, CellError>;
 
-/// Where a flow's drive request goes and what it says.
-type FlowPlan = (usize, usize, Result<(SocketAddr, Value), CellError>);
+/// Where a flow's drive request goes, what it says, and its test group.
+type FlowPlan = (
+    usize,
+    usize,
+    Result<(SocketAddr, Value, Option<String>), CellError>,
+);
 
 struct FlowResult {
     cell: usize,
@@ -607,6 +612,92 @@ struct Exec<'a> {
     /// Observed wall / expected seconds, for the ETA.
     seen_wall: f64,
     seen_expected: f64,
+    /// Tuning warnings already in the log (each is logged once per run).
+    logged: BTreeSet<String>,
+    /// The policy count the `[policy] command` last set (`None`: unknown,
+    /// e.g. after a failure).
+    policy_now: Option<u32>,
+    /// The policy command ran in this invocation.
+    policy_touched: bool,
+}
+
+/// Run the plan's policy command with FABPERF_POLICIES=n, bounded by its
+/// timeout (killed after it). Err: why, with the end of its output.
+pub fn run_policy_command(
+    argv: &[String],
+    timeout: Duration,
+    n: u32,
+    plan: &str,
+    cell: &str,
+) -> Result<(), String> {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env("FABPERF_POLICIES", n.to_string())
+        .env("FABPERF_PLAN", plan)
+        .env("FABPERF_CELL", cell)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot run the policy command {:?}: {}",
+                argv[0],
+                plan::os_text(&e)
+            )
+        })?;
+    let t0 = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if t0.elapsed() > timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the policy command did not finish within {} s and was killed",
+                    timeout.as_secs_f64()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("waiting for the policy command: {e}")),
+        }
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("waiting for the policy command: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let text = String::from_utf8_lossy(&out.stderr);
+    let tail: Vec<&str> = text.lines().rev().take(3).collect();
+    Err(format!(
+        "the policy command for {n} policies failed ({}): {}",
+        out.status,
+        printable(&tail.into_iter().rev().collect::<Vec<_>>().join(" | "))
+    ))
+}
+
+/// A batch's tune sessions, the cells that could not be tuned, and each
+/// cell's warnings.
+type TunedBatch = (
+    Vec<TuneSession>,
+    BTreeMap<usize, CellError>,
+    BTreeMap<usize, Vec<String>>,
+);
+
+/// A tune session as opened: cell, agent, the session and its report.
+type TuneOpened = (
+    usize,
+    String,
+    Result<(Control, fabperf_tune::ApplyReport), ProtoError>,
+);
+
+/// One agent holding a cell's environment.
+struct TuneSession {
+    cell: usize,
+    agent: String,
+    ctl: Control,
 }
 
 impl Exec<'_> {
@@ -629,13 +720,238 @@ impl Exec<'_> {
         Some(remaining_batches.iter().sum::<f64>() * ratio)
     }
 
-    /// Open the drive sessions of a batch, start them together, collect.
+    /// Log a warning once per run.
+    fn warn_once(&mut self, w: &str) {
+        if self.logged.insert(w.to_string()) {
+            self.progress.warn(w);
+        }
+    }
+
+    /// The tune request for a cell with an environment (a profile, a
+    /// policy count), or `None`.
+    fn tune_params(&self, c: &CellSpec, agent: &RosterAgent) -> Option<TuneParams> {
+        let profile = c
+            .dims
+            .get("profile")
+            .and_then(Value::as_str)
+            .and_then(|n| self.plan.profiles.get(n))
+            .cloned();
+        // With a policy command the runner sets the count, not the agents.
+        let by_agents = self.plan.policy_target == crate::plan::PolicyTarget::Agents;
+        let policies = c
+            .dims
+            .get("policies")
+            .and_then(Value::as_u64)
+            .filter(|_| by_agents)
+            .map(|n| fabperf_tune::PolicySpec {
+                rules: n as u32,
+                conntrack: c
+                    .dims
+                    .get("policy_conntrack")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            });
+        if profile.is_none() && policies.is_none() {
+            return None;
+        }
+        Some(TuneParams {
+            profile,
+            policies,
+            addr: Some(agent.test_addr.ip()),
+            hold_s: self.expected(c) + 3.0 * self.plan.timeout.as_secs_f64() + 30.0,
+        })
+    }
+
+    /// Every agent of every cell with an environment applies it; returns
+    /// the sessions that hold it, the cells that could not get it, and the
+    /// warnings of each cell (settings not applied, outside entries).
+    fn tune_batch(&mut self, cells: &[CellSpec]) -> TunedBatch {
+        let mut asks: Vec<(usize, String, SocketAddr, TuneParams, ClientConfig)> = Vec::new();
+        let mut failed: BTreeMap<usize, CellError> = BTreeMap::new();
+        for (ci, c) in cells.iter().enumerate() {
+            let mut names: Vec<&String> = c.flows.iter().flat_map(|(a, b)| [a, b]).collect();
+            names.sort();
+            names.dedup();
+            for n in names {
+                let Some(a) = self.agent(&c.path, n) else {
+                    continue;
+                };
+                let Some(p) = self.tune_params(c, a) else {
+                    continue;
+                };
+                if a.addr.port() == 0 {
+                    continue;
+                }
+                let mut cfg = self.cfg.clone();
+                cfg.group = Some(c.cell_id.clone());
+                asks.push((ci, n.clone(), a.addr, p, cfg));
+            }
+        }
+        let opened: Vec<TuneOpened> = std::thread::scope(|s| {
+            let hs: Vec<_> = asks
+                .into_iter()
+                .map(|(ci, name, addr, p, cfg)| {
+                    s.spawn(move || (ci, name, open_tune(addr, &cfg, &p)))
+                })
+                .collect();
+            hs.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut sessions = Vec::new();
+        let mut warnings: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (ci, agent, r) in opened {
+            match r {
+                Ok((ctl, report)) => {
+                    let w = warnings.entry(ci).or_default();
+                    for n in &report.notes {
+                        w.push(format!("{} on {agent}: {n}", report.what));
+                    }
+                    w.extend(report.warnings(&agent));
+                    sessions.push(TuneSession {
+                        cell: ci,
+                        agent,
+                        ctl,
+                    });
+                }
+                Err(e) => {
+                    failed.entry(ci).or_insert(CellError {
+                        transient: classify(&e),
+                        msg: format!("tuning {agent} for the cell: {e}"),
+                    });
+                }
+            }
+        }
+        for ws in warnings.values() {
+            for w in ws {
+                self.warn_once(w);
+            }
+        }
+        (sessions, failed, warnings)
+    }
+
+    /// End the cells' environments: every agent restores and says what it
+    /// put back. Returns warnings per cell for restores that failed.
+    fn untune(&mut self, sessions: Vec<TuneSession>) -> BTreeMap<usize, Vec<String>> {
+        let within = self.plan.timeout + Duration::from_secs(30);
+        let ended: Vec<(
+            usize,
+            String,
+            Result<fabperf_tune::RestoreReport, ProtoError>,
+        )> = std::thread::scope(|s| {
+            let hs: Vec<_> = sessions
+                .into_iter()
+                .map(|t| s.spawn(move || (t.cell, t.agent, end_tune(t.ctl, within))))
+                .collect();
+            hs.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut out: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (ci, agent, r) in ended {
+            let w = match r {
+                Ok(r) if r.ok() => continue,
+                Ok(r) => format!("restore on {agent} after the cell: {}", r.summary()),
+                Err(e) => format!(
+                    "restore on {agent} after the cell: no report ({e}); the agent restores when the session ends, check its log"
+                ),
+            };
+            self.progress.warn(&w);
+            out.entry(ci).or_default().push(w);
+        }
+        out
+    }
+
+    /// With `[policy] target = "command"`: set the batch's policy count
+    /// (when it differs from what is set).
+    fn policy_step(&mut self, cells: &[CellSpec]) -> Result<(), CellError> {
+        let crate::plan::PolicyTarget::Command { argv, timeout } = &self.plan.policy_target else {
+            return Ok(());
+        };
+        let Some(n) = cells
+            .first()
+            .and_then(|c| c.dims.get("policies"))
+            .and_then(Value::as_u64)
+        else {
+            return Ok(());
+        };
+        let n = n as u32;
+        if self.policy_now == Some(n) {
+            return Ok(());
+        }
+        self.progress
+            .line(&format!("fabperf run: policy command: {n} policies"));
+        // Unknown until it succeeds: a failed command may have set part.
+        self.policy_now = None;
+        self.policy_touched = true;
+        run_policy_command(argv, *timeout, n, &self.plan.name, &cells[0].cell_id).map_err(
+            |msg| CellError {
+                msg,
+                transient: false,
+            },
+        )?;
+        self.policy_now = Some(n);
+        Ok(())
+    }
+
+    /// With `[policy] target = "command"`: back to 0 policies at the end.
+    fn policy_reset(&mut self) {
+        if let crate::plan::PolicyTarget::Command { argv, timeout } = &self.plan.policy_target {
+            if self.policy_touched && self.policy_now != Some(0) {
+                if let Err(e) = run_policy_command(argv, *timeout, 0, &self.plan.name, "end") {
+                    self.progress
+                        .warn(&format!("setting 0 policies at the end of the run: {e}"));
+                }
+                self.policy_now = Some(0);
+            }
+        }
+    }
+
     fn run_batch(&mut self, cells: &[CellSpec]) -> (Vec<CellResult>, f64) {
+        if let Err(e) = self.policy_step(cells) {
+            return ((0..cells.len()).map(|_| Err(e.clone())).collect(), 0.0);
+        }
+        // Cells with an environment: their agents apply it first, and hold
+        // it (one test group per cell) until the flows are done.
+        let (tunes, tune_failed, mut env_warnings) = self.tune_batch(cells);
+        let tuned: BTreeSet<usize> = cells
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.dims.get("profile").is_some() || c.dims.get("policies").is_some())
+            .map(|(i, _)| i)
+            .collect();
+        let (mut per_cell, test_s) = self.run_flows(cells, &tuned, tune_failed);
+        for (ci, ws) in self.untune(tunes) {
+            env_warnings.entry(ci).or_default().extend(ws);
+        }
+        for (ci, ws) in env_warnings {
+            if let Some(Ok(flows)) = per_cell.get_mut(ci) {
+                for (_, d) in flows.iter_mut() {
+                    for r in d.records.iter_mut() {
+                        r.warnings.extend(
+                            ws.iter().map(|t| {
+                                fabperf_results::Warning::Tuning { text: t.clone() }.note()
+                            }),
+                        );
+                    }
+                }
+            }
+        }
+        (per_cell, test_s)
+    }
+
+    /// Open the drive sessions of a batch, start them together, collect.
+    fn run_flows(
+        &mut self,
+        cells: &[CellSpec],
+        tuned: &BTreeSet<usize>,
+        mut failed: BTreeMap<usize, CellError>,
+    ) -> (Vec<CellResult>, f64) {
         let nflows: usize = cells.iter().map(|c| c.flows.len()).sum();
         let sync = nflows > 1;
         // What each flow needs.
         let mut plans: Vec<FlowPlan> = Vec::new();
         for (ci, c) in cells.iter().enumerate() {
+            // A cell whose environment could not be applied runs no flow.
+            if failed.contains_key(&ci) {
+                continue;
+            }
             for (fi, (src, dst)) in c.flows.iter().enumerate() {
                 let p = (|| {
                     let s = self.agent(&c.path, src).ok_or_else(|| CellError {
@@ -662,7 +978,8 @@ impl Exec<'_> {
                     }
                     // A cell's concurrent flows share one group, so their
                     // common receiver serves them at once.
-                    let group = (c.flows.len() > 1).then(|| c.cell_id.clone());
+                    let group =
+                        (c.flows.len() > 1 || tuned.contains(&ci)).then(|| c.cell_id.clone());
                     let params = serde_json::to_value(DriveParams {
                         target: d.test_addr,
                         test: c.kind.clone(),
@@ -674,7 +991,13 @@ impl Exec<'_> {
                         msg: e.to_string(),
                         transient: false,
                     })?;
-                    Ok((s.addr, params))
+                    // A tuned cell's drive session joins the group of the
+                    // sender's tune session.
+                    Ok((
+                        s.addr,
+                        params,
+                        tuned.contains(&ci).then(|| c.cell_id.clone()),
+                    ))
                 })();
                 plans.push((ci, fi, p));
             }
@@ -685,9 +1008,10 @@ impl Exec<'_> {
             let hs: Vec<_> = plans
                 .into_iter()
                 .map(|(ci, fi, p)| {
-                    let cfg = cfg.clone();
+                    let mut cfg = cfg.clone();
                     s.spawn(move || {
-                        let r = p.and_then(|(addr, params)| {
+                        let r = p.and_then(|(addr, params, group)| {
+                            cfg.group = group;
                             open_session(addr, &cfg, params)
                                 .map(|ctl| Session {
                                     cell: ci,
@@ -716,7 +1040,6 @@ impl Exec<'_> {
                 })
                 .collect()
         });
-        let mut failed: BTreeMap<usize, CellError> = BTreeMap::new();
         let mut sessions = Vec::new();
         for (ci, _fi, r) in opened {
             match r {
@@ -1146,6 +1469,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         measured_s: 0.0,
         seen_wall: 0.0,
         seen_expected: 0.0,
+        logged: BTreeSet::new(),
+        policy_now: None,
+        policy_touched: false,
     };
 
     // Test by test: cells, then the mesh re-tests of that test.
@@ -1167,6 +1493,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             }
         }
     }
+    ex.policy_reset();
     ex.progress.finish();
     let (ran, test_s, measured_s) = (ex.ran, ex.test_s, ex.measured_s);
     let rows = store.cells(run.id)?;
@@ -1224,8 +1551,15 @@ fn retest_mesh(ex: &mut Exec<'_>, t: &plan::TestDecl, rounds: u32) -> Result<boo
                 };
                 let instance = json!({"retest": round, "pair": [s.src, s.dst]});
                 let mut c = proto.clone();
-                c.cell_id =
-                    crate::cells::cell_id(&ex.plan.name, t, &c.path, &instance, &c.params, round);
+                c.cell_id = crate::cells::cell_id(
+                    &ex.plan.name,
+                    t,
+                    &c.path,
+                    &instance,
+                    &c.params,
+                    round,
+                    crate::cells::env_key(ex.plan, &c.dims).as_ref(),
+                );
                 c.pattern = "retest".into();
                 c.flows = vec![(s.src.clone(), s.dst.clone())];
                 c.repeat = round;

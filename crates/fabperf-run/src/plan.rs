@@ -30,7 +30,7 @@
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -175,6 +175,44 @@ pub struct SweepPoint {
     pub dims: Map<String, Value>,
     /// The engine parameters to send.
     pub params: Value,
+    /// The tuning profile and policy-rule count the cell runs under.
+    pub env: CellEnv,
+}
+
+/// Who applies a cell's policy count (`[policy] target`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum PolicyTarget {
+    /// The cell's agents install N rules in their data path (fabperf-tune's
+    /// nftables per-pod chain model).
+    #[default]
+    Agents,
+    /// The runner runs a command (e.g. kubectl with `fabperf k8s
+    /// policy-scale`) with FABPERF_POLICIES=N before the cells of each
+    /// count, and with 0 at the end of the run.
+    Command {
+        argv: Vec<String>,
+        timeout: Duration,
+    },
+}
+
+/// What a cell runs under besides its engine parameters: a tuning profile
+/// and a policy-rule count (the plan dimensions `profiles` and
+/// `policies`), applied by the cell's agents for the cell's length.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CellEnv {
+    /// A profile of [`Plan::profiles`], by name.
+    pub profile: Option<String>,
+    /// Allow rules per pod chain (fabperf-tune's nftables model).
+    pub policies: Option<u32>,
+    /// Established flows skip the rules (as iptables-mode controllers do).
+    pub policy_conntrack: bool,
+}
+
+impl CellEnv {
+    /// Nothing to apply.
+    pub fn is_empty(&self) -> bool {
+        self.profile.is_none() && self.policies.is_none()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -205,6 +243,11 @@ pub struct Plan {
     pub retry_delay: Duration,
     pub agents: Vec<AgentDecl>,
     pub tests: Vec<TestDecl>,
+    /// The tuning profiles the tests name (`profiles = [FILE, ...]`), by
+    /// profile name.
+    pub profiles: BTreeMap<String, fabperf_tune::Profile>,
+    /// Who applies the `policies` dimension.
+    pub policy_target: PolicyTarget,
     /// The plan file's text and its hash (sha256, hex).
     pub text: String,
     pub hash: String,
@@ -226,6 +269,16 @@ struct RawPlan {
     agents: Vec<S<RawAgent>>,
     #[serde(default)]
     tests: Vec<S<RawTest>>,
+    /// How the `policies` dimension is applied.
+    policy: Option<S<RawPolicy>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    target: Option<S<String>>,
+    command: Option<S<Vec<S<String>>>>,
+    timeout: Option<S<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -269,6 +322,11 @@ struct RawTest {
     params: Option<S<toml::Table>>,
     suspect_bw: Option<S<f64>>,
     suspect_lat: Option<S<f64>>,
+    /// Tuning profile files (dimension `profile`).
+    profiles: Option<S<Vec<S<String>>>>,
+    /// Policy-rule counts (dimension `policies`).
+    policies: Option<S<Vec<S<i64>>>>,
+    policy_conntrack: Option<S<bool>>,
 }
 
 // --------------------------------------------------------------- errors
@@ -633,6 +691,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
 
     // Tests.
     let mut tests = Vec::new();
+    let mut profiles = BTreeMap::new();
     let mut test_names = BTreeSet::new();
     let mut total_cells: usize = 0;
     for (i, t) in raw.tests.iter().enumerate() {
@@ -914,6 +973,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
         let suspect_bw = frac(cx, &t.suspect_bw, 0.93, 0.0, 1.0, "suspect_bw");
         let suspect_lat = frac(cx, &t.suspect_lat, 2.1, 1.0, 1000.0, "suspect_lat");
         let points = sweep(cx, t, kind, &name);
+        let points = env_dims(cx, t, &name, base_dir, &mut profiles, points);
         let cell_secs = points
             .iter()
             .map(|p| expected_secs(kind, &p.params))
@@ -940,6 +1000,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
     }
     use sha2::Digest;
     let hash = crate::hex(&sha2::Sha256::digest(text.as_bytes()));
+    let policy_target = policy_target(cx, raw.policy.as_ref());
     Plan {
         name,
         description: raw.description,
@@ -950,6 +1011,8 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
         retry_delay: Duration::from_secs_f64(retry_delay),
         agents,
         tests,
+        profiles: profiles.into_iter().map(|(k, (p, _))| (k, p)).collect(),
+        policy_target,
         text: text.to_string(),
         hash,
     }
@@ -1242,7 +1305,11 @@ fn sweep(cx: &mut Ctx, t: &RawTest, kind: Kind, name: &str) -> Vec<SweepPoint> {
             );
             continue;
         }
-        out.push(SweepPoint { dims, params });
+        out.push(SweepPoint {
+            dims,
+            params,
+            env: CellEnv::default(),
+        });
     }
     out
 }
@@ -1259,5 +1326,179 @@ fn apply_dim(kind: Kind, p: &mut Value, dim: &str, v: &Value) {
         ("direction", true) => p["bidir"] = json!(v == "bidir"),
         ("rate", _) => p["rate_bps"] = v.clone(),
         _ => {}
+    }
+}
+
+/// The environment dimensions of a test: each sweep point under each
+/// profile (`profiles = [FILE, ...]`, relative to the plan) and each
+/// policy-rule count (`policies = [0, 50, 200]`).
+fn env_dims(
+    cx: &mut Ctx,
+    t: &RawTest,
+    name: &str,
+    base_dir: &Path,
+    profiles: &mut BTreeMap<String, (fabperf_tune::Profile, PathBuf)>,
+    points: Vec<SweepPoint>,
+) -> Vec<SweepPoint> {
+    let mut names: Vec<Option<String>> = vec![None];
+    if let Some(list) = &t.profiles {
+        names.clear();
+        if list.get_ref().is_empty() {
+            cx.at(list.span(), "`profiles` is empty");
+        }
+        for f in list.get_ref() {
+            let path = base_dir.join(f.get_ref());
+            match fabperf_tune::load_profile(&path) {
+                Err(errs) => {
+                    for e in errs {
+                        cx.at(f.span(), format!("test {name:?}: profile {}", e));
+                    }
+                }
+                Ok(p) => {
+                    if let Some((old, file)) = profiles.get(&p.name) {
+                        if *old != p {
+                            cx.at(
+                                f.span(),
+                                format!(
+                                    "two different profiles are named {:?} ({} and {}); give each its own name",
+                                    p.name,
+                                    file.display(),
+                                    path.display()
+                                ),
+                            );
+                            continue;
+                        }
+                    }
+                    if names.contains(&Some(p.name.clone())) {
+                        cx.at(f.span(), format!("profile {:?} is listed twice", p.name));
+                        continue;
+                    }
+                    names.push(Some(p.name.clone()));
+                    profiles.insert(p.name.clone(), (p, path));
+                }
+            }
+        }
+    }
+    let mut counts: Vec<Option<u32>> = vec![None];
+    if let Some(list) = &t.policies {
+        counts.clear();
+        if list.get_ref().is_empty() {
+            cx.at(list.span(), "`policies` is empty");
+        }
+        for n in list.get_ref() {
+            let v = *n.get_ref();
+            if !(0..=fabperf_tune::policy::MAX_RULES as i64).contains(&v) {
+                cx.at(
+                    n.span(),
+                    format!(
+                        "policies {v} is out of range 0..={}",
+                        fabperf_tune::policy::MAX_RULES
+                    ),
+                );
+            } else if counts.contains(&Some(v as u32)) {
+                cx.at(n.span(), format!("policies {v} is listed twice"));
+            } else {
+                counts.push(Some(v as u32));
+            }
+        }
+    }
+    let conntrack = match &t.policy_conntrack {
+        Some(c) if t.policies.is_none() => {
+            cx.at(c.span(), "`policy_conntrack` applies with `policies` only");
+            false
+        }
+        Some(c) => *c.get_ref(),
+        None => false,
+    };
+    let mut out = Vec::new();
+    for prof in &names {
+        for n in &counts {
+            for p in &points {
+                let mut q = p.clone();
+                if let Some(pn) = prof {
+                    q.dims.insert("profile".into(), json!(pn));
+                }
+                if let Some(n) = n {
+                    q.dims.insert("policies".into(), json!(n));
+                    if conntrack {
+                        q.dims.insert("policy_conntrack".into(), json!(true));
+                    }
+                }
+                q.env = CellEnv {
+                    profile: prof.clone(),
+                    policies: *n,
+                    policy_conntrack: conntrack && n.is_some(),
+                };
+                out.push(q);
+            }
+        }
+    }
+    out
+}
+
+/// `[policy]`: `target = "agents"` (default) or `target = "command"` with
+/// `command = ["argv", ...]` and `timeout`.
+fn policy_target(cx: &mut Ctx, raw: Option<&S<RawPolicy>>) -> PolicyTarget {
+    let Some(r) = raw else {
+        return PolicyTarget::Agents;
+    };
+    let span = r.span();
+    let r = r.get_ref();
+    let target = r
+        .target
+        .as_ref()
+        .map(|t| t.get_ref().as_str())
+        .unwrap_or("agents");
+    match target {
+        "agents" => {
+            if let Some(c) = &r.command {
+                cx.at(c.span(), "`command` applies to target = \"command\" only");
+            }
+            PolicyTarget::Agents
+        }
+        "command" => {
+            let argv: Vec<String> = r
+                .command
+                .as_ref()
+                .map(|c| c.get_ref().iter().map(|a| a.get_ref().clone()).collect())
+                .unwrap_or_default();
+            if argv.is_empty() || argv[0].is_empty() {
+                cx.at(
+                    r.command.as_ref().map_or(span.clone(), |c| c.span()),
+                    "target = \"command\" needs `command = [\"program\", \"arg\", ...]` (run with FABPERF_POLICIES=N)",
+                );
+            }
+            if argv.len() > 64 || argv.iter().any(|a| a.len() > 4096 || a.contains('\0')) {
+                cx.at(
+                    span.clone(),
+                    "`command`: at most 64 arguments of 4096 bytes, no NUL",
+                );
+            }
+            let timeout = match &r.timeout {
+                None => 120.0,
+                Some(t) => match parse_duration(t.get_ref()) {
+                    Ok(s) if s > 0.0 => s,
+                    Ok(_) => {
+                        cx.at(t.span(), "timeout must be more than zero");
+                        120.0
+                    }
+                    Err(e) => {
+                        cx.at(t.span(), format!("timeout: {e}"));
+                        120.0
+                    }
+                },
+            };
+            PolicyTarget::Command {
+                argv,
+                timeout: Duration::from_secs_f64(timeout),
+            }
+        }
+        other => {
+            cx.at(
+                r.target.as_ref().map_or(span, |t| t.span()),
+                format!("policy target {other:?}: one of agents, command"),
+            );
+            PolicyTarget::Agents
+        }
     }
 }

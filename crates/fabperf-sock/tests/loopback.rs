@@ -296,8 +296,11 @@ fn udp_bw_forward_at_a_rate() {
     let u = r.udp.as_ref().unwrap();
     assert!(u.sent > 100, "{u:?}");
     let got = r.bw_gbps.unwrap() * 1e9;
+    // The receiver's interval starts at its first datagram after the
+    // warm-up: a scheduling stall of a loaded machine at that boundary
+    // shortens it by a few per cent against the sender's paced interval.
     assert!(
-        got > rate as f64 * 0.8 && got < rate as f64 * 1.02,
+        got > rate as f64 * 0.8 && got < rate as f64 * 1.10,
         "{:.1} Mbit/s received of {:.1} Mbit/s offered ({u:?})",
         got / 1e6,
         rate as f64 / 1e6

@@ -54,6 +54,9 @@ enum Cmd {
     K8s(cmd::k8s::K8sCmd),
     /// Pod network launch time: a CNI plugin chain's ADD/DEL in fresh network namespaces.
     CniBench(cmd::cnibench::Args),
+    /// Tuning profiles: check them; restore what a killed agent left tuned.
+    #[command(subcommand)]
+    Tune(cmd::tune::TuneCmd),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
         Cmd::Doctor(a) => cmd::detect::run_doctor(a),
         Cmd::K8s(c) => cmd::k8s::run(c),
         Cmd::CniBench(a) => cmd::cnibench::run(a),
+        Cmd::Tune(c) => cmd::tune::run(c),
     };
     match res {
         Ok(code) => code,

@@ -12,14 +12,25 @@ use std::time::Duration;
 pub struct Agents {
     pub handles: Vec<AgentHandle>,
     pub port: u16,
+    /// The agents' tuning state, one directory each (they may change
+    /// nothing: loopback agents share the host's namespace, and with one
+    /// state directory its lock would let only one of them tune).
+    pub state: tempfile::TempDir,
 }
 
-fn kinds(token: Option<Vec<u8>>) -> Vec<Box<dyn TestKind>> {
+fn kinds(token: Option<Vec<u8>>, state: &Path) -> Vec<Box<dyn TestKind>> {
     let mut k = fabperf_sock::kinds();
     k.push(Box::new(fabperf_run::DriveKind::new(
         token,
         Duration::from_secs(5),
     )));
+    k.push(Box::new(fabperf_tune::TuneKind {
+        tuner: std::sync::Arc::new(fabperf_tune::Tuner::new(
+            state.to_path_buf(),
+            fabperf_tune::Allow::default(),
+        )),
+        log: std::sync::Arc::new(|_: &str| {}),
+    }));
     k
 }
 
@@ -29,6 +40,7 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
         let port = probe.local_addr().unwrap().port();
         drop(probe);
         let mut handles = Vec::new();
+        let state = tempfile::tempdir().unwrap();
         for i in 1..=n {
             let bind: SocketAddr = format!("127.0.0.{i}:{port}").parse().unwrap();
             let agent = match Agent::bind(AgentConfig {
@@ -39,7 +51,10 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
                     io_timeout: Duration::from_secs(5),
                     ..Limits::default()
                 },
-                kinds: kinds(token.map(<[u8]>::to_vec)),
+                kinds: kinds(
+                    token.map(<[u8]>::to_vec),
+                    &state.path().join(format!("n{i}")),
+                ),
                 quiet: true,
                 identity: Some(fabperf_proto::AgentIdentity {
                     addr: None,
@@ -53,7 +68,11 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
             };
             handles.push(agent.spawn());
         }
-        return Agents { handles, port };
+        return Agents {
+            handles,
+            port,
+            state,
+        };
     }
     panic!("no free port for the test agents");
 }

@@ -18,6 +18,20 @@ pub enum K8sCmd {
     Render(RenderArgs),
     /// Print the RDMA shared device plugin config for the NICs in `fabperf detect --json` files.
     DevicePluginConfig(DevicePluginArgs),
+    /// Print N NetworkPolicies selecting the plan's agents (policy scale), for
+    /// a runner's `[policy] command` (`... | kubectl apply -f -`).
+    PolicyScale(PolicyScaleArgs),
+}
+
+#[derive(clap::Args)]
+pub struct PolicyScaleArgs {
+    /// The plan (TOML): its namespace and agent port.
+    #[arg(long, value_name = "FILE")]
+    plan: PathBuf,
+    /// How many policies (default: the plan's [policy_scale] count).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=fabperf_k8s::policy::MAX_POLICIES as i64))]
+    count: Option<u32>,
 }
 
 #[derive(clap::Args)]
@@ -83,7 +97,32 @@ pub fn run(cmd: K8sCmd) -> Result<ExitCode> {
     match cmd {
         K8sCmd::Render(a) => run_render(a),
         K8sCmd::DevicePluginConfig(a) => run_device_plugin(a),
+        K8sCmd::PolicyScale(a) => run_policy_scale(a),
     }
+}
+
+fn run_policy_scale(a: PolicyScaleArgs) -> Result<ExitCode> {
+    let plan = fabperf_k8s::load_plan(&a.plan)?;
+    let Some(count) = a
+        .count
+        .or_else(|| plan.policy_scale.as_ref().map(|p| p.count))
+    else {
+        return Err(super::common::usage(
+            "give --count N (or [policy_scale] count in the plan)",
+        ));
+    };
+    let mut out = String::new();
+    for (i, p) in fabperf_k8s::policy::network_policies(&plan.namespace, plan.control_port, count)
+        .iter()
+        .enumerate()
+    {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&render::to_yaml(p)?);
+    }
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_render(a: RenderArgs) -> Result<ExitCode> {

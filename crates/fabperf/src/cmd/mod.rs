@@ -12,3 +12,4 @@ pub mod run;
 pub mod server;
 pub mod sock;
 pub mod suite;
+pub mod tune;

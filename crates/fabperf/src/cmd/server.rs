@@ -9,6 +9,7 @@ use fabperf_units::{self as units, Zero};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -60,6 +61,19 @@ pub struct Args {
     /// drive tests toward other agents; see docs/security.md).
     #[arg(long)]
     pub no_drive: bool,
+    /// What runners may change on this node for a cell (tuning profiles and
+    /// policy-rule counts, `fabperf run` plans with `profiles`/`policies`):
+    /// a list of sysctl (net.* only), nic (offloads, rings, channels,
+    /// coalescing), mtu, irq, policy (nftables rules), or all, or none.
+    /// Settings left out are reported as not allowed, setting by setting.
+    #[arg(long, value_name = "LIST", default_value = "none",
+          value_parser = |s: &str| fabperf_tune::Allow::parse(s))]
+    pub allow_tune: fabperf_tune::Allow,
+    /// Where the agent keeps its tuning journal (previous values, written
+    /// before any change, so they come back after a crash). Default:
+    /// /var/lib/fabperf for root, else $XDG_STATE_HOME/fabperf.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// RDMA device the agent uses (default: chosen per test by rule).
     #[arg(long, value_name = "NAME")]
     pub rdma_device: Option<String>,
@@ -81,6 +95,31 @@ pub fn all_kinds(rdma: RdmaOpts) -> Vec<Box<dyn TestKind>> {
     k
 }
 
+/// SIGINT and SIGTERM restore whatever a cell tuned, then end the agent
+/// (exit status 128 + the signal).
+fn restore_on_signals(
+    tuner: Arc<fabperf_tune::Tuner>,
+    log: Arc<dyn Fn(&str) + Send + Sync>,
+) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .context("installing the SIGINT/SIGTERM handlers")?;
+    std::thread::Builder::new()
+        .name("fabperf-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                match tuner.restore() {
+                    Some(r) => log(&format!("{name}: tuning restored: {}", r.summary())),
+                    None => log(&format!("{name}: nothing tuned; exiting")),
+                }
+                std::process::exit(128 + sig);
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}
+
 /// Agent-side RDMA selection.
 pub use fabperf_rdma::AgentRdmaOpts as RdmaOpts;
 
@@ -99,6 +138,36 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             Duration::from_secs_f64(a.timeout),
         )));
     }
+    // Tuning for a cell (profiles, policy rules), journaled; what a dead
+    // agent left is restored now, before anything is served.
+    let quiet = a.quiet;
+    let log: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(move |m: &str| {
+        if !quiet {
+            eprintln!(
+                "{} fabperf agent: {}",
+                fabperf_results::now_rfc3339(),
+                fabperf_proto::text::escape(m)
+            );
+        }
+    });
+    let state_dir = a
+        .state_dir
+        .clone()
+        .unwrap_or_else(fabperf_tune::journal::default_state_dir);
+    let tuner = Arc::new(fabperf_tune::Tuner::new(state_dir.clone(), a.allow_tune));
+    for line in tuner.recover() {
+        log(&format!("tune: {line}"));
+    }
+    log(&format!(
+        "tuning allowed: {} (journal in {})",
+        a.allow_tune.describe(),
+        state_dir.display()
+    ));
+    kinds.push(Box::new(fabperf_tune::TuneKind {
+        tuner: tuner.clone(),
+        log: log.clone(),
+    }));
+    restore_on_signals(tuner, log)?;
     // What the agent announces about the link it serves.
     let (inv, _) = super::inventory::for_agent(None);
     let advertise = match (&a.advertise, &inv) {
