@@ -47,7 +47,7 @@ ROOTFS_PACKAGES=rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod
 GUEST_MODULES="virtio_pci virtio_net 9pnet_virtio 9p veth dummy crc32_generic crc32-cryptoapi crc32-pclmul
  rdma_rxe ib_uverbs ib_uverbs_support rdma_ucm ib_umad
  wireguard xfrm_user esp4 xfrm4_tunnel tunnel4 gcm ghash-generic ghash-clmulni-intel aes_generic aesni_intel
- seqiv echainiv authenc geniv cryptd crypto_simd"
+ seqiv echainiv authenc geniv cryptd crypto_simd sch_netem"
 
 log() { printf 'softroce: %s\n' "$*" >&2; }
 die() { printf 'softroce: error: %s\n' "$*" >&2; exit 2; }
@@ -291,7 +291,10 @@ deb $SECURITY_MIRROR bookworm-security main" || true
 # modules_cpio: the guest's kernel modules (with dependencies) as a gzip cpio
 # placed under usr/lib/modules (in the rootfs /lib is a symlink to usr/lib).
 modules_cpio() {
-    local out=$KDIR/modules-r$MODULES_RECIPE.cpio.gz
+    # Keyed by the module list too: branches that add modules do not share a stale set.
+    local key out
+    key=$(printf '%s|%s' "$MODULES_RECIPE" "$GUEST_MODULES" | sha256sum | cut -c1-12)
+    out=$KDIR/modules-r$MODULES_RECIPE-$key.cpio.gz
     [[ -s $out ]] && { MODULES_CPIO=$out; return 0; }
     local st=$KDIR/modstage m line f rel
     rm -rf "$st" && mkdir -p "$st/usr/lib/modules/$KABI" && ln -s usr/lib "$st/lib"

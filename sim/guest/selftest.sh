@@ -5,6 +5,8 @@
 #      --include-ignored: the RDMA device tests are #[ignore]d so that
 #      `cargo test` on a host without RDMA reports them as ignored, and here,
 #      with a device, every one of them must run;
+#   1c. sim/guest/counters.sh: counter deltas and the roce-packet-loss
+#      finding, clean and under netem loss (two-namespace topology);
 #   2. fabperf next to perftest on the same rxe link, FABPERF_SIM_ROUNDS rounds
 #      of FABPERF_SIM_REPEATS runs per tool in mirrored order (A B B A,
 #      which tool is A alternating by round), and a ratio table written to
@@ -69,6 +71,15 @@ printf 'fabperf-rdma tests passed in the guest: %d\n' "$total_passed"
 if [[ -n ${FABPERF_SIM_EXTRA:-} && $COMPARE_ONLY != 1 ]]; then
     say "extra script $FABPERF_SIM_EXTRA"
     "$FABPERF_SIM_EXTRA" || failed "the extra script $FABPERF_SIM_EXTRA exited with $?"
+fi
+
+# ------------------------------------------------------------ 1c. counters
+# Records explain what the fabric did: counter deltas of a clean run, and
+# sequence errors / retransmits with the roce-packet-loss finding under
+# netem loss (sim/guest/counters.sh). Once, in the first guest.
+if [[ $COMPARE_ONLY != 1 && $FABPERF_SIM_TOPOLOGY == netns && -n ${FABPERF_AGENT:-} ]]; then
+    say "counter deltas and findings, clean and under netem loss"
+    "$GUEST_DIR/counters.sh" || failed "sim/guest/counters.sh exited with $?"
 fi
 
 # ------------------------------------------------------------ 2. comparison

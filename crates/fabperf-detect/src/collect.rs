@@ -758,6 +758,14 @@ pub(crate) fn build(
         interfaces,
     };
 
+    let numa_nodes = crate::placement::numa_nodes(root)
+        .into_iter()
+        .map(|(node, cpulist)| crate::model::NumaNode { node, cpulist })
+        .collect();
+    let cpus_allowed = root
+        .read("/proc/self/status")
+        .and_then(|s| crate::placement::allowed_from_status(&s));
+
     let memlock = match root.read("/proc/self/limits") {
         Some(l) => {
             let status = root.read("/proc/self/status");
@@ -824,6 +832,8 @@ pub(crate) fn build(
         sysctl,
         memlock,
         clocksource,
+        numa_nodes,
+        cpus_allowed,
         unreadable,
         warnings,
     })

@@ -4,9 +4,10 @@
 //! counters (`/sys/class/infiniband/<dev>/ports/<p>/counters/*`, the InfiniBand PMA set) and
 //! hardware counters (`.../hw_counters/*`: mlx5's `out_of_sequence`, `np_cnp_sent`, ..., rxe's
 //! `retry_exceeded_err`, ...), the netdev's `/sys/class/net/<if>/statistics/*`, and the host's
-//! `/proc/net/snmp` and `/proc/net/netstat` (TCP retransmits, UDP buffer errors). [`snapshot`]
-//! reads them (through a [`Root`], so snapshots of captures and fixtures work the same way) and
-//! [`delta`] keeps what changed, grouped by source.
+//! `/proc/net/snmp` and `/proc/net/netstat` (TCP retransmits, UDP buffer errors), and on the
+//! live host the netdev driver's `ethtool -S` set ([`crate::ethtool`]). [`snapshot`] reads them
+//! (through a [`Root`], so snapshots of captures and fixtures work the same way) and [`delta`]
+//! keeps what changed, grouped by source.
 //!
 //! Units: every value is a count, except `port_xmit_data` and `port_rcv_data`, which the IB
 //! PMA counts in 4-byte words (octets ÷ 4): [`Unit::FourByteWords`], [`CounterDelta::bytes`].
@@ -26,44 +27,7 @@ pub struct CounterSpec {
     pub host: bool,
 }
 
-/// Where a group of counters comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CounterSource {
-    /// `/sys/class/infiniband/<dev>/ports/<p>/counters/`.
-    RdmaPort,
-    /// `/sys/class/infiniband/<dev>/ports/<p>/hw_counters/`.
-    RdmaHw,
-    /// `/sys/class/net/<if>/statistics/`.
-    Netdev,
-    /// `/proc/net/snmp` (`Ip.`, `Icmp.`, `Tcp.`, `Udp.`, ... keys).
-    Snmp,
-    /// `/proc/net/netstat` (`TcpExt.`, `IpExt.`, ... keys).
-    Netstat,
-}
-
-/// The unit of a counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Unit {
-    /// Events or packets.
-    Count,
-    /// Bytes.
-    Bytes,
-    /// 4-byte words (IB PMA `port_xmit_data` / `port_rcv_data`): multiply by 4 for bytes.
-    FourByteWords,
-}
-
-/// The unit of counter `name` of `source`.
-pub fn unit(source: CounterSource, name: &str) -> Unit {
-    match (source, name) {
-        (CounterSource::RdmaPort, "port_xmit_data" | "port_rcv_data") => Unit::FourByteWords,
-        (CounterSource::RdmaPort, "unicast_xmit_packets" | "unicast_rcv_packets") => Unit::Count,
-        (CounterSource::Netdev, n) if n.ends_with("_bytes") => Unit::Bytes,
-        (CounterSource::Snmp | CounterSource::Netstat, n) if n.ends_with("Octets") => Unit::Bytes,
-        _ => Unit::Count,
-    }
-}
+pub use fabperf_results::counters::{unit, CounterDelta, CounterSource, Unit};
 
 /// One group of counters as read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,35 +46,6 @@ pub struct CounterSnapshot {
     pub groups: Vec<CounterGroup>,
     /// Sources that could not be read (absent directory, permission denied), with the reason.
     pub missing: Vec<String>,
-}
-
-/// What changed in one group between two snapshots.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CounterDelta {
-    pub source: CounterSource,
-    pub subject: String,
-    pub path: String,
-    /// Non-zero increases, in the counter's own unit (see `units`).
-    pub deltas: BTreeMap<String, u64>,
-    /// Units of the counters in `deltas` that are not plain counts.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub units: BTreeMap<String, Unit>,
-    /// Counters that went down (reset, driver reload, or a 32-bit counter that wrapped): their
-    /// change is unknown, so they are listed here instead of given a wrong delta.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reset: Vec<String>,
-}
-
-impl CounterDelta {
-    /// The delta of `name` in bytes, when its unit is bytes or 4-byte words.
-    pub fn bytes(&self, name: &str) -> Option<u64> {
-        let d = *self.deltas.get(name)?;
-        match unit(self.source, name) {
-            Unit::Bytes => Some(d),
-            Unit::FourByteWords => d.checked_mul(4),
-            Unit::Count => None,
-        }
-    }
 }
 
 /// Files in counter directories that are settings, not counters.
@@ -133,9 +68,21 @@ fn read_dir_counters(root: &Root, dir: &str) -> Result<BTreeMap<String, u64>, St
     Ok(values)
 }
 
+/// Keys of `/proc/net/snmp` that are settings or gauges (they go up and down), not counters.
+const SNMP_NOT_COUNTERS: &[&str] = &[
+    "Ip.Forwarding",
+    "Ip.DefaultTTL",
+    "Tcp.RtoAlgorithm",
+    "Tcp.RtoMin",
+    "Tcp.RtoMax",
+    "Tcp.MaxConn",
+    "Tcp.CurrEstab",
+];
+
 /// Parse `/proc/net/snmp` or `/proc/net/netstat`: pairs of lines `Proto: Name Name ...` /
-/// `Proto: value value ...`, into `Proto.Name` keys. Negative values (`Tcp.MaxConn` -1) are
-/// settings, not counters, and are left out; lines that do not pair up are ignored.
+/// `Proto: value value ...`, into `Proto.Name` keys. Settings and gauges (`Tcp.MaxConn`,
+/// `Tcp.CurrEstab`, and any negative value) are left out; lines that do not pair up are
+/// ignored.
 pub fn parse_proc_net(text: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     let lines: Vec<&str> = text.lines().collect();
@@ -159,8 +106,12 @@ pub fn parse_proc_net(text: &str) -> BTreeMap<String, u64> {
             continue;
         }
         for (n, v) in names.iter().zip(vals.iter()) {
+            let key = format!("{p1}.{n}");
+            if SNMP_NOT_COUNTERS.contains(&key.as_str()) {
+                continue;
+            }
             if let Ok(v) = v.parse::<u64>() {
-                out.insert(format!("{p1}.{n}"), v);
+                out.insert(key, v);
             }
         }
         i += 2;
@@ -207,13 +158,35 @@ pub fn snapshot(root: &Root, spec: &CounterSpec) -> CounterSnapshot {
             nd.to_string(),
             format!("/sys/class/net/{nd}/statistics"),
         );
+        // The driver's set exists only on the live host (a snapshot has no ioctl). A driver
+        // without statistics (loopback) gives no group and is not missing anything.
+        if root.is_live() {
+            let path = format!("SIOCETHTOOL {nd}");
+            match crate::ethtool::driver_stats(nd) {
+                Ok(values) if values.is_empty() => {}
+                Ok(values) => snap.groups.push(CounterGroup {
+                    source: CounterSource::Ethtool,
+                    subject: nd.to_string(),
+                    path,
+                    values,
+                }),
+                Err(e) => snap.missing.push(format!("{path}: {e}")),
+            }
+        }
     }
     if spec.host {
         for (source, file) in [
             (CounterSource::Snmp, "/proc/net/snmp"),
             (CounterSource::Netstat, "/proc/net/netstat"),
         ] {
-            match root.try_read_limited(file, crate::root::MAX_ATTR_BYTES) {
+            // Live: the calling thread's network namespace (`/proc/net` is the main
+            // thread's, which a thread that entered another namespace does not share).
+            let read = if root.is_live() {
+                file.replacen("/proc/", "/proc/thread-self/", 1)
+            } else {
+                file.to_string()
+            };
+            match root.try_read_limited(&read, crate::root::MAX_ATTR_BYTES) {
                 Ok(b) => snap.groups.push(CounterGroup {
                     source,
                     subject: "host".into(),
@@ -358,6 +331,8 @@ mod tests {
         let snmp = &before.groups[3];
         assert_eq!(snmp.values["Tcp.RetransSegs"], 5);
         assert!(!snmp.values.contains_key("Tcp.MaxConn"), "-1 is a setting");
+        assert!(!snmp.values.contains_key("Tcp.RtoAlgorithm"), "a setting");
+        assert!(!snmp.values.contains_key("Ip.DefaultTTL"), "a setting");
 
         // The run: 250 words sent, 3 out-of-sequence, 9000 bytes received, 2 retransmits, UDP
         // buffer overflows; symbol_error and rx_dropped unchanged.
@@ -447,5 +422,19 @@ mod tests {
             .groups
             .iter()
             .any(|g| g.source == CounterSource::Netdev && g.values.contains_key("rx_bytes")));
+        // Loopback's driver keeps no ethtool statistics: no group, and nothing missing.
+        assert!(s.missing.is_empty(), "{:?}", s.missing);
+        assert!(s.groups.iter().all(|g| g.source != CounterSource::Ethtool));
+        // An interface that is not there is named as missing, in both of its sources.
+        let s = snapshot(
+            &Root::live(),
+            &CounterSpec {
+                rdma: None,
+                netdev: Some("fabperf-none0".into()),
+                host: false,
+            },
+        );
+        assert_eq!(s.missing.len(), 2, "{:?}", s.missing);
+        assert!(s.missing[1].starts_with("SIOCETHTOOL fabperf-none0: no such interface"));
     }
 }

@@ -11,51 +11,8 @@ use std::collections::BTreeMap;
 /// Value of the doctor report's `schema` field.
 pub const DOCTOR_SCHEMA: &str = "fabperf.doctor/1";
 
-/// How bad a finding is. `error` makes `fabperf doctor` exit 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Error,
-    Warning,
-    Info,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-            Severity::Info => "info",
-        }
-    }
-}
-
-/// A value read, and where.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
-    /// File path as read (snapshot paths include the snapshot directory), or the input name.
-    pub path: String,
-    pub value: String,
-}
-
-/// One finding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    /// Stable identifier (`node-ip-slow-link`, `pcie-ceiling`, ...).
-    pub id: String,
-    pub severity: Severity,
-    /// What it is about: an interface, `mlx5_0 port 1`, a PCI address, `node`.
-    pub subject: String,
-    /// One line.
-    pub summary: String,
-    /// Why it matters.
-    pub detail: String,
-    pub evidence: Vec<Evidence>,
-    /// Throughput lost, Gbit/s, when computable.
-    pub cost_gbps: Option<f64>,
-    /// Exact knobs that fix it.
-    pub fix: Vec<String>,
-}
+// One finding vocabulary for doctor and the records (findings from counter deltas).
+pub use fabperf_results::{Evidence, Finding, Severity};
 
 /// All findings for one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1028,6 +985,7 @@ pub fn diagnose(inv: &Inventory) -> DoctorReport {
     check_pcie(inv, &mut f);
     check_ipoib(inv, &mut f);
     check_ports(inv, &mut f);
+    crate::placement::check_numa(inv, &mut f);
     check_memlock(inv, &mut f);
     check_rp_filter(inv, &mut f);
     check_mtu(inv, &mut f);

@@ -44,11 +44,27 @@ pub struct Inventory {
     pub memlock: Option<MemlockStatus>,
     /// The kernel's clocksource (what every timestamp is read from), null when unreadable.
     pub clocksource: Option<ClockSource>,
+    /// NUMA nodes and their CPUs (`/sys/devices/system/node/node<N>/cpulist`); empty where
+    /// the kernel exposes none.
+    pub numa_nodes: Vec<NumaNode>,
+    /// CPUs the reading process may run on (`Cpus_allowed_list` of `/proc/self/status`: its
+    /// affinity, which a cgroup cpuset narrows), in the kernel's list format; null when
+    /// unreadable.
+    pub cpus_allowed: Option<String>,
     /// Inputs that exist but could not be read (permission denied, not a regular file, too
     /// large, a symlink loop): the inventory is incomplete there, whatever else it says.
     pub unreadable: Vec<Unreadable>,
     /// Inputs that could not be read or parsed (the affected values are null).
     pub warnings: Vec<String>,
+}
+
+/// A NUMA node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NumaNode {
+    pub node: u32,
+    /// Its CPUs in the kernel's list format (`0-15,32-47`).
+    pub cpulist: String,
 }
 
 /// An input the inventory could not see.
@@ -169,6 +185,18 @@ pub struct PciInfo {
     pub ceiling_gbps: Option<f64>,
     /// Usable bandwidth the function is capable of at max speed and width.
     pub max_ceiling_gbps: Option<f64>,
+}
+
+impl PciInfo {
+    /// The sysfs directory of the function: `sysfs` when known, else
+    /// `/sys/bus/pci/devices/<address>`.
+    pub fn sysfs_or_bus(&self) -> String {
+        if self.sysfs.is_empty() {
+            format!("/sys/bus/pci/devices/{}", self.address)
+        } else {
+            self.sysfs.clone()
+        }
+    }
 }
 
 /// One port of an RDMA device.

@@ -13,12 +13,14 @@
 //! A figure that cannot be read is an error here and an absent key plus a
 //! warning in the record, never a zero.
 
-use fabperf_results::HostCpu;
+use fabperf_detect::counters::{CounterSnapshot, CounterSpec};
+use fabperf_results::{CounterDelta, HostCpu, Note, Placement};
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::sys::time::TimeVal;
 use nix::unistd::{sysconf, SysconfVar};
 use serde::{Deserialize, Serialize};
 use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn tv(t: TimeVal) -> Duration {
@@ -180,19 +182,43 @@ pub fn ticks_per_sec() -> u64 {
 pub const MIN_TICKS: f64 = 20.0;
 
 /// The host's CPU use over an interval: [`start`](Self::start) at the
-/// beginning, [`finish`](Self::finish) at the end.
+/// beginning, [`finish`](Self::finish) at the end; with a counter spec
+/// ([`start_with`](Self::start_with)) also the counters that moved.
 #[derive(Debug, Clone)]
 pub struct HostMeter {
     t0: Instant,
     start: Result<HostTimes, String>,
+    counters: Option<(Arc<CounterSpec>, CounterSnapshot)>,
 }
 
 impl HostMeter {
     pub fn start() -> HostMeter {
+        HostMeter::start_with(None)
+    }
+
+    /// Start metering, and snapshot the counters of `spec` (read before the clock starts, so
+    /// their cost is not inside the interval).
+    pub fn start_with(spec: Option<Arc<CounterSpec>>) -> HostMeter {
+        let counters = spec.map(|s| {
+            let snap = crate::explain::snapshot(&s);
+            (s, snap)
+        });
         HostMeter {
             t0: Instant::now(),
             start: HostTimes::read(),
+            counters,
         }
+    }
+
+    /// The figure since `start` and the counters that moved since then, as a report.
+    pub fn finish_report(&self) -> HostReport {
+        let mut r = HostReport::of(self.finish());
+        if let Some((spec, before)) = &self.counters {
+            let (d, missing) = crate::explain::deltas(spec, before);
+            r.counters = Some(d);
+            r.counters_missing = missing;
+        }
+        r
     }
 
     /// The figure since `start`, or why there is none.
@@ -219,7 +245,10 @@ impl HostMeter {
     }
 }
 
-/// A host CPU figure as one end of a test reports it to the other.
+/// What one end of a test reports to the other about its host over the
+/// measured interval: the CPU figure, the counters that moved, where the end
+/// ran (`fabperf_proto::explain`), and its own warnings. Every field but the
+/// first two is optional on the wire (an older peer sends none of them).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,6 +256,17 @@ pub struct HostReport {
     /// Why there is no figure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_error: Option<String>,
+    /// Counters that grew over the interval (`None`: not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<Vec<CounterDelta>>,
+    /// Counter sources that could not be read, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters_missing: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+    /// This end's warnings (NUMA placement, pinning, unreadable counters).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Note>,
 }
 
 impl HostReport {
@@ -234,11 +274,11 @@ impl HostReport {
         match r {
             Ok(h) => HostReport {
                 host: Some(h),
-                host_error: None,
+                ..HostReport::default()
             },
             Err(e) => HostReport {
-                host: None,
                 host_error: Some(e),
+                ..HostReport::default()
             },
         }
     }

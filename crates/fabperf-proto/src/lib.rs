@@ -40,6 +40,7 @@ pub mod clock;
 mod control;
 pub mod cpu;
 mod error;
+pub mod explain;
 mod frame;
 mod plugin;
 pub mod text;

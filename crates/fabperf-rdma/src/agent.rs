@@ -9,8 +9,10 @@ use crate::prio::{PollPriority, Pollers};
 use crate::select::path_mtu;
 use crate::verbs::{open_device, Endpoint, EpConfig, Op};
 use crate::{slot_for, BwParams, LatParams};
-use fabperf_proto::cpu::{HostMeter, HostReport, ThreadCpu};
+use fabperf_proto::cpu::{HostReport, ThreadCpu};
+use fabperf_proto::explain::{self, CpuSpec, EndSetup, Pinned};
 use fabperf_proto::{Control, Msg, ServeCtx, ServeError, TestKind};
+use fabperf_results::Side;
 use std::time::{Duration, Instant};
 
 /// The agent's own RDMA device choice (`fabperf server --rdma-*`).
@@ -48,11 +50,16 @@ fn parse<P: serde::de::DeserializeOwned>(
 trait LinkParams {
     /// `(forced path MTU, connect through rdma_cm, poll priority)`.
     fn link(&self) -> (Option<u32>, bool, PollPriority);
+    /// `--cpu`.
+    fn cpu(&self) -> &CpuSpec;
 }
 
 impl LinkParams for BwParams {
     fn link(&self) -> (Option<u32>, bool, PollPriority) {
         (self.mtu, self.rdma_cm, self.poll_priority)
+    }
+    fn cpu(&self) -> &CpuSpec {
+        &self.cpu
     }
 }
 
@@ -60,23 +67,43 @@ impl LinkParams for LatParams {
     fn link(&self) -> (Option<u32>, bool, PollPriority) {
         (self.mtu, self.rdma_cm, self.poll_priority)
     }
+    fn cpu(&self) -> &CpuSpec {
+        &self.cpu
+    }
+}
+
+/// The agent's end of one test: its setup, the NUMA node its buffers
+/// landed on, and the pin guard of the connection thread (its affinity comes
+/// back when the test ends).
+struct Here {
+    setup: EndSetup,
+    buf_node: Option<u32>,
+    pinned: Pinned,
+}
+
+impl Here {
+    fn report(&self, r: HostReport) -> HostReport {
+        let errs: Vec<String> = self.pinned.error.iter().cloned().collect();
+        self.setup.complete(r, self.buf_node, &errs)
+    }
 }
 
 /// A passive side (the peer's writes land in, or its reads come from,
 /// this memory): wait for the peer without spinning, and report the
 /// thread's CPU and, above all, the host's (on a software device the
 /// protocol work is kernel time no thread is charged with).
-fn passive_report(ctl: &mut Control, timeout: Duration) -> Result<Report, RdmaError> {
+fn passive_report(ctl: &mut Control, timeout: Duration, here: &Here) -> Result<Report, RdmaError> {
+    let host = here.setup.meter();
     let t = Instant::now();
     let cpu = ThreadCpu::start();
-    let host = HostMeter::start();
     passive_wait(ctl, timeout)?;
     let wall = t.elapsed().as_secs_f64();
+    let cpu_pct = cpu
+        .used_secs()
+        .and_then(|c| (wall > 0.0).then(|| c / wall * 100.0));
     Ok(Report {
-        cpu_pct: cpu
-            .used_secs()
-            .and_then(|c| (wall > 0.0).then(|| c / wall * 100.0)),
-        host: HostReport::of(host.finish()),
+        cpu_pct,
+        host: here.report(host.finish_report()),
         sent: None,
     })
 }
@@ -89,14 +116,15 @@ fn close(mut ep: Endpoint) {
     }
 }
 
-/// Open the device, build and connect the endpoint, send `Accept`. Also
-/// returns whether this side's polling loops run at SCHED_IDLE.
+/// Open the device, pin this thread (`--cpu`), build and connect the
+/// endpoint, send `Accept`. Also returns whether this side's polling loops
+/// run at SCHED_IDLE, and this end of the test.
 fn setup<P: LinkParams>(
     ctx: &mut ServeCtx<'_>,
     opts: &AgentRdmaOpts,
     req: &Request<P>,
     cfg: EpConfig,
-) -> Result<(Endpoint, Option<CmLink>, bool), RdmaError> {
+) -> Result<(Endpoint, Option<CmLink>, bool, Here), RdmaError> {
     let (forced_mtu, rdma_cm, poll) = req.params.link();
     let bytes = 2 * cfg.slot as u64 * cfg.qps as u64;
     ctx.limits.check_memory(bytes, "the RDMA buffers")?;
@@ -116,7 +144,21 @@ fn setup<P: LinkParams>(
     if let Some(w) = &pollers.warning {
         eprintln!("fabperf agent: {w}");
     }
+    let end = EndSetup::for_rdma(
+        Side::Agent,
+        &dev.name,
+        u32::from(dev.port.port),
+        req.params.cpu(),
+    )
+    .map_err(RdmaError::BadRequest)?;
+    // Pinned before the buffers are allocated, so they land on its node.
+    let pinned = end.pin();
     let mut ep = Endpoint::new(dev, cfg)?;
+    let here = Here {
+        setup: end,
+        buf_node: explain::page_node(ep.src.addr() as usize),
+        pinned,
+    };
     let listening = if rdma_cm {
         Some(crate::cm::listen(ctx.local())?)
     } else {
@@ -142,7 +184,7 @@ fn setup<P: LinkParams>(
         )?),
         None => None,
     };
-    Ok((ep, link, pollers.idle))
+    Ok((ep, link, pollers.idle, here))
 }
 
 /// Serve sizes until the client's `Finish`.
@@ -155,7 +197,7 @@ fn size_loop(
         match recv_step(ctl, timeout, "the client's next step")? {
             Step::Go { size } => {
                 let report = one(ctl, size)?;
-                ctl.send_test(&Step::Report(report))?;
+                ctl.send_test(&Step::Report(Box::new(report)))?;
             }
             Step::Finish => return Ok(()),
             other => {
@@ -210,7 +252,8 @@ impl TestKind for BwKind {
             tclass: p.tclass,
         };
         let timeout = ctx.limits.io_timeout;
-        let (mut ep, _cm, idle) = setup(ctx, &self.opts, &req, cfg).map_err(|e| e.to_serve())?;
+        let (mut ep, _cm, idle, here) =
+            setup(ctx, &self.opts, &req, cfg).map_err(|e| e.to_serve())?;
         if recv {
             for q in 0..ep.nqps() {
                 ep.post_recvs(q, rx_depth).map_err(|e| e.to_serve())?;
@@ -221,7 +264,7 @@ impl TestKind for BwKind {
             ctl.send_test(&Step::GoAck)?;
             if !recv && !p.bidir {
                 // Writes land in (or reads come from) our memory: no CPU needed.
-                return passive_report(ctl, timeout);
+                return passive_report(ctl, timeout, &here);
             }
             let plan = p.bidir.then(|| Plan {
                 op: p.op,
@@ -239,11 +282,19 @@ impl TestKind for BwKind {
                 inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
             });
             let o = with_peer(ctl, timeout, idle, |beat| {
-                bw_side(&mut ep, plan, recv, rx_depth, beat, timeout)
+                bw_side(
+                    &mut ep,
+                    plan,
+                    recv,
+                    rx_depth,
+                    beat,
+                    timeout,
+                    Some(&here.setup),
+                )
             })?;
             Ok(Report {
                 cpu_pct: o.cpu_pct,
-                host: HostReport::of(o.host),
+                host: here.report(o.host),
                 sent: o.stats,
             })
         });
@@ -284,7 +335,8 @@ impl TestKind for LatKind {
             tclass: p.tclass,
         };
         let timeout = ctx.limits.io_timeout;
-        let (mut ep, _cm, idle) = setup(ctx, &self.opts, &req, cfg).map_err(|e| e.to_serve())?;
+        let (mut ep, _cm, idle, here) =
+            setup(ctx, &self.opts, &req, cfg).map_err(|e| e.to_serve())?;
         if rx_depth > 0 {
             ep.post_recvs(0, rx_depth).map_err(|e| e.to_serve())?;
         }
@@ -294,15 +346,15 @@ impl TestKind for LatKind {
             ep.dst.fill_range(0, size as usize, 0);
             ctl.send_test(&Step::GoAck)?;
             if op == Op::Read {
-                return passive_report(ctl, timeout);
+                return passive_report(ctl, timeout, &here);
             }
             let inline = size <= ep.max_inline as u64 && ep.max_inline > 0;
             let (cpu_pct, host) = with_peer(ctl, timeout, idle, |beat| {
-                lat_responder(&mut ep, op, size as u32, inline, beat)
+                lat_responder(&mut ep, op, size as u32, inline, beat, Some(&here.setup))
             })?;
             Ok(Report {
                 cpu_pct,
-                host: HostReport::of(host),
+                host: here.report(host),
                 sent: None,
             })
         });

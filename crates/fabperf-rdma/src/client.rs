@@ -8,6 +8,8 @@ use crate::prio::Pollers;
 use crate::select::path_mtu;
 use crate::verbs::{open_device, Device, Endpoint, EpConfig, Op};
 use crate::{slot_for, BwParams, LatParams};
+use fabperf_proto::cpu::HostReport;
+use fabperf_proto::explain::{self, EndSetup};
 use fabperf_proto::{connect_test, ClientConfig, Control, ErrorCode, Msg, ProtoError};
 use fabperf_results::{HostCpu, Side, Warning};
 use fabperf_results::{Record, Transport};
@@ -256,6 +258,30 @@ fn set_cpu(
     }
 }
 
+/// This end's setup for the test, with what it learned placing itself: the
+/// NUMA node of its buffers and why pinning failed.
+struct Here {
+    setup: EndSetup,
+    buf_node: Option<u32>,
+    pin_errors: Vec<String>,
+}
+
+impl Here {
+    /// This end's full report from a measuring loop's.
+    fn report(&self, r: HostReport) -> HostReport {
+        self.setup.complete(r, self.buf_node, &self.pin_errors)
+    }
+}
+
+/// Set this end up on `dev` (`--cpu`) and pin the calling (measuring) thread
+/// before the buffers are allocated, so they land on its NUMA node.
+fn place(dev: &Device, cpu: &explain::CpuSpec) -> Result<(EndSetup, explain::Pinned), RdmaError> {
+    let setup = EndSetup::for_rdma(Side::Client, &dev.name, u32::from(dev.port.port), cpu)
+        .map_err(RdmaError::BadRequest)?;
+    let pinned = setup.pin();
+    Ok((setup, pinned))
+}
+
 /// Run `rdma-bw` against the agent at `addr`: one record per size, plus
 /// per-QP records when more than one QP runs.
 pub fn run_bw(
@@ -272,6 +298,7 @@ fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<R
     let pollers = Pollers::resolve(p.poll_priority, dev.software);
     let recv = p.op == Op::Send && p.bidir;
     let rx_depth = if recv { p.tx_depth.max(512) } else { 0 };
+    let (setup, pinned) = place(&dev, &p.cpu)?;
     let mut ep = Endpoint::new(
         dev,
         EpConfig {
@@ -284,6 +311,11 @@ fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<R
             tclass: p.tclass,
         },
     )?;
+    let here = Here {
+        setup,
+        buf_node: explain::page_node(ep.src.addr() as usize),
+        pin_errors: pinned.error.iter().cloned().collect(),
+    };
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
     let (mut ctl, acc, _cm) = start(addr, cfg, "rdma-bw", params, &mut ep, p.mtu, p.rdma_cm)?;
     if recv {
@@ -303,6 +335,7 @@ fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<R
             rx_depth,
             cfg.timeout,
             pollers.idle,
+            &here,
         )
         .map_err(|e| fail(&mut ctl, e))?;
         out.extend(recs);
@@ -324,6 +357,7 @@ fn bw_one(
     rx_depth: u32,
     timeout: Duration,
     idle: bool,
+    here: &Here,
 ) -> Result<Vec<Record>, RdmaError> {
     ctl.send_test(&Step::Go { size })?;
     expect_step(ctl, timeout, "the agent's go-ahead", "go_ack")?;
@@ -343,10 +377,18 @@ fn bw_one(
         inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
     };
     let outcome = with_peer(ctl, timeout, idle, |beat| {
-        bw_side(ep, Some(plan), recv, rx_depth, beat, timeout)
+        bw_side(
+            ep,
+            Some(plan),
+            recv,
+            rx_depth,
+            beat,
+            timeout,
+            Some(&here.setup),
+        )
     })?;
     let report = match expect_step(ctl, timeout, "the agent's report", "report")? {
-        Step::Report(r) => r,
+        Step::Report(r) => *r,
         _ => unreachable!("expect_step checked the kind"),
     };
     report.check_plausible(size).map_err(|e| {
@@ -355,7 +397,8 @@ fn bw_one(
         )))
     })?;
     let mine = outcome.stats.unwrap_or_default();
-    Ok(bw_records(
+    let my_report = here.report(outcome.host);
+    let mut recs = bw_records(
         ep,
         acc,
         p,
@@ -363,8 +406,19 @@ fn bw_one(
         &mine,
         &report,
         outcome.cpu_pct,
-        &outcome.host,
-    ))
+        &my_report.result(),
+    );
+    explain::apply(
+        &mut recs,
+        &my_report,
+        &report.host,
+        &explain::TestKindInfo {
+            full_rate_bandwidth: true,
+            one: "one queue pair".into(),
+            more_streams_hint: "more queue pairs (--qps 4) and larger messages (--size 1M or 8M) show what the port carries".into(),
+        },
+    );
+    Ok(recs)
 }
 
 /// The records of one size. One direction: the client's figures. `--bidir`:
@@ -484,6 +538,7 @@ fn lat_client(
     } else {
         p.inline.unwrap_or(236)
     };
+    let (setup, pinned) = place(&dev, &p.cpu)?;
     let mut ep = Endpoint::new(
         dev,
         EpConfig {
@@ -496,6 +551,11 @@ fn lat_client(
             tclass: p.tclass,
         },
     )?;
+    let here = Here {
+        setup,
+        buf_node: explain::page_node(ep.src.addr() as usize),
+        pin_errors: pinned.error.iter().cloned().collect(),
+    };
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
     let (mut ctl, acc, _cm) = start(addr, cfg, "rdma-lat", params, &mut ep, p.mtu, p.rdma_cm)?;
     if rx_depth > 0 {
@@ -503,8 +563,17 @@ fn lat_client(
     }
     let mut out = Vec::new();
     for &size in &p.sizes {
-        let r = lat_one(&mut ctl, &mut ep, &acc, p, size, cfg.timeout, pollers.idle)
-            .map_err(|e| fail(&mut ctl, e))?;
+        let r = lat_one(
+            &mut ctl,
+            &mut ep,
+            &acc,
+            p,
+            size,
+            cfg.timeout,
+            pollers.idle,
+            &here,
+        )
+        .map_err(|e| fail(&mut ctl, e))?;
         out.push(r);
     }
     finish(&mut ctl, cfg.timeout);
@@ -516,6 +585,7 @@ fn lat_client(
 pub(crate) const LAT_TX_DEPTH: u32 = 64;
 pub(crate) const LAT_RX_DEPTH: u32 = 64;
 
+#[allow(clippy::too_many_arguments)]
 fn lat_one(
     ctl: &mut Control,
     ep: &mut Endpoint,
@@ -524,6 +594,7 @@ fn lat_one(
     size: u64,
     timeout: Duration,
     idle: bool,
+    here: &Here,
 ) -> Result<Record, RdmaError> {
     ep.dst.fill_range(0, size as usize, 0);
     ctl.send_test(&Step::Go { size })?;
@@ -543,10 +614,10 @@ fn lat_one(
         tx_depth: LAT_TX_DEPTH,
     };
     let o = with_peer(ctl, timeout, idle, |beat| {
-        lat_initiator(ep, plan, beat, timeout)
+        lat_initiator(ep, plan, beat, timeout, Some(&here.setup))
     })?;
     let report = match expect_step(ctl, timeout, "the agent's report", "report")? {
-        Step::Report(r) => r,
+        Step::Report(r) => *r,
         _ => unreachable!("expect_step checked the kind"),
     };
     report.check_plausible(size).map_err(|e| {
@@ -565,7 +636,8 @@ fn lat_one(
     };
     r.bytes = samples * size * if p.op == Op::Read { 1 } else { 2 };
     r.set_latency(&o.hist);
-    set_cpu(&mut r, o.cpu_pct, &o.host, &report);
+    let my_report = here.report(o.host);
+    set_cpu(&mut r, o.cpu_pct, &my_report.result(), &report);
     if let Some(text) = fabperf_proto::clock::slow_clock_warning() {
         r.warn(Warning::SlowClock { text });
     }
@@ -576,6 +648,14 @@ fn lat_one(
             hint: "percentiles above p99 need many more (--iterations or --duration)".into(),
         });
     }
+    let mut recs = [r];
+    explain::apply(
+        &mut recs,
+        &my_report,
+        &report.host,
+        &explain::TestKindInfo::default(),
+    );
+    let [r] = recs;
     Ok(r)
 }
 

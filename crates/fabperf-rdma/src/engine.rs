@@ -10,9 +10,10 @@ use crate::msg::{SideStats, Step};
 use crate::peak::PeakTracker;
 use crate::prio::IdleGuard;
 use crate::verbs::{wr_qp, wr_seq, Endpoint, Op, Wc, RECV_FLAG};
-use fabperf_proto::cpu::{HostMeter, ThreadCpu};
+use fabperf_proto::cpu::{HostMeter, HostReport, ThreadCpu};
+use fabperf_proto::explain::EndSetup;
 use fabperf_proto::{write_frame, Control, Msg, ProtoError};
-use fabperf_results::{HostCpu, LatencyHistogram, LatencyKind, Warning};
+use fabperf_results::{LatencyHistogram, LatencyKind, Warning};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -291,8 +292,14 @@ pub(crate) struct BwOutcome {
     pub stats: Option<SideStats>,
     /// Thread CPU over the measured interval, % of one core (`None`: unknown).
     pub cpu_pct: Option<f64>,
-    /// The host's CPU over the same interval.
-    pub host: Result<HostCpu, String>,
+    /// The host's CPU and the counters that moved over the same interval.
+    pub host: HostReport,
+}
+
+/// A host meter for this end: with its counters when the test has an
+/// [`EndSetup`] (the engine's own tests run without).
+fn meter(setup: Option<&EndSetup>) -> HostMeter {
+    setup.map_or_else(HostMeter::start, |s| s.meter())
 }
 
 #[derive(PartialEq, Eq, Clone, Copy, Debug)]
@@ -446,11 +453,12 @@ impl Books {
 }
 
 /// The end of the measured interval: when, the completed counts per QP,
-/// the thread's CPU seconds and the host's figure up to then.
-type WindowEnd = (Instant, Vec<u64>, Option<f64>, Result<HostCpu, String>);
+/// the thread's CPU seconds and the host's report up to then.
+type WindowEnd = (Instant, Vec<u64>, Option<f64>, HostReport);
 
 /// The bandwidth loop: post `plan` (if any), repost receives (if `recv`),
 /// until this side is done and the peer said `SideDone`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn bw_side(
     ep: &mut impl BwEp,
     plan: Option<Plan>,
@@ -458,6 +466,7 @@ pub(crate) fn bw_side(
     rx_depth: u32,
     beat: &mut Beat<'_>,
     timeout: Duration,
+    setup: Option<&EndSetup>,
 ) -> Result<BwOutcome, RdmaError> {
     let nqp = ep.nqps();
     if let Some(p) = plan {
@@ -474,6 +483,8 @@ pub(crate) fn bw_side(
     }
     let mut b = Books::new(nqp, rx_depth);
     let mut wcs = Vec::with_capacity(64);
+    // Read before the clock starts: the counters' snapshot is not inside the interval.
+    let mut host = meter(setup);
     let start = Instant::now();
     let warm_iters = plan.map(|p| p.warmup_iters).unwrap_or(0);
     let mut phase = match plan {
@@ -484,7 +495,6 @@ pub(crate) fn bw_side(
     // Iteration mode: requests per QP in all (warm-up included).
     let total_iters = plan.and_then(|p| p.iters).map(|n| n + warm_iters);
     let mut cpu = ThreadCpu::start();
-    let mut host = HostMeter::start();
     let mut m_start = start;
     let mut m_done = vec![0u64; nqp];
     let mut m_total_posted = 0u64;
@@ -641,9 +651,10 @@ pub(crate) fn bw_side(
             };
             if warm_done {
                 phase = Phase::Measure;
-                m_start = now;
+                // The counters are read first, so their cost is not in the interval.
+                host = meter(setup);
+                m_start = Instant::now();
                 cpu = ThreadCpu::start();
-                host = HostMeter::start();
                 m_done.copy_from_slice(&b.completed);
                 m_total_posted = b.total_posted;
                 m_total_done = b.total_completed;
@@ -651,7 +662,8 @@ pub(crate) fn bw_side(
             if let (Phase::Measure, Some(d)) = (phase, p.duration) {
                 if now.duration_since(m_start) >= d {
                     phase = Phase::Drain;
-                    m_end = Some((now, b.completed.clone(), cpu.used_secs(), host.finish()));
+                    let cpu_used = cpu.used_secs();
+                    m_end = Some((now, b.completed.clone(), cpu_used, host.finish_report()));
                 }
             }
             if !sender_done {
@@ -661,11 +673,12 @@ pub(crate) fn bw_side(
                 };
                 if finished {
                     if m_end.is_none() {
+                        let cpu_used = cpu.used_secs();
                         m_end = Some((
                             last_completion,
                             b.completed.clone(),
-                            cpu.used_secs(),
-                            host.finish(),
+                            cpu_used,
+                            host.finish_report(),
                         ));
                     }
                     sender_done = true;
@@ -705,7 +718,7 @@ pub(crate) fn bw_side(
             cpu_pct: cpu
                 .used_secs()
                 .and_then(|c| cpu_pct(c, start.elapsed().as_secs_f64())),
-            host: host.finish(),
+            host: host.finish_report(),
         });
     };
     let (t_end, done_end, cpu_used, host_fig) = m_end.unwrap_or_else(|| {
@@ -713,7 +726,7 @@ pub(crate) fn bw_side(
             last_completion,
             b.completed.clone(),
             cpu.used_secs(),
-            host.finish(),
+            host.finish_report(),
         )
     });
     let window_secs = t_end.duration_since(m_start).as_secs_f64();
@@ -783,7 +796,7 @@ pub(crate) struct LatOutcome {
     pub hist: LatencyHistogram,
     pub cpu_pct: Option<f64>,
     pub secs: f64,
-    pub host: Result<HostCpu, String>,
+    pub host: HostReport,
 }
 
 /// Ping-pong tag for iteration `i` (never 0, the initial byte).
@@ -827,6 +840,7 @@ pub(crate) fn lat_initiator(
     p: LatPlan,
     beat: &mut Beat<'_>,
     timeout: Duration,
+    setup: Option<&EndSetup>,
 ) -> Result<LatOutcome, RdmaError> {
     let kind = if p.op == Op::Read {
         LatencyKind::Rtt
@@ -839,6 +853,8 @@ pub(crate) fn lat_initiator(
     let mut recvs: Vec<u64> = Vec::new();
     let mut sends_out: u64 = 0;
     let mut idle = Idle::default();
+    // Read before the clock starts: the counters' snapshot is not inside the interval.
+    let mut host = meter(setup);
     let start = Instant::now();
     let mut measuring = match p.duration {
         Some(_) => p.warmup.is_zero(),
@@ -846,7 +862,6 @@ pub(crate) fn lat_initiator(
     };
     let mut m_start = start;
     let mut m_cpu = ThreadCpu::start();
-    let mut host = HostMeter::start();
     let total = p.iters.map(|n| n + p.warmup_iters);
     let mut i: u64 = 0;
     loop {
@@ -855,16 +870,18 @@ pub(crate) fn lat_initiator(
                 break;
             }
         }
-        let t0 = Instant::now();
+        let mut t0 = Instant::now();
         let warm_done = match p.duration {
             Some(_) => t0.duration_since(start) >= p.warmup,
             None => i >= p.warmup_iters,
         };
         if !measuring && warm_done {
             measuring = true;
+            // The counters are read before this round trip's clock starts.
+            host = meter(setup);
+            t0 = Instant::now();
             m_start = t0;
             m_cpu = ThreadCpu::start();
-            host = HostMeter::start();
         }
         if let Some(d) = p.duration {
             if measuring && t0.duration_since(m_start) >= d {
@@ -944,7 +961,7 @@ pub(crate) fn lat_initiator(
     let end = Instant::now();
     let secs = end.duration_since(m_start).as_secs_f64();
     let cpu_pct = m_cpu.used_secs().and_then(|c| cpu_pct(c, secs));
-    let host = host.finish();
+    let host = host.finish_report();
     // Let the last sends complete so the QP is clean for the next size.
     let t = Instant::now();
     while sends_out > 0 && t.elapsed() < timeout {
@@ -981,7 +998,8 @@ pub(crate) fn lat_responder(
     size: u32,
     inline: bool,
     beat: &mut Beat<'_>,
-) -> Result<(Option<f64>, Result<HostCpu, String>), RdmaError> {
+    setup: Option<&EndSetup>,
+) -> Result<(Option<f64>, HostReport), RdmaError> {
     // The responder has nothing of its own to finish.
     beat.done()?;
     let last = size as usize - 1;
@@ -989,9 +1007,9 @@ pub(crate) fn lat_responder(
     let mut recvs: Vec<u64> = Vec::new();
     let mut sends_out: u64 = 0;
     let mut idle = Idle::default();
+    let host = meter(setup);
     let start = Instant::now();
     let cpu0 = ThreadCpu::start();
-    let host = HostMeter::start();
     let mut i: u64 = 0;
     let mut spins: u32 = 0;
     'outer: loop {
@@ -1056,7 +1074,7 @@ pub(crate) fn lat_responder(
     }
     let wall = start.elapsed().as_secs_f64();
     let cpu_pct = cpu0.used_secs().and_then(|c| cpu_pct(c, wall));
-    let host = host.finish();
+    let host = host.finish_report();
     // Drain our own last sends.
     let t = Instant::now();
     while sends_out > 0 && t.elapsed() < Duration::from_secs(2) {
@@ -1170,7 +1188,15 @@ mod tests {
             sent_done: false,
             peer: &peer,
         };
-        bw_side(ep, Some(plan), false, 0, &mut beat, Duration::from_secs(5))
+        bw_side(
+            ep,
+            Some(plan),
+            false,
+            0,
+            &mut beat,
+            Duration::from_secs(5),
+            None,
+        )
     }
 
     fn plan(iters: Option<u64>, warmup_iters: u64, cq_mod: u32, tx_depth: u32) -> Plan {

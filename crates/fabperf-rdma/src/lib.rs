@@ -42,6 +42,7 @@ pub use error::{RdmaError, RdmaUnavailable};
 pub use prio::PollPriority;
 pub use verbs::Op;
 
+use fabperf_proto::explain::CpuSpec;
 use serde::{Deserialize, Serialize};
 
 /// Largest message size accepted (perftest's `-a` goes to 8 MiB).
@@ -95,6 +96,11 @@ pub struct BwParams {
     /// Scheduling of both ends' polling loops (each end resolves `auto`
     /// for its own device).
     pub poll_priority: PollPriority,
+    /// Where each end's measuring thread runs and its buffers are placed
+    /// (`--cpu`): `auto` (the NIC's NUMA node), `none`, or a CPU list for
+    /// both ends. Sent only when not `auto`.
+    #[serde(skip_serializing_if = "CpuSpec::is_auto")]
+    pub cpu: CpuSpec,
 }
 
 impl Default for BwParams {
@@ -119,6 +125,7 @@ impl Default for BwParams {
             mtu: None,
             rdma_cm: false,
             poll_priority: PollPriority::Auto,
+            cpu: CpuSpec::Auto,
         }
     }
 }
@@ -149,6 +156,11 @@ pub struct LatParams {
     pub rdma_cm: bool,
     /// Scheduling of both ends' polling loops (see `BwParams`).
     pub poll_priority: PollPriority,
+    /// Where each end's measuring thread runs and its buffers are placed
+    /// (`--cpu`): `auto` (the NIC's NUMA node), `none`, or a CPU list for
+    /// both ends. Sent only when not `auto`.
+    #[serde(skip_serializing_if = "CpuSpec::is_auto")]
+    pub cpu: CpuSpec,
 }
 
 impl Default for LatParams {
@@ -169,6 +181,7 @@ impl Default for LatParams {
             mtu: None,
             rdma_cm: false,
             poll_priority: PollPriority::Auto,
+            cpu: CpuSpec::Auto,
         }
     }
 }

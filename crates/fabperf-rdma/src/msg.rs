@@ -170,7 +170,7 @@ pub enum Step {
     /// Either side: my sending (or my part) is complete.
     SideDone,
     /// Agent: its figures for the size.
-    Report(Report),
+    Report(Box<Report>),
     /// Client: no more sizes.
     Finish,
 }
@@ -258,7 +258,7 @@ mod tests {
     fn steps_are_tagged() {
         let s = serde_json::to_value(Step::Go { size: 65536 }).unwrap();
         assert_eq!(s, serde_json::json!({"step": "go", "size": 65536}));
-        let r = Step::Report(Report {
+        let r = Step::Report(Box::new(Report {
             cpu_pct: Some(1.5),
             host: HostReport::default(),
             sent: Some(SideStats {
@@ -269,7 +269,7 @@ mod tests {
                 per_qp_msgs: vec![1],
                 notes: vec![],
             }),
-        });
+        }));
         let back: Step = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
         assert_eq!(back, r);
         assert_eq!(

@@ -12,7 +12,7 @@
 use fabperf_agent::{Agent, AgentConfig, AgentHandle};
 use fabperf_proto::{ClientConfig, Limits, TestKind};
 use fabperf_rdma::{kinds, run_bw, run_lat, AgentRdmaOpts, BwParams, LatParams, Op};
-use fabperf_results::{LatencyKind, Record};
+use fabperf_results::{CounterDelta, CounterSource, LatencyKind, Record};
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -105,6 +105,37 @@ fn consistent(recs: &[Record]) {
     }
 }
 
+/// Sum of the `rdma_port` counter `name` over an end's groups.
+fn port_delta(groups: &[CounterDelta], name: &str) -> u64 {
+    groups
+        .iter()
+        .filter(|g| g.source == CounterSource::RdmaPort)
+        .filter_map(|g| g.deltas.get(name))
+        .sum()
+}
+
+/// The record explains itself: both ends' placement on their RDMA port, and
+/// the IB port counters that moved over the measured interval (the client
+/// sent packets, the agent received them; an agent that cannot read its
+/// port's counters must say so).
+fn explained(r: &Record, dev: &str) {
+    let pl = r.placement_local.as_ref().expect("the client's placement");
+    let port = pl.rdma_port.as_deref().unwrap_or_default();
+    assert!(port.starts_with(&format!("{dev} port ")), "{pl:?}");
+    let pr = r.placement_remote.as_ref().expect("the agent's placement");
+    assert!(pr.rdma_port.is_some(), "{pr:?}");
+    assert_eq!(pl.cpu, "auto");
+    let c = r.counters.as_ref().expect("the record carries counters");
+    assert!(
+        port_delta(&c.local, "port_xmit_packets") > 0,
+        "client sent nothing by its counters: {c:?}"
+    );
+    assert!(
+        port_delta(&c.remote, "port_rcv_packets") > 0 || !c.remote_missing.is_empty(),
+        "agent received nothing by its counters: {c:?}"
+    );
+}
+
 #[test]
 #[ignore = "needs an RDMA device (run in the soft-RoCE guest)"]
 fn bandwidth_write_read_send_over_sizes() {
@@ -136,6 +167,7 @@ fn bandwidth_write_read_send_over_sizes() {
                 assert!(r.gid_index.is_some());
             }
             assert!(r.cpu_local_pct.is_some() && r.cpu_remote_pct.is_some());
+            explained(r, &dev);
         }
     }
 }
@@ -253,6 +285,7 @@ fn latency_send_write_read() {
                 "{l:?}"
             );
             assert!(l.stdev >= 0.0);
+            explained(r, &dev);
         }
     }
 }

@@ -182,7 +182,56 @@ pub(crate) fn check(r: &Record) -> Vec<String> {
             }
         }
     }
+    check_port_rate(r, &mut fail);
     bad
+}
+
+/// `port_rate_gbps` is the smaller of the ends' rates, and `bw_pct_of_port` is `bw_gbps` in
+/// percent of it.
+fn check_port_rate(r: &Record, fail: &mut impl FnMut(String)) {
+    let ends: Vec<f64> = [&r.placement_local, &r.placement_remote]
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.port_rate_gbps)
+        .collect();
+    for e in &ends {
+        if !(e.is_finite() && *e > 0.0) {
+            fail(format!(
+                "a placement's port_rate_gbps {e} is not a positive number"
+            ));
+        }
+    }
+    if let Some(p) = r.port_rate_gbps {
+        if !(p.is_finite() && p > 0.0) {
+            fail(format!("port_rate_gbps {p} is not a positive number"));
+        }
+        if let Some(min) = ends.iter().copied().reduce(f64::min) {
+            if !close(p, min) {
+                fail(format!(
+                    "port_rate_gbps {p} is not the smaller of the ends' rates ({min})"
+                ));
+            }
+        }
+    } else if !ends.is_empty() {
+        fail("port_rate_gbps absent while an end reports a port rate".into());
+    }
+    match (r.bw_pct_of_port, r.bw_gbps, r.port_rate_gbps) {
+        (Some(pct), Some(bw), Some(port)) => {
+            let want = bw / port * 100.0;
+            if !close(pct, want) {
+                fail(format!(
+                    "bw_pct_of_port {pct} != bw_gbps {bw} / port_rate_gbps {port} * 100 = {want}"
+                ));
+            }
+            if r.direction.as_deref() == Some("bidir") {
+                fail("a bidirectional total has no bw_pct_of_port (it adds two directions)".into());
+            }
+        }
+        (Some(pct), _, _) => fail(format!(
+            "bw_pct_of_port {pct} without bw_gbps and port_rate_gbps"
+        )),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -274,5 +323,54 @@ mod tests {
         has(&l, "lat_hist does not give lat_us");
         l.lat_hist = Some("garbage".into());
         has(&l, "lat_hist");
+    }
+
+    #[test]
+    fn port_rate_rules() {
+        let has = |r: &Record, what: &str| {
+            let c = r.check();
+            assert!(c.iter().any(|m| m.contains(what)), "{what}: {c:?}");
+        };
+        let mut r = bw();
+        r.placement_local = Some(Placement {
+            cpu: "auto".into(),
+            port_rate_gbps: Some(100.0),
+            ..Default::default()
+        });
+        r.placement_remote = Some(Placement {
+            cpu: "auto".into(),
+            port_rate_gbps: Some(25.0),
+            ..Default::default()
+        });
+        r.set_port_rate();
+        assert_eq!(r.port_rate_gbps, Some(25.0));
+        assert!(r.check().is_empty(), "{:?}", r.check());
+        let mut x = r.clone();
+        x.port_rate_gbps = Some(100.0);
+        has(&x, "smaller of the ends");
+        let mut x = r.clone();
+        x.port_rate_gbps = None;
+        has(&x, "absent while");
+        let mut x = r.clone();
+        x.bw_pct_of_port = Some(99.0);
+        has(&x, "bw_pct_of_port");
+        let mut x = r.clone();
+        x.bw_gbps = None;
+        x.msg_rate_mpps = None;
+        x.bw_peak_gbps = None;
+        x.warn(Warning::NoInterval { what: "x".into() });
+        has(&x, "without bw_gbps");
+        let mut x = r.clone();
+        x.placement_remote.as_mut().unwrap().port_rate_gbps = Some(f64::NAN);
+        has(&x, "not a positive number");
+        // A bidirectional total keeps the port rate but no percentage.
+        let mut x = r.clone();
+        x.bw_peak_gbps = None;
+        x.direction = Some("bidir".into());
+        x.set_port_rate();
+        assert!(x.port_rate_gbps.is_some() && x.bw_pct_of_port.is_none());
+        assert!(x.check().is_empty(), "{:?}", x.check());
+        x.bw_pct_of_port = r.bw_pct_of_port;
+        has(&x, "bidirectional total has no bw_pct_of_port");
     }
 }

@@ -1,10 +1,13 @@
 //! Flat CSV: one row per record, nested objects flattened into columns.
 
-use crate::{HostCpu, LatencyKind, LatencySummary, Record, UdpStats};
+use crate::{CounterDelta, HostCpu, LatencyKind, LatencySummary, Placement, Record, UdpStats};
 use std::io::{self, Write};
 
 /// Flat CSV column names, in order. Nested objects (`lat_us`, `udp`,
-/// `host_cpu_*`) become `lat_us_p50`, `udp_lost`, `host_cpu_local_softirq_pct`, ...
+/// `host_cpu_*`, `placement_*`) become `lat_us_p50`, `udp_lost`,
+/// `host_cpu_local_softirq_pct`, `placement_local_cpu_list`, ...; each end's
+/// counter deltas are one column of compact JSON (`counters_local`: the
+/// record's `counters.local` list), since their keys differ from host to host.
 pub fn csv_header() -> Vec<&'static str> {
     vec![
         "schema",
@@ -75,6 +78,28 @@ pub fn csv_header() -> Vec<&'static str> {
         "tclass",
         "poll_priority_local",
         "poll_priority_remote",
+        "port_rate_gbps",
+        "bw_pct_of_port",
+        "placement_local_cpu",
+        "placement_local_cpu_list",
+        "placement_local_numa_node",
+        "placement_local_buffer_numa_node",
+        "placement_local_interface",
+        "placement_local_rdma_port",
+        "placement_local_port_rate_gbps",
+        "placement_local_virtual_link",
+        "placement_remote_cpu",
+        "placement_remote_cpu_list",
+        "placement_remote_numa_node",
+        "placement_remote_buffer_numa_node",
+        "placement_remote_interface",
+        "placement_remote_rdma_port",
+        "placement_remote_port_rate_gbps",
+        "placement_remote_virtual_link",
+        "counters_local",
+        "counters_remote",
+        "finding_ids",
+        "findings",
         "warning_ids",
         "warnings",
         "started_at",
@@ -97,6 +122,30 @@ fn host(h: &Option<HostCpu>) -> [String; 5] {
         ],
         None => Default::default(),
     }
+}
+
+fn placement(p: &Option<Placement>) -> [String; 8] {
+    match p {
+        Some(p) => [
+            p.cpu.clone(),
+            opt(&p.cpu_list),
+            opt(&p.numa_node),
+            opt(&p.buffer_numa_node),
+            opt(&p.interface),
+            opt(&p.rdma_port),
+            opt(&p.port_rate_gbps),
+            p.virtual_link.to_string(),
+        ],
+        None => Default::default(),
+    }
+}
+
+/// One end's counter deltas as compact JSON (empty when the record has none).
+fn counters(r: &Record, pick: fn(&crate::Counters) -> &Vec<CounterDelta>) -> String {
+    r.counters
+        .as_ref()
+        .map(|c| serde_json::to_string(pick(c)).unwrap_or_default())
+        .unwrap_or_default()
 }
 
 fn csv_row(r: &Record) -> Vec<String> {
@@ -177,6 +226,24 @@ fn csv_row(r: &Record) -> Vec<String> {
         opt(&r.tclass),
         opt(&r.poll_priority_local),
         opt(&r.poll_priority_remote),
+        opt(&r.port_rate_gbps),
+        opt(&r.bw_pct_of_port),
+    ]);
+    row.extend(placement(&r.placement_local));
+    row.extend(placement(&r.placement_remote));
+    row.extend([
+        counters(r, |c| &c.local),
+        counters(r, |c| &c.remote),
+        r.findings
+            .iter()
+            .map(|f| f.id.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        r.findings
+            .iter()
+            .map(|f| format!("{}: {}", f.subject, f.summary))
+            .collect::<Vec<_>>()
+            .join("; "),
         r.warnings
             .iter()
             .map(|n| n.id.as_str())
@@ -238,5 +305,58 @@ mod tests {
         assert!(rows[1][col("warnings")].contains("0.100 s"));
         assert_eq!(&rows[1][col("host_cpu_local_softirq_pct")], "7.5");
         assert_eq!(&rows[0][col("host_cpu_local_softirq_pct")], "");
+        assert_eq!(&rows[0][col("counters_local")], "");
+        assert_eq!(&rows[0][col("placement_local_cpu")], "");
+    }
+
+    #[test]
+    fn counters_placement_and_findings_columns() {
+        let mut r = sample().remove(1);
+        r.placement_local = Some(Placement {
+            cpu: "auto".into(),
+            cpu_list: Some("0-3".into()),
+            numa_node: Some(1),
+            port_rate_gbps: Some(100.0),
+            ..Default::default()
+        });
+        r.set_port_rate();
+        r.counters = Some(crate::Counters {
+            local: vec![CounterDelta {
+                source: crate::CounterSource::Snmp,
+                subject: "host".into(),
+                path: "/proc/net/snmp".into(),
+                deltas: [("Tcp.RetransSegs".to_string(), 3)].into_iter().collect(),
+                units: Default::default(),
+                reset: vec![],
+            }],
+            ..Default::default()
+        });
+        r.findings.push(crate::Finding {
+            id: "udp-rcvbuf-overflow".into(),
+            severity: crate::Severity::Warning,
+            subject: "agent host".into(),
+            summary: "the receive buffer overflowed".into(),
+            detail: String::new(),
+            evidence: vec![],
+            cost_gbps: None,
+            fix: vec![],
+        });
+        let mut buf = Vec::new();
+        write_csv(&mut buf, &[r], true).unwrap();
+        let s = String::from_utf8(buf).unwrap();
+        let mut rd = ::csv::Reader::from_reader(s.as_bytes());
+        let hdr = rd.headers().unwrap().clone();
+        let row = rd.records().next().unwrap().unwrap();
+        let col = |name: &str| &row[hdr.iter().position(|h| h == name).unwrap()];
+        assert_eq!(col("placement_local_cpu_list"), "0-3");
+        assert_eq!(col("placement_local_numa_node"), "1");
+        assert_eq!(col("port_rate_gbps"), "100");
+        assert_eq!(col("bw_pct_of_port"), "8");
+        assert_eq!(col("placement_remote_cpu"), "");
+        let local: Vec<CounterDelta> = serde_json::from_str(col("counters_local")).unwrap();
+        assert_eq!(local[0].deltas["Tcp.RetransSegs"], 3);
+        assert_eq!(col("counters_remote"), "[]");
+        assert_eq!(col("finding_ids"), "udp-rcvbuf-overflow");
+        assert!(col("findings").contains("agent host: the receive buffer"));
     }
 }

@@ -13,17 +13,23 @@
 //! which the record also carries (`lat_hist`).
 
 mod check;
+pub mod counters;
 pub mod csv;
+pub mod finding;
 pub mod json;
 mod latency;
 pub mod table;
 pub mod warnings;
 
+mod placement;
 mod plausible;
 
+pub use crate::counters::{CounterDelta, CounterSource, Counters, Unit};
 pub use crate::csv::{csv_header, write_csv};
+pub use finding::{Evidence, Finding, Severity};
 pub use json::write_json_lines;
 pub use latency::{HistError, LatencyHistogram, LatencyKind, LatencySummary};
+pub use placement::Placement;
 pub use plausible::BadValue;
 pub use table::Table;
 pub use warnings::{Note, Side, Warning};
@@ -270,6 +276,28 @@ pub struct Record {
     /// The same for the agent's end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll_priority_remote: Option<String>,
+    /// Rate of the link the test used, Gbit/s: the smaller of the two ends' port rates
+    /// (`placement_*.port_rate_gbps`); absent when neither end has one (virtual links).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_rate_gbps: Option<f64>,
+    /// `bw_gbps` in percent of `port_rate_gbps` (not on bidirectional totals, which add two
+    /// directions of a full-duplex link).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bw_pct_of_port: Option<f64>,
+    /// Where the client's end ran: link, port rate, NUMA node of the NIC and of the buffers,
+    /// the CPUs of its data threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_local: Option<Placement>,
+    /// The same for the agent's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_remote: Option<Placement>,
+    /// Counters that moved on both ends over the measured interval, grouped by source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<Counters>,
+    /// What the counters (and the placement) say went wrong, with evidence and the fix;
+    /// the same findings `fabperf doctor` prints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
     /// Why this number may mislead, or why a key is absent (see
     /// [`warnings`] for every id).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -319,6 +347,12 @@ impl Record {
             tclass: None,
             poll_priority_local: None,
             poll_priority_remote: None,
+            port_rate_gbps: None,
+            bw_pct_of_port: None,
+            placement_local: None,
+            placement_remote: None,
+            counters: None,
+            findings: Vec::new(),
             warnings: Vec::new(),
             started_at: now_rfc3339(),
             fabperf_version: FABPERF_VERSION.to_string(),
@@ -362,6 +396,37 @@ impl Record {
                 self.warnings.push(n.clone());
             }
         }
+    }
+
+    /// Add findings, without repeats.
+    pub fn add_findings<'a>(&mut self, findings: impl IntoIterator<Item = &'a Finding>) {
+        for f in findings {
+            if !self.findings.contains(f) {
+                self.findings.push(f.clone());
+            }
+        }
+    }
+
+    /// Whether a finding with this id is present.
+    pub fn has_finding(&self, id: &str) -> bool {
+        self.findings.iter().any(|f| f.id == id)
+    }
+
+    /// Set `port_rate_gbps` from the two ends' placements (the smaller known rate) and
+    /// `bw_pct_of_port` from it (not on a bidirectional total).
+    pub fn set_port_rate(&mut self) {
+        let rates = [&self.placement_local, &self.placement_remote]
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.port_rate_gbps)
+            .filter(|r| r.is_finite() && *r > 0.0);
+        self.port_rate_gbps = rates.reduce(f64::min);
+        self.bw_pct_of_port = match (self.bw_gbps, self.port_rate_gbps) {
+            (Some(bw), Some(port)) if self.direction.as_deref() != Some("bidir") => {
+                Some(bw / port * 100.0)
+            }
+            _ => None,
+        };
     }
 
     /// Whether a warning with this id is present.

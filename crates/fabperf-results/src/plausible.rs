@@ -72,6 +72,26 @@ impl Record {
         opt("cpu_local_pct", self.cpu_local_pct)?;
         opt("cpu_remote_pct", self.cpu_remote_pct)?;
         opt("requests_per_s", self.requests_per_s)?;
+        opt("port_rate_gbps", self.port_rate_gbps)?;
+        opt("bw_pct_of_port", self.bw_pct_of_port)?;
+        for (k, p) in [
+            ("placement_local", &self.placement_local),
+            ("placement_remote", &self.placement_remote),
+        ] {
+            if let Some(p) = p {
+                opt(&format!("{k}.port_rate_gbps"), p.port_rate_gbps)?;
+            }
+        }
+        if let Some(f) = self
+            .findings
+            .iter()
+            .find(|f| f.cost_gbps.is_some_and(|c| !(c.is_finite() && c >= 0.0)))
+        {
+            num(
+                &format!("findings[{}].cost_gbps", f.id),
+                f.cost_gbps.unwrap_or(-1.0),
+            )?;
+        }
         if let Some(l) = &self.lat_us {
             lat(l)?;
         }
@@ -123,6 +143,18 @@ impl Record {
         for n in &mut self.warnings {
             g(&mut n.id);
             g(&mut n.message);
+        }
+        for p in [&mut self.placement_local, &mut self.placement_remote]
+            .into_iter()
+            .flatten()
+        {
+            p.map_text(&f);
+        }
+        if let Some(c) = &mut self.counters {
+            c.map_text(&f);
+        }
+        for x in &mut self.findings {
+            x.map_text(&f);
         }
     }
 }
@@ -212,6 +244,34 @@ mod tests {
     }
 
     #[test]
+    fn impossible_port_figures_are_named() {
+        let mut r = rec();
+        r.placement_remote = Some(crate::Placement {
+            port_rate_gbps: Some(f64::INFINITY),
+            ..Default::default()
+        });
+        assert_eq!(
+            r.check_values().unwrap_err().field,
+            "placement_remote.port_rate_gbps"
+        );
+        let mut r = rec();
+        r.bw_pct_of_port = Some(-1.0);
+        assert_eq!(r.check_values().unwrap_err().field, "bw_pct_of_port");
+        let mut r = rec();
+        r.findings.push(crate::Finding {
+            id: "x".into(),
+            severity: crate::Severity::Info,
+            subject: String::new(),
+            summary: String::new(),
+            detail: String::new(),
+            evidence: vec![],
+            cost_gbps: Some(f64::NAN),
+            fix: vec![],
+        });
+        assert_eq!(r.check_values().unwrap_err().field, "findings[x].cost_gbps");
+    }
+
+    #[test]
     fn text_fields_are_mapped() {
         let mut r = rec();
         r.remote = Some("a\x1bb".into());
@@ -219,8 +279,30 @@ mod tests {
             id: "peer\nid".into(),
             message: "x\ny".into(),
         });
+        r.counters = Some(crate::Counters {
+            remote: vec![crate::CounterDelta {
+                source: crate::CounterSource::Ethtool,
+                subject: "eth\x1b0".into(),
+                path: "p".into(),
+                deltas: [("rx\n".to_string(), 1)].into_iter().collect(),
+                units: Default::default(),
+                reset: vec!["\x1b".into()],
+            }],
+            remote_missing: vec!["\n".into()],
+            ..Default::default()
+        });
+        r.placement_remote = Some(crate::Placement {
+            interface: Some("e\x1b".into()),
+            ..Default::default()
+        });
         r.map_text(|s| s.replace(['\x1b', '\n'], "?"));
         assert_eq!(r.remote.as_deref(), Some("a?b"));
+        let c = r.counters.as_ref().unwrap();
+        assert_eq!(c.remote[0].subject, "eth?0");
+        assert!(c.remote[0].deltas.contains_key("rx?"));
+        assert_eq!(c.remote[0].reset, vec!["?".to_string()]);
+        assert_eq!(c.remote_missing, vec!["?".to_string()]);
+        assert_eq!(r.placement_remote.unwrap().interface.as_deref(), Some("e?"));
         assert_eq!(r.warnings[0].message, "x?y");
         assert_eq!(r.warnings[0].id, "peer?id");
     }

@@ -80,6 +80,7 @@ impl Table {
             "cpu rem%",
             "retr",
             "loss%",
+            "%port",
         ]);
         for r in records {
             let name = match r.stream {
@@ -113,6 +114,7 @@ impl Table {
                     .map(|x| x.to_string())
                     .unwrap_or_else(|| "-".into()),
                 f3(r.udp.as_ref().and_then(|u| u.loss_pct)),
+                f0(r.bw_pct_of_port),
             ]);
         }
         t
@@ -135,6 +137,10 @@ impl Table {
             format!("BW average[{unit}]"),
             "MsgRate[Mpps]".to_string(),
         ];
+        let port = records.iter().any(|r| r.bw_pct_of_port.is_some());
+        if port {
+            hdr.push("%port".to_string());
+        }
         if bidir {
             hdr.push("direction".to_string());
         }
@@ -161,6 +167,13 @@ impl Table {
                     .map(|m| format!("{m:.6}"))
                     .unwrap_or_else(|| "-".into()),
             ];
+            if port {
+                row.push(
+                    r.bw_pct_of_port
+                        .map(|p| format!("{p:.0}"))
+                        .unwrap_or_else(|| "-".into()),
+                );
+            }
             if bidir {
                 row.push(r.direction.clone().unwrap_or_default());
             }
@@ -318,6 +331,121 @@ pub fn details(records: &[Record]) -> String {
     o
 }
 
+/// One end's placement in a line: link, port rate, NUMA node, CPUs, buffers.
+fn placement_line(side: &str, p: &crate::Placement) -> String {
+    let mut parts = Vec::new();
+    let link = match (&p.interface, &p.rdma_port) {
+        (Some(i), Some(r)) => format!("{r} ({i})"),
+        (None, Some(r)) => r.clone(),
+        (Some(i), None) => i.clone(),
+        (None, None) => "link unknown".into(),
+    };
+    parts.push(link);
+    match (p.port_rate_gbps, &p.port_rate_source) {
+        (Some(g), Some(src)) => parts.push(format!("{g} Gbit/s ({src})")),
+        (Some(g), None) => parts.push(format!("{g} Gbit/s")),
+        (None, _) if p.virtual_link => {
+            parts.push("virtual link (its speed is a label, not a limit: no port rate)".into())
+        }
+        (None, _) => parts.push("port rate unknown".into()),
+    }
+    if let Some(n) = p.numa_node {
+        parts.push(format!("NIC on NUMA node {n}"));
+    }
+    match &p.cpu_list {
+        Some(l) => parts.push(format!("CPUs {l} ({})", p.cpu)),
+        None => parts.push(format!("CPUs not pinned ({})", p.cpu)),
+    }
+    if let Some(b) = p.buffer_numa_node {
+        parts.push(format!("buffers on node {b}"));
+    }
+    format!("{side}: {}", parts.join(", "))
+}
+
+/// Lines under any test's table that explain its figures: where each end ran (link, port
+/// rate, NUMA node, CPUs), the counters that matter (errors, retransmits, pauses, discards;
+/// `--json`/CSV carry every counter that moved) and the findings with their fixes. Nothing
+/// for records without them.
+pub fn explain(records: &[Record]) -> String {
+    let mut o = String::new();
+    if let Some(r) = records
+        .iter()
+        .find(|r| r.placement_local.is_some() || r.placement_remote.is_some())
+    {
+        for (side, p) in [
+            ("client", &r.placement_local),
+            ("agent", &r.placement_remote),
+        ] {
+            if let Some(p) = p {
+                let _ = writeln!(o, "{}", placement_line(side, p));
+            }
+        }
+    }
+    // Counters: once per measurement (the per-stream rows share their total's).
+    let mut seen: Vec<&crate::Counters> = Vec::new();
+    for r in records.iter().filter(|r| r.stream.is_none()) {
+        let Some(c) = &r.counters else { continue };
+        if seen.contains(&c) {
+            continue;
+        }
+        seen.push(c);
+        for (side, list, missing) in [
+            ("client", &c.local, &c.local_missing),
+            ("agent", &c.remote, &c.remote_missing),
+        ] {
+            for d in list {
+                let items: Vec<String> = d
+                    .deltas
+                    .iter()
+                    .filter(|(k, _)| crate::counters::matters(k))
+                    .map(|(k, v)| format!("{k} +{v}"))
+                    .chain(d.reset.iter().map(|k| format!("{k} reset")))
+                    .collect();
+                if !items.is_empty() {
+                    let _ = writeln!(
+                        o,
+                        "counters {} ({}): {side} {} [{}]: {}",
+                        r.test,
+                        r.size,
+                        d.subject,
+                        d.source.as_str(),
+                        items.join("  ")
+                    );
+                }
+            }
+            for m in missing {
+                let _ = writeln!(
+                    o,
+                    "counters {} ({}): {side} could not read {m}",
+                    r.test, r.size
+                );
+            }
+        }
+    }
+    let mut shown: Vec<&crate::Finding> = Vec::new();
+    for f in records.iter().flat_map(|r| r.findings.iter()) {
+        if shown.contains(&f) {
+            continue;
+        }
+        shown.push(f);
+        let _ = writeln!(
+            o,
+            "{:<7} {}  [{}]\n        {}",
+            f.severity.as_str().to_uppercase(),
+            f.id,
+            f.subject,
+            f.summary
+        );
+        for e in &f.evidence {
+            let _ = writeln!(o, "        evidence: {} = {}", e.path, e.value);
+        }
+        for x in &f.fix {
+            let _ = writeln!(o, "        fix: {x}");
+        }
+    }
+    o
+}
+
 /// 1024 -> "1K", 1048576 -> "1M", 1500 -> "1500".
 pub fn human_size(n: u64) -> String {
     if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
@@ -434,6 +562,97 @@ pub(crate) mod tests {
             s.contains("tcp-lat half-RTT latency (us, 1 samples)"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn explain_lines_show_placement_counters_and_findings() {
+        use crate::{CounterDelta, CounterSource, Counters, Finding, Placement, Severity};
+        assert_eq!(explain(&sample()), "");
+        let mut r = Record::new("rdma-bw", Transport::Rdma, 65536, 1);
+        r.set_throughput(8_000_000_000, 1.0, Some(122070));
+        r.placement_local = Some(Placement {
+            cpu: "auto".into(),
+            cpu_list: Some("2-15".into()),
+            numa_node: Some(0),
+            buffer_numa_node: Some(0),
+            interface: Some("eth2".into()),
+            rdma_port: Some("mlx5_0 port 1".into()),
+            port_rate_gbps: Some(100.0),
+            port_rate_source: Some("rdma port rate".into()),
+            virtual_link: false,
+        });
+        r.placement_remote = Some(Placement {
+            cpu: "none".into(),
+            interface: Some("veth1".into()),
+            rdma_port: Some("rxe1 port 1".into()),
+            virtual_link: true,
+            ..Default::default()
+        });
+        r.set_port_rate();
+        let d = |s: CounterSource, subject: &str, kv: &[(&str, u64)]| CounterDelta {
+            source: s,
+            subject: subject.into(),
+            path: "p".into(),
+            deltas: kv.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            units: Default::default(),
+            reset: vec![],
+        };
+        r.counters = Some(Counters {
+            local: vec![d(
+                CounterSource::RdmaHw,
+                "mlx5_0 port 1",
+                &[("out_of_sequence", 12), ("rx_write_requests", 99)],
+            )],
+            remote: vec![d(CounterSource::Netdev, "veth1", &[("rx_bytes", 5)])],
+            remote_missing: vec!["SIOCETHTOOL veth1: permission denied".into()],
+            ..Default::default()
+        });
+        let f = Finding {
+            id: "roce-packet-loss".into(),
+            severity: Severity::Error,
+            subject: "client mlx5_0 port 1".into(),
+            summary: "packets were lost".into(),
+            detail: "why".into(),
+            evidence: vec![crate::Evidence {
+                path: "/sys/x".into(),
+                value: "+12".into(),
+            }],
+            cost_gbps: None,
+            fix: vec!["configure PFC".into()],
+        };
+        r.findings.push(f.clone());
+        let mut per_qp = r.clone();
+        per_qp.stream = Some(0);
+        per_qp.streams = 2;
+        let s = explain(&[r.clone(), per_qp]);
+        assert!(
+            s.contains("client: mlx5_0 port 1 (eth2), 100 Gbit/s (rdma port rate), NIC on NUMA node 0, CPUs 2-15 (auto), buffers on node 0"),
+            "{s}"
+        );
+        assert!(
+            s.contains("agent: rxe1 port 1 (veth1), virtual link"),
+            "{s}"
+        );
+        assert!(s.contains("CPUs not pinned (none)"), "{s}");
+        assert!(
+            s.contains(
+                "counters rdma-bw (65536): client mlx5_0 port 1 [rdma_hw]: out_of_sequence +12"
+            ),
+            "{s}"
+        );
+        assert!(
+            !s.contains("rx_write_requests") && !s.contains("rx_bytes"),
+            "{s}"
+        );
+        assert!(s.contains("agent could not read SIOCETHTOOL veth1"), "{s}");
+        assert_eq!(s.matches("ERROR   roce-packet-loss").count(), 1, "{s}");
+        assert!(s.contains("fix: configure PFC") && s.contains("evidence: /sys/x = +12"));
+        assert_eq!(s.matches("counters rdma-bw").count(), 2, "{s}");
+        let t = Table::summary(std::slice::from_ref(&r)).render();
+        assert!(t.lines().next().unwrap().ends_with("%port"), "{t}");
+        assert!(t.lines().nth(1).unwrap().ends_with(" 64"), "{t}");
+        let t = Table::perftest_bw(&[r], false).render();
+        assert!(t.lines().next().unwrap().ends_with("%port"), "{t}");
     }
 
     #[test]

@@ -123,6 +123,35 @@ pub enum Warning {
     /// A run's aggregate of concurrent flows (incast, bisection): the
     /// flows' bytes over the longest flow's interval.
     Aggregate { flows: u32, secs: f64 },
+    /// `--cpu auto`: the CPUs this end may use hold none of the NIC's NUMA
+    /// node, so its threads and buffers sit on another node.
+    NumaCpusetMismatch {
+        side: Side,
+        nic: String,
+        node: u32,
+        node_cpus: String,
+        allowed: String,
+    },
+    /// The test's buffers landed on another NUMA node than the NIC's.
+    BufferOffNode {
+        side: Side,
+        buffer_node: u32,
+        nic_node: u32,
+    },
+    /// The data threads could not be pinned to the chosen CPUs.
+    CpuPinFailed { side: Side, why: String },
+    /// A one-stream / one-QP bandwidth test reached less than 90 % of the
+    /// port rate.
+    BelowPortRate {
+        pct: f64,
+        port_gbps: f64,
+        one: String,
+        hint: String,
+    },
+    /// A bandwidth test's link has no known rate although it is not virtual.
+    PortRateUnknown { side: Side, why: String },
+    /// Counters this end meant to read could not be read.
+    CountersIncomplete { side: Side, what: String },
     /// `fabperf run`: a setting of the cell's tuning profile or policy
     /// rules was not applied or not restored (the text says which, where
     /// and why).
@@ -240,6 +269,30 @@ pub const REGISTRY: &[(&str, &str)] = &[
         "the sum of a run cell's concurrent flows (incast, bisection) over the longest flow's interval",
     ),
     (
+        "numa-cpuset-mismatch",
+        "the CPUs this end may use hold none of the NIC's NUMA node",
+    ),
+    (
+        "buffer-off-node",
+        "the test's buffers are on another NUMA node than the NIC",
+    ),
+    (
+        "cpu-pin-failed",
+        "the data threads could not be pinned to the chosen CPUs",
+    ),
+    (
+        "below-port-rate",
+        "one stream or queue pair reached less than 90 % of the port rate",
+    ),
+    (
+        "port-rate-unknown",
+        "the link's rate is unknown; port_rate_gbps is absent",
+    ),
+    (
+        "counters-incomplete",
+        "some counters of an end could not be read",
+    ),
+    (
         "tuning",
         "a setting of the cell's tuning profile or policy rules was not applied or not restored",
     ),
@@ -298,6 +351,12 @@ impl Warning {
             Warning::BufferLeaked { .. } => "buffer-leaked",
             Warning::TeardownFailed { .. } => "teardown-failed",
             Warning::Aggregate { .. } => "aggregate",
+            Warning::NumaCpusetMismatch { .. } => "numa-cpuset-mismatch",
+            Warning::BufferOffNode { .. } => "buffer-off-node",
+            Warning::CpuPinFailed { .. } => "cpu-pin-failed",
+            Warning::BelowPortRate { .. } => "below-port-rate",
+            Warning::PortRateUnknown { .. } => "port-rate-unknown",
+            Warning::CountersIncomplete { .. } => "counters-incomplete",
             Warning::Tuning { .. } => "tuning",
             Warning::RequestRateNotReached { .. } => "request-rate-not-reached",
             Warning::LateRequests { .. } => "late-requests",
@@ -405,6 +464,47 @@ impl Warning {
             Warning::Aggregate { flows, secs } => format!(
                 "aggregate of {flows} concurrent flows: their bytes over the longest flow's \
                  interval ({secs:.2} s); each flow has its own record"
+            ),
+            Warning::NumaCpusetMismatch {
+                side,
+                nic,
+                node,
+                node_cpus,
+                allowed,
+            } => format!(
+                "the {side} may only use CPUs {allowed}, none of them on NUMA node {node} of {nic} \
+                 (CPUs {node_cpus}): every byte crosses the inter-socket link, which can halve \
+                 the bandwidth; in Kubernetes use the topology manager policy single-numa-node \
+                 with the static CPU manager and a Guaranteed pod, elsewhere taskset/numactl \
+                 --cpunodebind={node}"
+            ),
+            Warning::BufferOffNode {
+                side,
+                buffer_node,
+                nic_node,
+            } => format!(
+                "the {side}'s buffers are on NUMA node {buffer_node}, the NIC on node {nic_node} \
+                 (the node's memory was full, or a memory policy placed them there)"
+            ),
+            Warning::CpuPinFailed { side, why } => format!(
+                "the {side}'s data threads could not be pinned ({why}); they ran wherever the \
+                 scheduler put them"
+            ),
+            Warning::BelowPortRate {
+                pct,
+                port_gbps,
+                one,
+                hint,
+            } => format!(
+                "{one} reached {pct:.0}% of the {port_gbps} Gbit/s port rate: {one} at one \
+                 message size under-reports what the link carries; {hint}"
+            ),
+            Warning::PortRateUnknown { side, why } => {
+                format!("no port rate for the {side}'s link: {why}")
+            }
+            Warning::CountersIncomplete { side, what } => format!(
+                "the {side} could not read all its counters ({what}); deltas and findings from \
+                 those sources are missing"
             ),
             Warning::Tuning { text } => text.clone(),
             Warning::RequestRateNotReached { asked, completed } => format!(
@@ -539,6 +639,36 @@ pub(crate) fn examples() -> Vec<Warning> {
         Warning::Aggregate {
             flows: 3,
             secs: 2.0,
+        },
+        Warning::NumaCpusetMismatch {
+            side: Agent,
+            nic: "mlx5_0".into(),
+            node: 1,
+            node_cpus: "16-31".into(),
+            allowed: "0-3".into(),
+        },
+        Warning::BufferOffNode {
+            side: Client,
+            buffer_node: 0,
+            nic_node: 1,
+        },
+        Warning::CpuPinFailed {
+            side: Client,
+            why: "sched_setaffinity: EINVAL".into(),
+        },
+        Warning::BelowPortRate {
+            pct: 42.0,
+            port_gbps: 100.0,
+            one: "one queue pair".into(),
+            hint: "try --qps 4 and --size 1M".into(),
+        },
+        Warning::PortRateUnknown {
+            side: Client,
+            why: "eth0 reports no speed".into(),
+        },
+        Warning::CountersIncomplete {
+            side: Agent,
+            what: "/sys/class/net/eth0/statistics: permission denied".into(),
         },
         Warning::Tuning {
             text:

@@ -6,8 +6,8 @@ pub(crate) use fabperf_proto::cpu::HostReport;
 use fabperf_results::{HostCpu, Record, Side, Warning};
 
 /// What a measuring loop ends with: its count, seconds, thread CPU
-/// seconds and the host's CPU figure (or why there is none).
-pub(crate) type LoopEnd = (u64, f64, Option<f64>, Result<HostCpu, String>);
+/// seconds and the host's report (CPU figure or why there is none, counters).
+pub(crate) type LoopEnd = (u64, f64, Option<f64>, HostReport);
 
 /// Set `side`'s thread CPU percentage from CPU seconds over `secs`.
 pub(crate) fn set_thread_cpu(r: &mut Record, side: Side, cpu_s: Option<f64>, secs: f64) {

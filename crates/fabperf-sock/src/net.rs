@@ -248,6 +248,11 @@ impl SendBatch {
         self.n
     }
 
+    /// All the datagram buffers.
+    pub fn buffer(&self) -> &[u8] {
+        &self.buf
+    }
+
     /// The bytes of datagram `i`.
     #[inline]
     pub fn slot(&mut self, i: usize) -> &mut [u8] {
@@ -301,6 +306,16 @@ pub struct RecvBatch {
 }
 
 impl RecvBatch {
+    /// All the receive buffers.
+    pub fn buffer(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// The same, writable (to place its pages before the first receive).
+    pub fn buffer_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+
     pub fn new(n: usize, stride: usize) -> RecvBatch {
         let mut buf = vec![0u8; n * stride];
         let mut ctrl = vec![0u8; n * CTRL_LEN];

@@ -1,5 +1,6 @@
 //! Test parameters (sent to the agent as JSON) and their validation.
 
+use fabperf_proto::explain::CpuSpec;
 use serde::{Deserialize, Serialize};
 
 /// Bytes of fabperf's UDP datagram header (magic, type, flags, session,
@@ -70,6 +71,11 @@ pub struct TcpBwParams {
     /// kernel paces the socket: SO_MAX_PACING_RATE); `None`: as fast as
     /// the path allows.
     pub rate_bps: Option<u64>,
+    /// Where each end's data threads run (`--cpu`): `auto` (the NIC's NUMA node), `none`,
+    /// or a CPU list for both ends. Sent only when not `auto`, so agents without it serve
+    /// the default.
+    #[serde(skip_serializing_if = "CpuSpec::is_auto")]
+    pub cpu: CpuSpec,
 }
 
 impl Default for TcpBwParams {
@@ -84,6 +90,7 @@ impl Default for TcpBwParams {
             copy: false,
             window: None,
             rate_bps: None,
+            cpu: CpuSpec::Auto,
         }
     }
 }
@@ -104,6 +111,11 @@ pub struct TcpLatParams {
     pub rtt: bool,
     /// Spin on non-blocking receives (and set SO_BUSY_POLL) on both ends.
     pub busy_poll: bool,
+    /// Where each end's data threads run (`--cpu`): `auto` (the NIC's NUMA node), `none`,
+    /// or a CPU list for both ends. Sent only when not `auto`, so agents without it serve
+    /// the default.
+    #[serde(skip_serializing_if = "CpuSpec::is_auto")]
+    pub cpu: CpuSpec,
 }
 
 impl Default for TcpLatParams {
@@ -115,6 +127,7 @@ impl Default for TcpLatParams {
             warmup: 1000,
             rtt: false,
             busy_poll: false,
+            cpu: CpuSpec::Auto,
         }
     }
 }
@@ -134,6 +147,11 @@ pub struct UdpBwParams {
     /// Receive (and send) buffer in bytes; the default is 8 MiB (forced
     /// past net.core.rmem_max when running as root).
     pub window: Option<u64>,
+    /// Where each end's data threads run (`--cpu`): `auto` (the NIC's NUMA node), `none`,
+    /// or a CPU list for both ends. Sent only when not `auto`, so agents without it serve
+    /// the default.
+    #[serde(skip_serializing_if = "CpuSpec::is_auto")]
+    pub cpu: CpuSpec,
 }
 
 impl Default for UdpBwParams {
@@ -145,6 +163,7 @@ impl Default for UdpBwParams {
             omit_s: 1.0,
             direction: Direction::Forward,
             window: None,
+            cpu: CpuSpec::Auto,
         }
     }
 }
@@ -161,6 +180,11 @@ pub struct UdpLatParams {
     /// A probe without a reply after this many milliseconds counts as lost.
     pub probe_timeout_ms: u64,
     pub rtt: bool,
+    /// Where each end's data threads run (`--cpu`): `auto` (the NIC's NUMA node), `none`,
+    /// or a CPU list for both ends. Sent only when not `auto`, so agents without it serve
+    /// the default.
+    #[serde(skip_serializing_if = "CpuSpec::is_auto")]
+    pub cpu: CpuSpec,
 }
 
 impl Default for UdpLatParams {
@@ -172,6 +196,7 @@ impl Default for UdpLatParams {
             warmup: 100,
             probe_timeout_ms: 200,
             rtt: false,
+            cpu: CpuSpec::Auto,
         }
     }
 }
@@ -341,5 +366,12 @@ mod tests {
         let p: TcpBwParams = serde_json::from_str(r#"{"streams":2}"#).unwrap();
         assert_eq!(p.streams, 2);
         assert_eq!(p.size, 128 << 10);
+        // --cpu: absent is auto, and auto is not sent (agents that predate it still serve).
+        assert_eq!(p.cpu, CpuSpec::Auto);
+        let v = serde_json::to_value(UdpBwParams::default()).unwrap();
+        assert!(v.get("cpu").is_none(), "{v}");
+        let p: UdpLatParams = serde_json::from_str(r#"{"cpu":"0-1"}"#).unwrap();
+        assert_eq!(p.cpu, CpuSpec::List(vec![0, 1]));
+        assert!(serde_json::from_str::<TcpLatParams>(r#"{"cpu":"3-1"}"#).is_err());
     }
 }

@@ -15,10 +15,11 @@ use crate::error::SockError;
 use crate::net;
 use crate::params::{Direction, TcpBwParams};
 use fabperf_proto::cpu::{HostMeter, ThreadCpu};
+use fabperf_proto::explain::{self, EndSetup};
 use fabperf_proto::{
     connect_data, connect_test, ClientConfig, Msg, ServeCtx, ServeError, TestKind,
 };
-use fabperf_results::{HostCpu, Record, Side, Transport, Warning};
+use fabperf_results::{Record, Side, Transport, Warning};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -49,6 +50,13 @@ pub(crate) struct StreamReport {
     pub cpu_s: Option<f64>,
     /// Retransmitted segments during the measured interval (senders).
     pub retrans: Option<u64>,
+    /// NUMA node of the thread's user buffer (`--copy`, `--zerocopy`; the default path
+    /// has none: sendfile from a file, receive discarded in the kernel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buf_node: Option<u32>,
+    /// Why the thread could not be pinned (`--cpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_error: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -59,7 +67,7 @@ enum BwMsg {
         streams: Vec<StreamReport>,
         /// This end's host CPU over the measured interval, or why not.
         #[serde(default)]
-        host: HostReport,
+        host: Box<HostReport>,
     },
 }
 
@@ -125,6 +133,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
             .map_err(|e| SockError::data("setting SO_MAX_PACING_RATE (--rate)", e))?;
     }
     let src = if plan.copy || plan.zerocopy {
+        // Filled by this (pinned) thread: its pages are on this thread's node.
         Source::Buffer(vec![0x5au8; plan.size], flags)
     } else {
         Source::File(
@@ -195,6 +204,10 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         _ => None,
     };
     let _ = c.stream.shutdown(Shutdown::Write);
+    let buf_node = match &src {
+        Source::Buffer(b, _) => explain::buffer_node(b),
+        Source::File(_) => None,
+    };
     Ok(StreamReport {
         idx: c.idx,
         dir: c.dir,
@@ -205,6 +218,8 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         secs: t_end.duration_since(m_t0).as_secs_f64(),
         cpu_s: cpu,
         retrans,
+        buf_node,
+        pin_error: None,
     })
 }
 
@@ -213,6 +228,10 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
 fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
     let fd = c.stream.as_fd();
     let mut buf = vec![0u8; plan.size];
+    if plan.copy {
+        // Place the pages now, on this (pinned) thread's node.
+        explain::first_touch(&mut buf);
+    }
     // Without --copy the kernel discards the bytes (no copy to user space).
     let rflags = if plan.copy { 0 } else { libc::MSG_TRUNC };
     let mut total: u64 = 0;
@@ -272,19 +291,27 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
         secs,
         cpu_s: cpu,
         retrans: None,
+        buf_node: if plan.copy {
+            explain::buffer_node(&buf)
+        } else {
+            None
+        },
+        pin_error: None,
     })
 }
 
-/// What one end's streams measured, and its host's CPU over the interval
-/// from the warm-up boundary to the end of the last stream.
+/// What one end's streams measured, and its host's report (CPU, counters,
+/// placement) over the interval from the warm-up boundary to the end of the
+/// last stream.
 struct EndReport {
     streams: Vec<StreamReport>,
-    host: Result<HostCpu, String>,
+    host: HostReport,
 }
 
-/// Run every connection on its own thread; on the first failure shut all
-/// connections down so the other threads end at once.
-fn run_streams(conns: &[Conn], plan: &Plan) -> Result<EndReport, SockError> {
+/// Run every connection on its own thread (pinned to this end's CPUs); on
+/// the first failure shut all connections down so the other threads end at
+/// once.
+fn run_streams(conns: &[Conn], plan: &Plan, setup: &EndSetup) -> Result<EndReport, SockError> {
     let abort = AtomicBool::new(false);
     let boundary = Instant::now() + plan.omit;
     let mut host: Option<HostMeter> = None;
@@ -298,11 +325,16 @@ fn run_streams(conns: &[Conn], plan: &Plan) -> Result<EndReport, SockError> {
             std::thread::Builder::new()
                 .name(format!("fabperf-tcp-{}", c.idx))
                 .spawn_scoped(s, move || {
+                    let pinned = setup.pin();
                     let r = if c.sender {
                         run_sender(c, plan, abort)
                     } else {
                         run_receiver(c, plan)
                     };
+                    let r = r.map(|mut rep| {
+                        rep.pin_error = pinned.error.clone();
+                        rep
+                    });
                     let _ = tx.send(r);
                 })
                 .expect("spawning a stream thread");
@@ -316,14 +348,14 @@ fn run_streams(conns: &[Conn], plan: &Plan) -> Result<EndReport, SockError> {
                 match rx.recv_timeout(wait) {
                     Ok(r) => r,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        host = Some(HostMeter::start());
+                        host = Some(setup.meter());
                         continue;
                     }
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
             } else {
                 if host.is_none() {
-                    host = Some(HostMeter::start());
+                    host = Some(setup.meter());
                 }
                 match rx.recv() {
                     Ok(r) => r,
@@ -344,16 +376,17 @@ fn run_streams(conns: &[Conn], plan: &Plan) -> Result<EndReport, SockError> {
             }
         }
     });
-    let host = host
-        .map(|m| m.finish())
-        .unwrap_or_else(|| Err("no measured interval".into()));
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(EndReport {
-            streams: reports,
-            host,
-        }),
+    if let Some(e) = first_err {
+        return Err(e);
     }
+    reports.sort_by_key(|r| (r.dir, r.idx));
+    let buf_node = reports.iter().find_map(|r| r.buf_node);
+    let pin_errors: Vec<String> = reports.iter().filter_map(|r| r.pin_error.clone()).collect();
+    let host = setup.report(host.as_ref(), buf_node, &pin_errors, "no measured interval");
+    Ok(EndReport {
+        streams: reports,
+        host,
+    })
 }
 
 fn prepare(stream: &TcpStream, window: Option<u64>, timeout: Duration) -> std::io::Result<()> {
@@ -387,6 +420,8 @@ pub fn run_tcp_bw(
     p.validate().map_err(SockError::BadParams)?;
     let params = serde_json::to_value(p).expect("params serialize");
     let started_at = fabperf_results::now_rfc3339();
+    let setup = EndSetup::for_socket(Side::Client, explain::local_ip_towards(addr), &p.cpu)
+        .map_err(SockError::BadParams)?;
     let (mut ctl, info) = connect_test(addr, cfg, "tcp-bw", params)?;
     let info: AcceptInfo = serde_json::from_value(info)
         .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
@@ -427,7 +462,7 @@ pub fn run_tcp_bw(
         }
     }
     let plan = plan_of(p);
-    let mine = match run_streams(&conns, &plan) {
+    let mine = match run_streams(&conns, &plan, &setup) {
         Ok(r) => r,
         Err(e) => {
             ctl.send_error(
@@ -439,12 +474,12 @@ pub fn run_tcp_bw(
     };
     ctl.send_test(&BwMsg::Report {
         streams: mine.streams.clone(),
-        host: HostReport::of(mine.host.clone()),
+        host: Box::new(mine.host.clone()),
     })?;
     let theirs = match ctl.recv_test::<BwMsg>("the agent's stream report")? {
         BwMsg::Report { streams, host } => EndReport {
             streams,
-            host: host.result(),
+            host: *host,
         },
         other => {
             return Err(SockError::Protocol(format!(
@@ -453,7 +488,19 @@ pub fn run_tcp_bw(
         }
     };
     let _ = ctl.send(&Msg::Bye);
-    build_records(p, &mine, &theirs, &started_at, local, addr)
+    let mut recs = build_records(p, &mine, &theirs, &started_at, local, addr)?;
+    explain::apply(
+        &mut recs,
+        &mine.host,
+        &theirs.host,
+        &explain::TestKindInfo {
+            full_rate_bandwidth: p.rate_bps.is_none(),
+            one: "one stream".into(),
+            more_streams_hint:
+                "more streams (-P 4) and larger messages (-l 1M) show what the link carries".into(),
+        },
+    );
+    Ok(recs)
 }
 
 fn find(v: &[StreamReport], idx: u32, dir: u8) -> Option<&StreamReport> {
@@ -578,8 +625,8 @@ fn build_records(
     };
     // The hosts' CPU goes on every record that is not a single stream's.
     let host = |r: &mut Record| {
-        set_host_cpu(r, Side::Client, &mine.host);
-        set_host_cpu(r, Side::Agent, &theirs.host);
+        set_host_cpu(r, Side::Client, &mine.host.result());
+        set_host_cpu(r, Side::Agent, &theirs.host.result());
     };
     let mut per_dir = Vec::new();
     let mut rows = Vec::new();
@@ -661,6 +708,8 @@ impl TestKind for TcpBw {
         let nconn = p.connections();
         ctx.limits
             .check_memory(p.size * nconn as u64, "tcp-bw buffers (size x connections)")?;
+        let setup = EndSetup::for_socket(Side::Agent, Some(ctx.local().ip()), &p.cpu)
+            .map_err(ServeError::bad_request)?;
         let io = ctx.limits.io_timeout;
         let waiter = ctx.data.register(nconn as usize);
         ctx.ctl.send(&Msg::Accept {
@@ -697,7 +746,7 @@ impl TestKind for TcpBw {
         drop(waiter);
         ctx.ctl.send_test(&BwMsg::Ready)?;
         let plan = plan_of(&p);
-        let mine = run_streams(&conns, &plan)?;
+        let mine = run_streams(&conns, &plan, &setup)?;
         // The client reports when its threads are done; they end at most
         // one timeout after ours.
         match ctx.ctl.recv_test::<BwMsg>("the client's stream report")? {
@@ -710,7 +759,7 @@ impl TestKind for TcpBw {
         }
         ctx.ctl.send_test(&BwMsg::Report {
             streams: mine.streams,
-            host: HostReport::of(mine.host),
+            host: Box::new(mine.host),
         })?;
         Ok(())
     }

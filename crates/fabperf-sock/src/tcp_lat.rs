@@ -12,7 +12,8 @@ use crate::cpu::{set_host_cpu, set_thread_cpu, HostReport, LoopEnd};
 use crate::error::SockError;
 use crate::net;
 use crate::params::TcpLatParams;
-use fabperf_proto::cpu::{HostMeter, ThreadCpu};
+use fabperf_proto::cpu::ThreadCpu;
+use fabperf_proto::explain::{self, EndSetup};
 use fabperf_proto::{
     connect_data, connect_test, ClientConfig, ErrorCode, Msg, ServeCtx, ServeError, TestKind,
 };
@@ -44,7 +45,7 @@ enum LatMsg {
         cpu_s: Option<f64>,
         secs: f64,
         #[serde(default)]
-        host: HostReport,
+        host: Box<HostReport>,
     },
 }
 
@@ -125,6 +126,8 @@ pub fn run_tcp_lat(
     p.validate().map_err(SockError::BadParams)?;
     let params = serde_json::to_value(p).expect("params serialize");
     let started_at = fabperf_results::now_rfc3339();
+    let setup = EndSetup::for_socket(Side::Client, explain::local_ip_towards(addr), &p.cpu)
+        .map_err(SockError::BadParams)?;
     let (mut ctl, info) = connect_test(addr, cfg, "tcp-lat", params)?;
     let info: AcceptInfo = serde_json::from_value(info)
         .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
@@ -148,8 +151,12 @@ pub fn run_tcp_lat(
     let mut hist = LatencyHistogram::new(kind);
     let fd = s.as_fd();
     let size = p.size as usize;
+    // This thread measures: pinned for the test (its affinity comes back after), and its
+    // buffers placed by it.
+    let pinned = setup.pin();
     let mut out = vec![0x5au8; size];
     let mut inb = vec![0u8; size];
+    explain::first_touch(&mut inb);
     let mode = RecvMode {
         spin: p.busy_poll,
         timeout: cfg.timeout,
@@ -173,8 +180,8 @@ pub fn run_tcp_lat(
         for i in 0..p.warmup {
             rt(&mut out, &mut inb, i)?;
         }
+        let host = setup.meter();
         let cpu0 = ThreadCpu::start();
-        let host = HostMeter::start();
         let t0 = Instant::now();
         let end = t0 + Duration::from_secs_f64(p.duration_s);
         let limit = p.iterations.unwrap_or(u64::MAX);
@@ -193,8 +200,12 @@ pub fn run_tcp_lat(
             }
         }
         let secs = prev.duration_since(t0).as_secs_f64();
-        Ok((n, secs, cpu0.used_secs(), host.finish()))
+        let cpu = cpu0.used_secs();
+        let pin_errors: Vec<String> = pinned.error.iter().cloned().collect();
+        let report = setup.report(Some(&host), explain::buffer_node(&out), &pin_errors, "");
+        Ok((n, secs, cpu, report))
     })();
+    drop(pinned);
     let (n, secs, cpu, host) = match res {
         Ok(v) => v,
         Err(e) => {
@@ -210,7 +221,7 @@ pub fn run_tcp_lat(
             cpu_s,
             secs,
             host,
-        } => (echoed, cpu_s, secs, host.result()),
+        } => (echoed, cpu_s, secs, *host),
         other => {
             return Err(SockError::Protocol(format!(
                 "expected report, got {other:?}"
@@ -232,8 +243,8 @@ pub fn run_tcp_lat(
     }
     set_thread_cpu(&mut r, Side::Client, cpu, secs);
     set_thread_cpu(&mut r, Side::Agent, rcpu, rsecs);
-    set_host_cpu(&mut r, Side::Client, &host);
-    set_host_cpu(&mut r, Side::Agent, &rhost);
+    set_host_cpu(&mut r, Side::Client, &host.result());
+    set_host_cpu(&mut r, Side::Agent, &rhost.result());
     if echoed != n + p.warmup {
         r.warn(Warning::CountMismatch {
             text: format!(
@@ -255,7 +266,9 @@ pub fn run_tcp_lat(
     if p.busy_poll && (!busy_local || !info.busy_poll_set) {
         r.warn(Warning::BusyPollUnset);
     }
-    Ok(vec![r])
+    let mut recs = vec![r];
+    explain::apply(&mut recs, &host, &rhost, &explain::TestKindInfo::default());
+    Ok(recs)
 }
 
 /// Agent side of `tcp-lat`.
@@ -281,6 +294,8 @@ impl TestKind for TcpLat {
             Some(_) => None,
         };
         ctx.limits.check_memory(p.size, "tcp-lat buffer")?;
+        let setup = EndSetup::for_socket(Side::Agent, Some(ctx.local().ip()), &p.cpu)
+            .map_err(ServeError::bad_request)?;
         let io = ctx.limits.io_timeout;
         let waiter = ctx.data.register(1);
         // Busy-poll capability is only known once the socket exists; report
@@ -300,7 +315,10 @@ impl TestKind for TcpLat {
             .map_err(|e| ServeError::failed(format!("data socket options: {e}")))?;
         ctx.ctl.send_test(&LatMsg::Ready)?;
         let fd = s.as_fd();
+        // This connection's thread echoes: pinned for the test, its buffer placed by it.
+        let pinned = setup.pin();
         let mut buf = vec![0u8; p.size as usize];
+        explain::first_touch(&mut buf);
         let mode = RecvMode {
             spin: p.busy_poll,
             timeout: io,
@@ -311,8 +329,8 @@ impl TestKind for TcpLat {
             }
         };
         arm(0);
+        let host = setup.meter();
         let cpu0 = ThreadCpu::start();
-        let host = HostMeter::start();
         let t0 = Instant::now();
         let mut echoed: u64 = 0;
         loop {
@@ -331,7 +349,9 @@ impl TestKind for TcpLat {
         }
         let secs = t0.elapsed().as_secs_f64();
         let cpu = cpu0.used_secs();
-        let host = HostReport::of(host.finish());
+        let pin_errors: Vec<String> = pinned.error.iter().cloned().collect();
+        drop(pinned);
+        let host = setup.report(Some(&host), explain::buffer_node(&buf), &pin_errors, "");
         match ctx.ctl.recv_test::<LatMsg>("the client's done")? {
             LatMsg::Done { .. } => {}
             other => {
@@ -344,7 +364,7 @@ impl TestKind for TcpLat {
             echoed,
             cpu_s: cpu,
             secs,
-            host,
+            host: Box::new(host),
         })?;
         Ok(())
     }

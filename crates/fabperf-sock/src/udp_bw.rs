@@ -19,6 +19,7 @@ use crate::net;
 use crate::params::{Direction, UdpBwParams};
 use crate::udp::{self, Header, RxAccount, SeenWindow, F_BATCHED, F_MEASURED, T_DATA};
 use fabperf_proto::cpu::{HostMeter, ThreadCpu};
+use fabperf_proto::explain::{self, EndSetup};
 use fabperf_proto::{
     connect_test, ClientConfig, Control, ErrorCode, Msg, ServeCtx, ServeError, TestKind,
 };
@@ -55,6 +56,12 @@ pub(crate) struct SenderStats {
     pub cpu_s: Option<f64>,
     /// Sends refused with ENOBUFS (local queue full), retried.
     pub enobufs: u64,
+    /// NUMA node of the send buffers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buf_node: Option<u32>,
+    /// Why the thread could not be pinned (`--cpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -80,6 +87,12 @@ pub(crate) struct RxStats {
     pub foreign: u64,
     /// Datagrams from the warm-up (ignored).
     pub warmup: u64,
+    /// NUMA node of the receive buffers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buf_node: Option<u32>,
+    /// Why the thread could not be pinned (`--cpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_error: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -213,6 +226,7 @@ fn run_sender(
         st.secs = t_end.duration_since(start).as_secs_f64();
     }
     st.cpu_s = cpu0.used_secs();
+    st.buf_node = explain::buffer_node(batch.buffer());
     Ok(st)
 }
 
@@ -238,6 +252,7 @@ fn run_receiver(
     // batch as jitter).
     let kernel_ts = net::RecvBatch::enable_timestamps(fd);
     let mut batch = net::RecvBatch::new(net::BATCH, 65536);
+    explain::first_touch(batch.buffer_mut());
     let base = Instant::now();
     let mut acc = RxAccount::new();
     let mut st = RxStats {
@@ -322,6 +337,7 @@ fn run_receiver(
         Some(c0) => c0.used_secs(),
         None => Some(0.0),
     };
+    st.buf_node = explain::buffer_node(batch.buffer());
     Ok(st)
 }
 
@@ -336,10 +352,12 @@ struct Outcome {
     peer_host: Option<HostReport>,
 }
 
-/// Run this side's sender and receiver threads and the control exchange.
+/// Run this side's sender and receiver threads (pinned to this end's CPUs)
+/// and the control exchange.
 #[allow(clippy::too_many_arguments)]
 fn exchange(
     ctl: &mut Control,
+    setup: &EndSetup,
     is_agent: bool,
     sock: &UdpSocket,
     plan: &SendPlan,
@@ -362,7 +380,12 @@ fn exchange(
             std::thread::Builder::new()
                 .name("fabperf-udp-tx".into())
                 .spawn_scoped(s, move || {
-                    let _ = stx.send(run_sender(sock, plan, abort));
+                    let pinned = setup.pin();
+                    let r = run_sender(sock, plan, abort).map(|mut st| {
+                        st.pin_error = pinned.error.clone();
+                        st
+                    });
+                    let _ = stx.send(r);
                 })
                 .expect("spawning the UDP sender");
         }
@@ -371,12 +394,18 @@ fn exchange(
             std::thread::Builder::new()
                 .name("fabperf-udp-rx".into())
                 .spawn_scoped(s, move || {
-                    let _ = rtx.send(run_receiver(sock, plan.session, c, rcvbuf));
+                    let pinned = setup.pin();
+                    let r = run_receiver(sock, plan.session, c, rcvbuf).map(|mut st| {
+                        st.pin_error = pinned.error.clone();
+                        st
+                    });
+                    let _ = rtx.send(r);
                 })
                 .expect("spawning the UDP receiver");
         }
         let r = control_loop(
             ctl,
+            setup,
             is_agent,
             plan.omit,
             &rx_ctl,
@@ -398,6 +427,7 @@ fn exchange(
 #[allow(clippy::too_many_arguments)]
 fn control_loop(
     ctl: &mut Control,
+    setup: &EndSetup,
     is_agent: bool,
     omit: Duration,
     rx_ctl: &RxCtl,
@@ -455,14 +485,23 @@ fn control_loop(
             }
         }
         if host.is_none() && Instant::now() >= boundary {
-            host = Some(HostMeter::start());
+            host = Some(setup.meter());
         }
         let threads_done = (!sends || out.my_send.is_some()) && (!receives || out.my_rx.is_some());
         if threads_done && out.my_host.is_none() {
-            let h = HostReport::of(
-                host.as_ref()
-                    .map(|m| m.finish())
-                    .unwrap_or_else(|| Err("the test ended within its warm-up".into())),
+            let tx = out.my_send.as_ref();
+            let rx = out.my_rx.as_ref();
+            let buf_node = rx.and_then(|r| r.buf_node).or(tx.and_then(|t| t.buf_node));
+            let pin_errors: Vec<String> = rx
+                .and_then(|r| r.pin_error.clone())
+                .into_iter()
+                .chain(tx.and_then(|t| t.pin_error.clone()))
+                .collect();
+            let h = setup.report(
+                host.as_ref(),
+                buf_node,
+                &pin_errors,
+                "the test ended within its warm-up",
             );
             ctl.send_test(&UdpMsg::Host(h.clone()))?;
             out.my_host = Some(h);
@@ -491,7 +530,17 @@ fn control_loop(
                 timeout.as_secs_f64()
             )));
         }
-        let readable = net::wait_readable(ctl.stream().as_fd(), Duration::from_millis(20))
+        // Wake up at the warm-up boundary, so the host meter (and its counter snapshot)
+        // starts there and not up to one poll later.
+        let mut poll = Duration::from_millis(20);
+        if host.is_none() {
+            poll = poll.min(
+                boundary
+                    .saturating_duration_since(now)
+                    .max(Duration::from_millis(1)),
+            );
+        }
+        let readable = net::wait_readable(ctl.stream().as_fd(), poll)
             .map_err(|e| SockError::data("waiting on the control connection", e))?;
         if !readable {
             continue;
@@ -557,6 +606,8 @@ fn client(
     let want = p.window.unwrap_or(DEFAULT_WINDOW);
     let rcvbuf = udp::size_buffers(&sock, want);
     let local = sock.local_addr().ok();
+    let setup = EndSetup::for_socket(Side::Client, local.map(|a| a.ip()), &p.cpu)
+        .map_err(SockError::BadParams)?;
     let (mut ctl, info) = connect_test(addr, cfg, "udp-bw", params)?;
     let info: AcceptInfo = serde_json::from_value(info)
         .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
@@ -574,6 +625,7 @@ fn client(
     };
     let mut out = exchange(
         &mut ctl,
+        &setup,
         false,
         &sock,
         &plan,
@@ -594,8 +646,10 @@ fn client(
         r.remote = Some(addr.to_string());
         r
     };
-    let my_host = out.my_host.clone().unwrap_or_default().result();
-    let peer_host = out.peer_host.clone().unwrap_or_default().result();
+    let my_report = out.my_host.clone().unwrap_or_default();
+    let peer_report = out.peer_host.clone().unwrap_or_default();
+    let my_host = my_report.result();
+    let peer_host = peer_report.result();
     let mut recs = Vec::new();
     if let (Some(tx), Some(rx)) = (&out.my_send, &out.peer_rx) {
         let mut r = base("forward");
@@ -675,6 +729,16 @@ fn client(
             "the agent's reports were incomplete".into(),
         ));
     }
+    explain::apply(
+        &mut recs,
+        &my_report,
+        &peer_report,
+        &explain::TestKindInfo {
+            full_rate_bandwidth: p.rate_bps.is_none() && script.is_none(),
+            one: "one UDP stream".into(),
+            more_streams_hint: "larger datagrams (-l up to the path MTU, or 8972 with jumbo frames) carry more per system call; several udp-bw runs at once (fabperf run) show what the link carries".into(),
+        },
+    );
     Ok(recs)
 }
 
@@ -802,6 +866,8 @@ impl TestKind for UdpBw {
         ctx.limits
             .check_memory(want * 2 + (1 << 20), "udp-bw socket buffers and window")?;
         let io = ctx.limits.io_timeout;
+        let setup = EndSetup::for_socket(Side::Agent, Some(ctx.local().ip()), &p.cpu)
+            .map_err(ServeError::bad_request)?;
         let sock = udp::agent_socket(ctx.local())?;
         let rcvbuf = udp::size_buffers(&sock, want);
         let session = udp::new_session();
@@ -820,6 +886,7 @@ impl TestKind for UdpBw {
         };
         exchange(
             ctx.ctl,
+            &setup,
             true,
             &sock,
             &plan,

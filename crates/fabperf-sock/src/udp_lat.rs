@@ -14,7 +14,8 @@ use crate::error::SockError;
 use crate::net;
 use crate::params::UdpLatParams;
 use crate::udp::{self, Header, Seen, SeenWindow, T_PROBE, T_REPLY};
-use fabperf_proto::cpu::{HostMeter, ThreadCpu};
+use fabperf_proto::cpu::ThreadCpu;
+use fabperf_proto::explain::{self, EndSetup};
 use fabperf_proto::{connect_test, ClientConfig, ErrorCode, Msg, ServeCtx, ServeError, TestKind};
 use fabperf_results::{LatencyHistogram, LatencyKind, Record, Side, Transport, UdpStats, Warning};
 use serde::{Deserialize, Serialize};
@@ -43,7 +44,7 @@ enum LatMsg {
         cpu_s: Option<f64>,
         secs: f64,
         #[serde(default)]
-        host: HostReport,
+        host: Box<HostReport>,
     },
 }
 
@@ -154,6 +155,8 @@ pub fn run_udp_lat(
     let sock = udp::client_socket(addr)?;
     udp::size_buffers(&sock, 1 << 20);
     let local = sock.local_addr().ok();
+    let setup = EndSetup::for_socket(Side::Client, local.map(|a| a.ip()), &p.cpu)
+        .map_err(SockError::BadParams)?;
     let (mut ctl, info) = connect_test(addr, cfg, "udp-lat", params)?;
     let info: AcceptInfo = serde_json::from_value(info)
         .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
@@ -172,6 +175,9 @@ pub fn run_udp_lat(
         LatencyKind::HalfRtt
     };
     let mut hist = LatencyHistogram::new(kind);
+    // This thread probes: pinned for the test (its affinity comes back after), its buffers
+    // placed by it.
+    let pinned = setup.pin();
     let now = Instant::now();
     let mut pr = Prober {
         sock: &sock,
@@ -188,15 +194,16 @@ pub fn run_udp_lat(
     let mut ipdv_ns = 0.0f64;
     let mut ipdv_n = 0u64;
     let div = if p.rtt { 1 } else { 2 };
-    let res = (|| -> Result<(f64, Option<f64>, Result<_, String>), SockError> {
+    explain::first_touch(&mut pr.rbuf);
+    let res = (|| -> Result<(f64, Option<f64>, HostReport), SockError> {
         let mut seq = 0u64;
         for _ in 0..p.warmup {
             pr.probe(seq, &mut c)?;
             seq += 1;
         }
         c = Counts::default();
+        let host = setup.meter();
         let cpu0 = ThreadCpu::start();
-        let host = HostMeter::start();
         let t0 = Instant::now();
         let end = t0 + Duration::from_secs_f64(p.duration_s);
         let limit = p.iterations.unwrap_or(u64::MAX);
@@ -218,8 +225,13 @@ pub fn run_udp_lat(
                 break;
             }
         }
-        Ok((t0.elapsed().as_secs_f64(), cpu0.used_secs(), host.finish()))
+        let secs = t0.elapsed().as_secs_f64();
+        let cpu = cpu0.used_secs();
+        let pin_errors: Vec<String> = pinned.error.iter().cloned().collect();
+        let report = setup.report(Some(&host), explain::buffer_node(&pr.buf), &pin_errors, "");
+        Ok((secs, cpu, report))
     })();
+    drop(pinned);
     let (secs, cpu, host) = match res {
         Ok(v) => v,
         Err(e) => {
@@ -234,7 +246,7 @@ pub fn run_udp_lat(
             cpu_s,
             secs,
             host,
-        } => (echoed, cpu_s, secs, host.result()),
+        } => (echoed, cpu_s, secs, *host),
         other => {
             return Err(SockError::Protocol(format!(
                 "expected report, got {other:?}"
@@ -256,8 +268,8 @@ pub fn run_udp_lat(
     }
     set_thread_cpu(&mut r, Side::Client, cpu, secs);
     set_thread_cpu(&mut r, Side::Agent, rcpu, rsecs);
-    set_host_cpu(&mut r, Side::Client, &host);
-    set_host_cpu(&mut r, Side::Agent, &rhost);
+    set_host_cpu(&mut r, Side::Client, &host.result());
+    set_host_cpu(&mut r, Side::Agent, &rhost.result());
     r.udp = Some(UdpStats {
         sent: c.sent,
         received: c.received,
@@ -286,7 +298,9 @@ pub fn run_udp_lat(
             hint: "tail percentiles (p99.9 and up) need many more samples".into(),
         });
     }
-    Ok(vec![r])
+    let mut recs = vec![r];
+    explain::apply(&mut recs, &host, &rhost, &explain::TestKindInfo::default());
+    Ok(recs)
 }
 
 /// Agent side of `udp-lat`.
@@ -300,13 +314,16 @@ fn echo(
     stop: &AtomicBool,
     t0: Instant,
     last_probe: &AtomicU64,
+    setup: &EndSetup,
 ) -> io::Result<(u64, Option<f64>, f64, HostReport)> {
     let fd = sock.as_fd();
     sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+    let pinned = setup.pin();
     let mut buf = vec![0u8; 65536];
+    explain::first_touch(&mut buf);
     let mut echoed = 0u64;
+    let host = setup.meter();
     let cpu0 = ThreadCpu::start();
-    let host = HostMeter::start();
     while !stop.load(Ordering::Relaxed) {
         match net::recv(fd, &mut buf, 0) {
             Ok(n) => {
@@ -330,11 +347,14 @@ fn echo(
             Err(e) => return Err(e),
         }
     }
+    let cpu = cpu0.used_secs();
+    let secs = t0.elapsed().as_secs_f64();
+    let pin_errors: Vec<String> = pinned.error.iter().cloned().collect();
     Ok((
         echoed,
-        cpu0.used_secs(),
-        t0.elapsed().as_secs_f64(),
-        HostReport::of(host.finish()),
+        cpu,
+        secs,
+        setup.report(Some(&host), explain::buffer_node(&buf), &pin_errors, ""),
     ))
 }
 
@@ -357,6 +377,8 @@ impl TestKind for UdpLat {
             let length = Duration::from_secs_f64(p.duration_s).saturating_add(warm);
             ctx.clock.arm(length.min(ctx.limits.max_duration));
         }
+        let setup = EndSetup::for_socket(Side::Agent, Some(ctx.local().ip()), &p.cpu)
+            .map_err(ServeError::bad_request)?;
         let sock = udp::agent_socket(ctx.local())?;
         udp::size_buffers(&sock, 1 << 20);
         let session = udp::new_session();
@@ -381,7 +403,7 @@ impl TestKind for UdpLat {
         let (res, done) = std::thread::scope(|s| {
             let h = std::thread::Builder::new()
                 .name("fabperf-udp-echo".into())
-                .spawn_scoped(s, || echo(&sock, session, &stop, t0, &last_probe))
+                .spawn_scoped(s, || echo(&sock, session, &stop, t0, &last_probe, &setup))
                 .expect("spawning the UDP echo thread");
             let fd = ctl.stream().as_fd();
             let done = loop {
@@ -431,7 +453,7 @@ impl TestKind for UdpLat {
             echoed,
             cpu_s,
             secs,
-            host,
+            host: Box::new(host),
         })?;
         Ok(())
     }

@@ -212,6 +212,49 @@ fn json_schema_keys_of_every_socket_test() {
     assert!(text.contains("half-RTT"), "{text}");
 }
 
+/// `--cpu` reaches both ends and comes back in each end's placement; the human output says
+/// where each end ran under the table; a reversed CPU list is refused before anything runs.
+#[test]
+fn cpu_option_places_both_ends() {
+    let s = Server::start(10);
+    let p = s.port;
+    let v = json_lines(&run(
+        p,
+        &["tcp-lat", "-n", "200", "--cpu", "none", "--json"],
+    ));
+    for side in ["placement_local", "placement_remote"] {
+        let pl = &v[0][side];
+        assert_eq!(pl["cpu"], "none", "{side}: {pl}");
+        assert!(pl.get("cpu_list").is_none(), "not pinned: {pl}");
+        assert_eq!(pl["interface"], "lo");
+        assert_eq!(pl["virtual_link"], true);
+    }
+    let v = json_lines(&run(p, &["udp-lat", "-n", "200", "--cpu", "0", "--json"]));
+    for side in ["placement_local", "placement_remote"] {
+        let pl = &v[0][side];
+        assert_eq!(pl["cpu"], "list", "{side}: {pl}");
+        assert_eq!(pl["cpu_list"], "0", "{side}: {pl}");
+    }
+    // Counters of both ends: loopback's netdev statistics moved during the run.
+    for side in ["local", "remote"] {
+        let groups = v[0]["counters"][side].as_array().expect("counter groups");
+        assert!(
+            groups
+                .iter()
+                .any(|g| g["source"] == "netdev" && g["deltas"]["rx_packets"].as_u64() > Some(0)),
+            "{side}: {groups:?}"
+        );
+    }
+    let out = run(p, &["tcp-lat", "-n", "200", "--cpu", "auto"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\nclient: lo, virtual link"), "{text}");
+    assert!(text.contains("\nagent: lo, virtual link"), "{text}");
+    let out = run(p, &["tcp-lat", "-n", "10", "--cpu", "3-1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--cpu"));
+}
+
 #[test]
 fn bad_arguments_exit_non_zero_with_a_message() {
     let s = Server::start(10);

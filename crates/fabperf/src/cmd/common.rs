@@ -1,6 +1,7 @@
 //! Options and output shared by the client commands (socket and RDMA tests).
 
 use anyhow::Context;
+use fabperf_proto::explain::CpuSpec;
 use fabperf_proto::{ClientConfig, DEFAULT_PORT};
 use fabperf_results::{write_csv, write_json_lines, Record, Table};
 use fabperf_units::{self as units, Zero};
@@ -57,6 +58,12 @@ pub struct ClientOpts {
     #[arg(long, default_value = "10", value_name = "SECS", value_parser = timeout_secs(),
           allow_negative_numbers = true)]
     pub timeout: f64,
+    /// Where each end's data threads run and their buffers are placed: auto (the CPUs of
+    /// the NIC's NUMA node that the process may use, avoiding the NIC's interrupt CPUs),
+    /// none (not pinned), or a CPU list for both ends (0-3,8).
+    #[arg(long, default_value = "auto", value_name = "auto|none|LIST",
+          value_parser = |s: &str| s.parse::<CpuSpec>())]
+    pub cpu: CpuSpec,
 }
 
 impl ClientOpts {
@@ -168,6 +175,8 @@ pub fn emit(records: &[Record], out: &OutputOpts, style: TableStyle) -> anyhow::
             TableStyle::PerftestLat => Table::perftest_lat(records),
         };
         lock.write_all(t.render().as_bytes())?;
+        // Where each end ran, the counters that matter and the findings.
+        lock.write_all(fabperf_results::table::explain(records).as_bytes())?;
         for r in records {
             for w in &r.warnings {
                 writeln!(lock, "warning: {} ({}): {w}", r.test, r.size)?;

@@ -258,6 +258,7 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
         mtu: a.dev.mtu,
         rdma_cm: a.dev.rdma_cm,
         poll_priority: a.dev.poll_priority,
+        cpu: a.client.cpu.clone(),
     };
     p.validate().map_err(usage)?;
     let addr = a.client.addr()?;
@@ -354,6 +355,7 @@ pub fn run_lat(a: LatArgs) -> anyhow::Result<ExitCode> {
         mtu: a.dev.mtu,
         rdma_cm: a.dev.rdma_cm,
         poll_priority: a.dev.poll_priority,
+        cpu: a.client.cpu.clone(),
     };
     p.validate().map_err(usage)?;
     let addr = a.client.addr()?;

@@ -204,6 +204,7 @@ pub fn run_tcp_bw(a: TcpBwArgs) -> anyhow::Result<ExitCode> {
         copy: a.copy,
         window: a.window,
         rate_bps: None,
+        cpu: a.client.cpu.clone(),
     };
     p.validate().map_err(usage)?;
     let recs = checked(fabperf_sock::run_tcp_bw(
@@ -222,6 +223,7 @@ pub fn run_tcp_lat(a: TcpLatArgs) -> anyhow::Result<ExitCode> {
         warmup: a.warmup,
         rtt: a.rtt,
         busy_poll: a.busy_poll,
+        cpu: a.client.cpu.clone(),
     };
     p.validate().map_err(usage)?;
     let recs = checked(fabperf_sock::run_tcp_lat(
@@ -240,6 +242,7 @@ pub fn run_udp_bw(a: UdpBwArgs) -> anyhow::Result<ExitCode> {
         omit_s: a.omit,
         direction: direction(a.reverse, a.bidir),
         window: a.window,
+        cpu: a.client.cpu.clone(),
     };
     p.validate().map_err(usage)?;
     let recs = checked(fabperf_sock::run_udp_bw(
@@ -258,6 +261,7 @@ pub fn run_udp_lat(a: UdpLatArgs) -> anyhow::Result<ExitCode> {
         warmup: a.warmup,
         probe_timeout_ms: a.probe_timeout,
         rtt: a.rtt,
+        cpu: a.client.cpu.clone(),
     };
     p.validate().map_err(usage)?;
     let recs = checked(fabperf_sock::run_udp_lat(
