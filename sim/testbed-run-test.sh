@@ -18,37 +18,11 @@ TB=$SIM_DIR/testbed.sh
 # shellcheck source=sim/testbed/lib.sh
 source "$SIM_DIR/testbed/lib.sh"
 STATE=${FABPERF_TESTBED_DIR:-/run/fabperf-testbed}
-WORK=$(mktemp -d /tmp/fabperf-run-test.XXXXXX)
+
+# shellcheck source=sim/testbed/harness.sh
+source "$SIM_DIR/testbed/harness.sh"
+tb_test_begin testbed-run-test
 DB=$WORK/run.db
-
-PASSED=0
-FAILED=0
-ok() { PASSED=$((PASSED + 1)); printf 'ok    %s\n' "$*"; }
-bad() { FAILED=$((FAILED + 1)); printf 'FAIL  %s\n' "$*"; }
-section() { printf '\n== %s\n' "$*"; }
-check() { # NAME CMD...: CMD succeeds
-    local name=$1
-    shift
-    if "$@"; then ok "$name"; else bad "$name"; fi
-}
-
-finish() {
-    "$TB" down >/dev/null 2>&1 || true
-    if [[ $FAILED -eq 0 ]]; then rm -rf "$WORK"; else echo "logs and stores kept in $WORK"; fi
-    printf '\n%d passed, %d failed\n' "$PASSED" "$FAILED"
-    [[ $FAILED -eq 0 ]]
-}
-
-if [[ $(id -u) -ne 0 ]]; then
-    echo "testbed-run-test: needs root (network namespaces); run it with sudo" >&2
-    exit 1
-fi
-FABPERF=${FABPERF_BIN:-}
-if [[ -z $FABPERF ]]; then
-    FABPERF=${CARGO_TARGET_DIR:-$REPO/target}/release/fabperf
-    [[ -x $FABPERF ]] || (cd "$REPO" && cargo build --release -p fabperf) || exit 1
-fi
-export FABPERF_BIN=$FABPERF
 # Plans and the store live where every namespace sees them.
 cat >"$WORK/plan.toml" <<EOF
 # 4 nodes over the fabric: a mesh (1 s cells, suspects re-tested once) and an
@@ -82,7 +56,7 @@ duration = "1s"
 params = { omit_s = 0.3 }
 EOF
 
-trap 'finish; exit $?' EXIT
+trap 'tb_test_finish; exit $?' EXIT
 "$TB" down >/dev/null 2>&1 || true
 
 section "testbed up, fp-node3's fabric link degraded to 1 Gbit/s"

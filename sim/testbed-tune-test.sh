@@ -16,38 +16,12 @@ SIM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$SIM_DIR/.." && pwd -P)
 TB=$SIM_DIR/testbed.sh
 STATE=${FABPERF_TESTBED_DIR:-/run/fabperf-testbed}
-WORK=$(mktemp -d /tmp/fabperf-tune-test.XXXXXX)
 SECS=${FABPERF_TUNE_TEST_SECS:-1}
 
-PASSED=0
-FAILED=0
-ok() { PASSED=$((PASSED + 1)); printf 'ok    %s\n' "$*"; }
-bad() { FAILED=$((FAILED + 1)); printf 'FAIL  %s\n' "$*"; }
-section() { printf '\n== %s\n' "$*"; }
-check() { # NAME CMD...: CMD succeeds
-    local name=$1
-    shift
-    if "$@"; then ok "$name"; else bad "$name"; fi
-}
-
-finish() {
-    "$TB" down >/dev/null 2>&1 || true
-    if [[ $FAILED -eq 0 ]]; then rm -rf "$WORK"; else echo "logs and stores kept in $WORK"; fi
-    printf '\n%d passed, %d failed\n' "$PASSED" "$FAILED"
-    [[ $FAILED -eq 0 ]]
-}
-
-if [[ $(id -u) -ne 0 ]]; then
-    echo "testbed-tune-test: needs root (network namespaces); run it with sudo" >&2
-    exit 1
-fi
+# shellcheck source=sim/testbed/harness.sh
+source "$SIM_DIR/testbed/harness.sh"
+tb_test_begin testbed-tune-test
 command -v nft >/dev/null || { echo "testbed-tune-test: nft missing (Debian package nftables; ci/install-deps.sh)" >&2; exit 1; }
-FABPERF=${FABPERF_BIN:-}
-if [[ -z $FABPERF ]]; then
-    FABPERF=${CARGO_TARGET_DIR:-$REPO/target}/release/fabperf
-    [[ -x $FABPERF ]] || (cd "$REPO" && cargo build --release -p fabperf) || exit 1
-fi
-export FABPERF_BIN=$FABPERF
 
 # Every value the levels and the rules touch, on one node.
 snapshot() { # NODE
@@ -72,7 +46,7 @@ for row in c.execute(sys.argv[2]):
 PY
 }
 
-trap 'finish; exit $?' EXIT
+trap 'tb_test_finish; exit $?' EXIT
 "$TB" down >/dev/null 2>&1 || true
 
 section "testbed up (2 nodes; agents with --allow-tune all)"

@@ -4,33 +4,17 @@
 //! resident memory and thread count stay bounded. The figures are printed
 //! (docs/security.md quotes them).
 
+mod common;
+
+use common::{ChildAgent, Echo};
 use fabperf_agent::{Agent, AgentConfig, MAX_PENDING};
-use fabperf_proto::{
-    connect_test, ClientConfig, Limits, Msg, ServeCtx, ServeError, TestKind, MAX_FRAME,
-    PROTO_VERSION,
-};
+use fabperf_proto::{Limits, MAX_FRAME, PROTO_VERSION};
 use rustix::net::{bind, connect, socket_with, AddressFamily, SocketFlags, SocketType};
-use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FABPERF_FLOOD_CHILD_PORT_FILE";
-
-struct Echo;
-
-impl TestKind for Echo {
-    fn name(&self) -> &'static str {
-        "echo"
-    }
-    fn serve(&self, ctx: &mut ServeCtx<'_>, _p: serde_json::Value) -> Result<(), ServeError> {
-        ctx.ctl.send(&Msg::Accept { info: json!({}) })?;
-        let v: serde_json::Value = ctx.ctl.recv_test("ping")?;
-        ctx.ctl.send_test(&v)?;
-        Ok(())
-    }
-}
 
 /// The agent process: started by `stalled_connections_*` below with the
 /// environment variable set; not a test of its own.
@@ -54,24 +38,6 @@ fn agent_process() {
     .unwrap();
     std::fs::write(&path, a.local_addr().port().to_string()).unwrap();
     a.run();
-}
-
-struct ChildAgent(Child);
-
-impl Drop for ChildAgent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn status_field(pid: u32, key: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
 }
 
 fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
@@ -112,47 +78,12 @@ fn stalled(from: Ipv4Addr, to: SocketAddr, announce: u32, send: usize) -> Option
 #[test]
 fn stalled_connections_cost_the_agent_bounded_memory() {
     let dir = std::env::temp_dir().join(format!("fabperf-flood-{}", std::process::id()));
-    let _ = std::fs::remove_file(&dir);
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "agent_process", "--ignored", "--nocapture"])
-        .env(CHILD_ENV, &dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let child = ChildAgent(child);
-    let t0 = Instant::now();
-    let port: u16 = loop {
-        if let Ok(p) = std::fs::read_to_string(&dir) {
-            if let Ok(p) = p.trim().parse() {
-                break p;
-            }
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the agent did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = std::fs::remove_file(&dir);
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let c = ClientConfig {
-        group: None,
-        token: Some(b"tok".to_vec()),
-        timeout: Duration::from_secs(5),
-    };
-    let echo = || {
-        let t = Instant::now();
-        let (mut ctl, _) = connect_test(addr, &c, "echo", json!({}))?;
-        ctl.send_test(&json!(1))?;
-        let _: serde_json::Value = ctl.recv_test("echo")?;
-        let _ = ctl.send(&Msg::Bye);
-        Ok::<Duration, fabperf_proto::ProtoError>(t.elapsed())
-    };
+    let agent = ChildAgent::start("agent_process", CHILD_ENV, &dir);
+    let addr = agent.addr;
+    let echo = || agent.echo();
     echo().unwrap();
-    let rss0 = status_field(pid, "VmRSS:");
-    let threads0 = status_field(pid, "Threads:");
+    let rss0 = agent.status("VmRSS:");
+    let threads0 = agent.status("Threads:");
 
     // 600 stalled handshakes from 60 source addresses: half hold a
     // pre-authentication frame 96 bytes short of the limit, half announce
@@ -169,8 +100,8 @@ fn stalled_connections_cost_the_agent_bounded_memory() {
         };
         conns.extend(s);
         if i % 50 == 0 {
-            peak_rss = peak_rss.max(status_field(pid, "VmRSS:"));
-            peak_threads = peak_threads.max(status_field(pid, "Threads:"));
+            peak_rss = peak_rss.max(agent.status("VmRSS:"));
+            peak_threads = peak_threads.max(agent.status("Threads:"));
         }
     }
     // Keep them trickling while a real client runs a test.
@@ -179,13 +110,13 @@ fn stalled_connections_cost_the_agent_bounded_memory() {
         for s in conns.iter_mut() {
             let _ = s.write_all(b" ");
         }
-        peak_rss = peak_rss.max(status_field(pid, "VmRSS:"));
-        peak_threads = peak_threads.max(status_field(pid, "Threads:"));
+        peak_rss = peak_rss.max(agent.status("VmRSS:"));
+        peak_threads = peak_threads.max(agent.status("Threads:"));
         let took = echo().expect("a real client gets through");
         worst = worst.max(took);
         std::thread::sleep(Duration::from_millis(200));
     }
-    let open_now = status_field(pid, "Threads:");
+    let open_now = agent.status("Threads:");
     drop(conns);
     println!(
         "agent RSS {} KiB before, peak {} KiB during 600 stalled handshakes (+{} KiB); \
@@ -209,13 +140,13 @@ fn stalled_connections_cost_the_agent_bounded_memory() {
     );
     // Everything is released once the connections are gone.
     let t1 = Instant::now();
-    while status_field(pid, "Threads:") > threads0 {
+    while agent.status("Threads:") > threads0 {
         assert!(
             t1.elapsed() < Duration::from_secs(10),
             "threads stay at {}",
-            status_field(pid, "Threads:")
+            agent.status("Threads:")
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    drop(child);
+    drop(agent);
 }

@@ -4,29 +4,16 @@
 //! real HTTP client and a real fabperf test get through. The figures are
 //! printed (docs/security.md quotes them).
 
+mod common;
+
+use common::{ChildAgent, Echo};
 use fabperf_agent::{Agent, AgentConfig, HttpConfig};
-use fabperf_proto::{connect_test, ClientConfig, Limits, Msg, ServeCtx, ServeError, TestKind};
-use serde_json::json;
+use fabperf_proto::Limits;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FABPERF_HTTP_FLOOD_CHILD_PORT_FILE";
-
-struct Echo;
-
-impl TestKind for Echo {
-    fn name(&self) -> &'static str {
-        "echo"
-    }
-    fn serve(&self, ctx: &mut ServeCtx<'_>, _p: serde_json::Value) -> Result<(), ServeError> {
-        ctx.ctl.send(&Msg::Accept { info: json!({}) })?;
-        let v: serde_json::Value = ctx.ctl.recv_test("ping")?;
-        ctx.ctl.send_test(&v)?;
-        Ok(())
-    }
-}
 
 /// The agent process, started by the test below; not a test of its own.
 #[test]
@@ -57,24 +44,6 @@ fn http_agent_process() {
     a.run();
 }
 
-struct ChildAgent(Child);
-
-impl Drop for ChildAgent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn status_field(pid: u32, key: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
-}
-
 fn get(addr: SocketAddr) -> std::io::Result<Duration> {
     let t = Instant::now();
     let mut s = TcpStream::connect(addr)?;
@@ -99,49 +68,14 @@ fn http_connections_cost_the_agent_bounded_memory() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("fabperf-http-flood-{}", std::process::id()));
-    let _ = std::fs::remove_file(&dir);
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "http_agent_process", "--ignored", "--nocapture"])
-        .env(CHILD_ENV, &dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let child = ChildAgent(child);
-    let t0 = Instant::now();
-    let port: u16 = loop {
-        if let Ok(p) = std::fs::read_to_string(&dir) {
-            if let Ok(p) = p.trim().parse() {
-                break p;
-            }
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the agent did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = std::fs::remove_file(&dir);
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let c = ClientConfig {
-        group: None,
-        token: Some(b"tok".to_vec()),
-        timeout: Duration::from_secs(5),
-    };
-    let echo = || {
-        let t = Instant::now();
-        let (mut ctl, _) = connect_test(addr, &c, "echo", json!({}))?;
-        ctl.send_test(&json!(1))?;
-        let _: serde_json::Value = ctl.recv_test("echo")?;
-        let _ = ctl.send(&Msg::Bye);
-        Ok::<Duration, fabperf_proto::ProtoError>(t.elapsed())
-    };
+    let agent = ChildAgent::start("http_agent_process", CHILD_ENV, &dir);
+    let addr = agent.addr;
+    let echo = || agent.echo();
     echo().unwrap();
     get(addr).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let rss0 = status_field(pid, "VmRSS:");
-    let threads0 = status_field(pid, "Threads:");
+    let rss0 = agent.status("VmRSS:");
+    let threads0 = agent.status("Threads:");
 
     // From one address (as a load generator would): EACH silent
     // connections, EACH idle keep-alive connections after one request,
@@ -165,15 +99,15 @@ fn http_connections_cost_the_agent_bounded_memory() {
         }
         conns.push(s);
         if i % 300 == 0 {
-            peak_rss = peak_rss.max(status_field(pid, "VmRSS:"));
-            peak_threads = peak_threads.max(status_field(pid, "Threads:"));
+            peak_rss = peak_rss.max(agent.status("VmRSS:"));
+            peak_threads = peak_threads.max(agent.status("Threads:"));
         }
     }
     std::thread::sleep(Duration::from_millis(500));
     let mut worst = Duration::ZERO;
     for _ in 0..5 {
-        peak_rss = peak_rss.max(status_field(pid, "VmRSS:"));
-        peak_threads = peak_threads.max(status_field(pid, "Threads:"));
+        peak_rss = peak_rss.max(agent.status("VmRSS:"));
+        peak_threads = peak_threads.max(agent.status("Threads:"));
         worst = worst.max(get(addr).expect("a real HTTP client gets through"));
         worst = worst.max(echo().expect("a real fabperf client gets through"));
         std::thread::sleep(Duration::from_millis(200));
@@ -198,5 +132,5 @@ fn http_connections_cost_the_agent_bounded_memory() {
         "RSS grew by {} KiB",
         peak_rss - rss0
     );
-    drop(child);
+    drop(agent);
 }
