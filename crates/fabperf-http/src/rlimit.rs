@@ -1,31 +1,14 @@
 //! The open-file limit (RLIMIT_NOFILE): every connection is a descriptor.
 
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
+
 /// The soft and hard limits now.
 pub fn nofile() -> Result<(u64, u64), String> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
-        return Err(format!(
-            "reading the open-file limit: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok((r.rlim_cur, r.rlim_max))
+    getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| format!("reading the open-file limit: {e}"))
 }
 
 fn set(soft: u64, hard: u64) -> std::io::Result<()> {
-    let r = libc::rlimit {
-        rlim_cur: soft,
-        rlim_max: hard,
-    };
-    // SAFETY: setrlimit reads the struct it is given.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(setrlimit(Resource::RLIMIT_NOFILE, soft, hard)?)
 }
 
 /// Make at least `need` descriptors available: raise the soft limit

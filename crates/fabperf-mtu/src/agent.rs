@@ -11,9 +11,17 @@ use crate::path::{self, Interface};
 use crate::sys;
 use crate::wire::{self, Datagram};
 use fabperf_proto::{decode_params, ErrorCode, Msg, ServeCtx, ServeError, TestKind};
+use rustix::event::{PollFd, PollFlags, Timespec};
 use serde::{Deserialize, Serialize};
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
+
+/// How long the agent waits for a probe or the client before it looks at
+/// its clock again.
+const POLL_STEP: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 100_000_000,
+};
 
 /// The kind's name on the wire.
 pub const MTU_KIND: &str = "mtu";
@@ -86,7 +94,6 @@ impl TestKind for MtuKind {
             .expect("accept info serializes"),
         })?;
         let peer = ctx.peer().ip().to_canonical();
-        let ctl_fd = ctx.ctl.stream().as_raw_fd();
         let mut buf = vec![0u8; wire::MAX_PAYLOAD + 1];
         let mut out = vec![0u8; wire::MAX_PAYLOAD];
         let (mut answers, mut bytes) = (0u64, 0u64);
@@ -97,29 +104,23 @@ impl TestKind for MtuKind {
                     "the client did not finish within the test's length",
                 ));
             }
-            let mut fds = [
-                libc::pollfd {
-                    fd: ctl_fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: sock.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: two valid pollfds.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, 100) };
-            if rc < 0 {
-                continue;
-            }
-            if fds[0].revents != 0 {
+            let (ctl_ready, sock_ready) = {
+                let ctl = ctx.ctl.stream().as_fd();
+                let mut fds = [
+                    PollFd::new(&ctl, PollFlags::IN),
+                    PollFd::new(&sock, PollFlags::IN),
+                ];
+                match rustix::event::poll(&mut fds, Some(&POLL_STEP)) {
+                    Ok(_) => (!fds[0].revents().is_empty(), !fds[1].revents().is_empty()),
+                    Err(_) => continue,
+                }
+            };
+            if ctl_ready {
                 // The client is done (or gone): either ends the test.
                 let _: serde_json::Value = ctx.ctl.recv_test("the client's done")?;
                 return Ok(());
             }
-            if fds[1].revents == 0 {
+            if !sock_ready {
                 continue;
             }
             let (n, from) = match sock.recv_from(&mut buf) {

@@ -376,11 +376,7 @@ pub fn resolve(host: &str, port: u16) -> Result<SocketAddr, ProtoError> {
 
 /// This host's name, for the report.
 pub fn hostname() -> String {
-    let mut b = [0u8; 256];
-    // SAFETY: the buffer is valid for writes of its length.
-    if unsafe { libc::gethostname(b.as_mut_ptr() as *mut libc::c_char, b.len()) } != 0 {
-        return "unknown".into();
-    }
-    let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..n]).into_owned()
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
 }

@@ -186,45 +186,20 @@ pub fn source_for(dest: SocketAddr) -> Option<IpAddr> {
 
 /// The interface that holds `ip` (getifaddrs).
 pub fn interface_of(ip: IpAddr) -> Option<String> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates a list we free below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut p = head;
-    // SAFETY: walking the list getifaddrs returned, reading its entries'
-    // addresses by their family.
-    unsafe {
-        while !p.is_null() {
-            let ifa = &*p;
-            if !ifa.ifa_addr.is_null() {
-                let fam = i32::from((*ifa.ifa_addr).sa_family);
-                let addr = match fam {
-                    libc::AF_INET => {
-                        let a = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                        Some(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()))
-                    }
-                    libc::AF_INET6 => {
-                        let a = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
-                        Some(IpAddr::from(a.sin6_addr.s6_addr))
-                    }
-                    _ => None,
-                };
-                if addr == Some(ip) {
-                    found = Some(
-                        std::ffi::CStr::from_ptr(ifa.ifa_name)
-                            .to_string_lossy()
-                            .into_owned(),
-                    );
-                    break;
-                }
-            }
-            p = ifa.ifa_next;
-        }
-        libc::freeifaddrs(head);
-    }
-    found
+    nix::ifaddrs::getifaddrs()
+        .ok()?
+        .find(|a| {
+            let Some(addr) = &a.address else {
+                return false;
+            };
+            let have = match (addr.as_sockaddr_in(), addr.as_sockaddr_in6()) {
+                (Some(v4), _) => IpAddr::from(v4.ip()),
+                (_, Some(v6)) => IpAddr::from(v6.ip()),
+                _ => return false,
+            };
+            have == ip
+        })
+        .map(|a| a.interface_name)
 }
 
 /// The local interface toward `dest`, described.
@@ -239,6 +214,15 @@ pub fn toward(dest: SocketAddr) -> (Option<IpAddr>, Option<Interface>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_loopback_address_is_on_lo() {
+        assert_eq!(
+            interface_of(IpAddr::from([127, 0, 0, 1])).as_deref(),
+            Some("lo")
+        );
+        assert_eq!(interface_of(IpAddr::from([192, 0, 2, 213])), None);
+    }
 
     fn fake(dir: &Path, name: &str, files: &[(&str, &str)]) {
         let d = dir.join(name);
