@@ -129,6 +129,10 @@ pub struct Row {
     pub direction: Option<String>,
     pub mtu: Option<u64>,
     pub rate: Option<String>,
+    /// The cell's environment dimensions (tuning profile, policy rules,
+    /// HTTP connections), as a label: `profile wide-buffers`, `200 rules`,
+    /// `c1000`.
+    pub variant: Option<String>,
     pub nodes: Vec<String>,
     pub cells: Vec<String>,
     /// One figure per cell in run order: Gbit/s, or p50 µs for latency.
@@ -312,6 +316,22 @@ impl Report {
     /// The row on `path` that best matches `row` (same family, size,
     /// direction and pattern instance; the same kind, streams, op, MTU and
     /// rate preferred).
+    /// The row `row` is compared with under a `KEY=VALUE` baseline: the same
+    /// test, path, pattern instance and other dimensions, with `key` at
+    /// `val`.
+    pub fn counterpart_dim(&self, row: &Row, key: &str, val: &str) -> Option<&Row> {
+        let mine = dims_without(&row.dims, key);
+        self.rows.iter().find(|b| {
+            b.path == row.path
+                && b.test == row.test
+                && b.family == row.family
+                && b.scope_key == row.scope_key
+                && b.stats.is_some()
+                && dim_is(&b.dims, key, val)
+                && dims_without(&b.dims, key) == mine
+        })
+    }
+
     pub fn counterpart(&self, row: &Row, path: &str) -> Option<&Row> {
         let dir = |r: &Row| r.direction.clone().unwrap_or_else(|| "forward".into());
         self.rows
@@ -320,6 +340,7 @@ impl Report {
             .filter(|(_, b)| {
                 b.path == path
                     && b.family == row.family
+                    && b.variant == row.variant
                     && b.size == row.size
                     && dir(b) == dir(row)
                     && b.scope_key == row.scope_key
@@ -406,6 +427,50 @@ fn rate_label(dims: &Value) -> Option<String> {
 
 fn dim_u64(dims: &Value, k: &str) -> Option<u64> {
     dims.get(k)?.as_u64()
+}
+
+/// The dimensions that set a cell's environment rather than its test:
+/// HTTP connections, the tuning profile, the policy-rule count.
+fn variant_label(dims: &Value) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(c) = dim_u64(dims, "connections") {
+        parts.push(format!("c{c}"));
+    }
+    if let Some(p) = dim_str(dims, "profile") {
+        parts.push(format!("profile {p}"));
+    }
+    if let Some(n) = dim_u64(dims, "policies") {
+        let ct = if dims.get("policy_conntrack") == Some(&Value::Bool(true)) {
+            " +conntrack"
+        } else {
+            ""
+        };
+        parts.push(format!("{n} rules{ct}"));
+    }
+    (!parts.is_empty()).then(|| parts.join(" "))
+}
+
+/// A baseline given as `KEY=VALUE` (a plan dimension and one of its
+/// values, e.g. `profile=algebra-1-default` or `policies=0`) rather than a
+/// path: every row is compared with the row of the same test, path and
+/// other dimensions at that value.
+pub fn dim_baseline(b: &str) -> Option<(&str, &str)> {
+    let (k, v) = b.split_once('=')?;
+    (!k.is_empty() && !v.is_empty()).then_some((k.trim(), v.trim()))
+}
+
+/// Does `dims` hold `key` at `val` (compared as the plan wrote it)?
+fn dim_is(dims: &Value, key: &str, val: &str) -> bool {
+    dim_str(dims, key).is_some_and(|v| v == val)
+}
+
+/// `dims` without `key`.
+fn dims_without(dims: &Value, key: &str) -> Value {
+    let mut d = dims.clone();
+    if let Some(o) = d.as_object_mut() {
+        o.remove(key);
+    }
+    d
 }
 
 /// The record that stands for a cell: the aggregate of concurrent flows,
@@ -721,6 +786,7 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
             direction: acc.direction.clone(),
             mtu: acc.mtu,
             rate: rate_label(&s.dims),
+            variant: variant_label(&s.dims),
             nodes: acc.nodes.iter().cloned().collect(),
             cells: acc.cells.clone(),
             values: acc.values.clone(),
@@ -754,7 +820,29 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
         }
         v
     };
-    if let Some(b) = &baseline {
+    let by_dim = baseline.as_deref().and_then(dim_baseline);
+    if let Some((key, val)) = by_dim {
+        if !rows.iter().any(|r| dim_is(&r.dims, key, val)) {
+            let mut seen: Vec<String> = rows.iter().filter_map(|r| dim_str(&r.dims, key)).collect();
+            seen.sort();
+            seen.dedup();
+            let msg = format!(
+                "no cell of run {} has {key} = {val}; values measured: {}",
+                data.run.id,
+                if seen.is_empty() {
+                    "none (no such dimension in this run)".to_string()
+                } else {
+                    seen.join(", ")
+                }
+            );
+            if opts.baseline.is_some() {
+                return Err(ReportError::Usage(format!(
+                    "{msg}; give --baseline a path or KEY=VALUE of a measured dimension"
+                )));
+            }
+            notes.push(format!("{msg}; no differences are computed"));
+        }
+    } else if let Some(b) = &baseline {
         if !paths_seen.contains(b) {
             let msg = format!(
                 "the baseline path {b:?} has no measurement in run {}; paths measured: {}",
@@ -781,6 +869,18 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
         }
     };
     let test_rank: BTreeMap<String, usize> = order;
+    // Under a KEY=VALUE baseline its rows come first, then the others in
+    // the order of their dimension's values (numerically where they are
+    // numbers: 0, 50, 100, 200 rules).
+    let variant_rank = |r: &Row| {
+        let first = by_dim.is_some_and(|(k, v)| dim_is(&r.dims, k, v));
+        let key = by_dim.map(|(k, _)| k);
+        let num = key
+            .and_then(|k| r.dims.get(k))
+            .and_then(Value::as_f64)
+            .map(|x| (x * 1000.0) as i64);
+        (!first, num, r.variant.clone())
+    };
     rows.sort_by(|a, b| {
         (
             a.family,
@@ -793,6 +893,7 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
             a.mtu,
             a.scope_key.clone(),
             path_rank(&a.path),
+            variant_rank(a),
         )
             .cmp(&(
                 b.family,
@@ -805,6 +906,7 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
                 b.mtu,
                 b.scope_key.clone(),
                 path_rank(&b.path),
+                variant_rank(b),
             ))
     });
     let failed = data
@@ -854,12 +956,23 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
         let deltas: Vec<Option<Delta>> = report
             .rows
             .iter()
-            .map(|r| {
-                if &r.path == b {
-                    return None;
+            .map(|r| match by_dim {
+                Some((key, val)) => {
+                    if dim_is(&r.dims, key, val) {
+                        return None;
+                    }
+                    let base = report.counterpart_dim(r, key, val)?;
+                    let mut d = delta(r, base);
+                    d.path = b.clone();
+                    Some(d)
                 }
-                let base = report.counterpart(r, b)?;
-                Some(delta(r, base))
+                None => {
+                    if &r.path == b {
+                        return None;
+                    }
+                    let base = report.counterpart(r, b)?;
+                    Some(delta(r, base))
+                }
             })
             .collect();
         for (r, d) in report.rows.iter_mut().zip(deltas) {

@@ -81,6 +81,10 @@ fn group_lines(r: &Row) -> (String, Option<String>) {
     if let Some(rate) = &r.rate {
         s.push_str(&format!(" @{rate}"));
     }
+    if let Some(v) = &r.variant {
+        s.push(' ');
+        s.push_str(v);
+    }
     let pair = (r.pattern == "pairs" && !r.scope.is_empty()).then(|| r.scope.replace(" -> ", "→"));
     (s, pair)
 }

@@ -118,6 +118,9 @@ fn sweep(r: &Row) -> String {
     if let Some(rate) = &r.rate {
         parts.push(format!("@{rate}"));
     }
+    if let Some(v) = &r.variant {
+        parts.push(v.clone());
+    }
     if parts.is_empty() {
         "-".into()
     } else {

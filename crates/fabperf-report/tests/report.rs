@@ -405,3 +405,86 @@ fn bad_records_and_histograms_in_the_store() {
     let e = build(&s, &Options::default()).unwrap_err().to_string();
     assert!(e.contains("udp-host"), "{e}");
 }
+
+#[test]
+fn a_plan_dimension_as_the_baseline() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("dims.db");
+    common::build_dims(&db);
+    let s = Store::open_read_only(&db).unwrap();
+    let r = build(
+        &s,
+        &Options {
+            baseline: Some("policies=0".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Each profile's 200-rule rows against the same profile at 0 rules.
+    for (profile, want_base) in [("level-1", 10.05), ("level-2", 11.05)] {
+        let label = format!("profile {profile} 200 rules");
+        let lat = r
+            .rows
+            .iter()
+            .find(|x| x.test == "lat" && x.variant.as_deref() == Some(label.as_str()))
+            .unwrap_or_else(|| panic!("no row {label}"));
+        let base = lat.base.as_ref().expect("compared with 0 rules");
+        assert_eq!(base.path, "policies=0");
+        assert!(close(base.base_mean, want_base, 1e-9), "{base:?}");
+        assert!(close(base.d_p50_us.unwrap(), 3.0, 1e-6), "{base:?}");
+        let bw = r
+            .rows
+            .iter()
+            .find(|x| x.test == "bw" && x.variant.as_deref() == Some(label.as_str()))
+            .unwrap();
+        assert!(close(bw.base.as_ref().unwrap().d_gbps.unwrap(), -1.0, 1e-9));
+        let zero = format!("profile {profile} 0 rules");
+        let z = r
+            .rows
+            .iter()
+            .find(|x| x.test == "lat" && x.variant.as_deref() == Some(zero.as_str()))
+            .unwrap();
+        assert!(z.base.is_none(), "the baseline rows have no difference");
+    }
+    // The text names the variant in the sweep column and the baseline.
+    let t = text::render(&r, false);
+    assert!(t.contains("profile level-2 200 rules"), "{t}");
+    assert!(t.contains("policies=0"), "{t}");
+
+    // Profiles against each other at the same rule count.
+    let r = build(
+        &s,
+        &Options {
+            baseline: Some("profile=level-1".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let l2 = r
+        .rows
+        .iter()
+        .find(|x| x.test == "lat" && x.variant.as_deref() == Some("profile level-2 200 rules"))
+        .unwrap();
+    assert!(close(
+        l2.base.as_ref().unwrap().d_p50_us.unwrap(),
+        1.0,
+        1e-6
+    ));
+
+    // A value or a dimension that was not measured is refused with the ones that were.
+    for (b, want) in [
+        ("profile=nope", "values measured: level-1, level-2"),
+        ("colour=red", "no such dimension"),
+    ] {
+        let e = build(
+            &s,
+            &Options {
+                baseline: Some(b.into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(want), "{b}: {e}");
+    }
+}

@@ -435,3 +435,66 @@ pub fn build(db: &Path) -> i64 {
         .unwrap();
     run
 }
+
+/// A tuning/policy run on one path: tcp-lat and tcp-bw under two profiles
+/// and 0 or 200 policy rules, two repeats each. Rules add 3 µs to the
+/// latency and take 1 Gbit/s; the second profile adds 1 µs.
+pub fn build_dims(db: &Path) -> i64 {
+    let mut store = Store::open(db).unwrap();
+    let run = store
+        .create_run(&NewRun {
+            plan_name: "levels",
+            plan_hash: "d1m",
+            plan_file: Some("levels.toml"),
+            plan_text: "name = \"levels\"\nbaseline = \"host\"\n",
+        })
+        .unwrap()
+        .id;
+    store
+        .put_agents(
+            run,
+            &[
+                agent("n1", "host", Some(10.0), 9000),
+                agent("n2", "host", Some(10.0), 9000),
+            ],
+        )
+        .unwrap();
+    let mut b = B {
+        store,
+        run,
+        seq: 0,
+        hists: Vec::new(),
+    };
+    for (pi, profile) in ["level-1", "level-2"].iter().enumerate() {
+        for rules in [0u64, 200] {
+            for rep in 0..2u32 {
+                let dims = json!({"size": 64, "profile": profile, "policies": rules});
+                let p50 = 10.0 + pi as f64 + if rules > 0 { 3.0 } else { 0.0 } + rep as f64 * 0.1;
+                b.pair(
+                    &format!("lat-{profile}-{rules}-r{rep}"),
+                    "lat",
+                    "tcp-lat",
+                    "host",
+                    dims,
+                    rep,
+                    ("n1", "n2"),
+                    lat("tcp-lat", 64, p50, p50 * 2.0, None),
+                );
+                let dims = json!({"size": 131072, "profile": profile, "policies": rules});
+                let gbps = 9.0 - if rules > 0 { 1.0 } else { 0.0 } + rep as f64 * 0.1;
+                b.pair(
+                    &format!("bw-{profile}-{rules}-r{rep}"),
+                    "bw",
+                    "tcp-bw",
+                    "host",
+                    dims,
+                    rep,
+                    ("n1", "n2"),
+                    bw("tcp-bw", 131072, gbps, None),
+                );
+            }
+        }
+    }
+    b.store.end_run(run).unwrap();
+    run
+}

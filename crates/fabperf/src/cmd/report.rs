@@ -35,7 +35,10 @@ pub struct ReportArgs {
     /// The run (default: the newest).
     #[arg(long, value_name = "ID")]
     pub run: Option<i64>,
-    /// The path the others are compared with (default: the plan's `baseline`).
+    /// What the others are compared with: a path (default: the plan's
+    /// `baseline`), or KEY=VALUE of a plan dimension, e.g.
+    /// `profile=algebra-1-default` or `policies=0` (each row against the
+    /// same test, path and other dimensions at that value).
     #[arg(long, value_name = "PATH")]
     pub baseline: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
