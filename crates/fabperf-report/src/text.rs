@@ -424,7 +424,15 @@ fn header(rep: &Report) -> String {
     );
     match (&rep.baseline, rep.baseline_from) {
         (Some(b), Some(from)) => {
-            let _ = write!(o, "\nbaseline path: {b} (from the {from})");
+            if crate::analysis::dim_baseline(b).is_some() {
+                let _ = write!(
+                    o,
+                    "\nbaseline: {b} (each row against the same test, path and other dimensions \
+                     at that value; from the {from})"
+                );
+            } else {
+                let _ = write!(o, "\nbaseline path: {b} (from the {from})");
+            }
         }
         _ => o.push_str("\nno baseline path (the plan's `baseline` or --baseline PATH sets one)"),
     }
