@@ -4,26 +4,15 @@
 //! abuse, the connection limit, and fabperf tests served meanwhile.
 //! Timing assertions are generous upper bounds only.
 
+mod common;
+
+use common::Echo;
 use fabperf_agent::{Agent, AgentConfig, AgentHandle, HttpConfig};
-use fabperf_proto::{connect_test, ClientConfig, Limits, Msg, ServeCtx, ServeError, TestKind};
+use fabperf_proto::{connect_test, ClientConfig, Limits};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-
-struct Echo;
-
-impl TestKind for Echo {
-    fn name(&self) -> &'static str {
-        "echo"
-    }
-    fn serve(&self, ctx: &mut ServeCtx<'_>, _p: serde_json::Value) -> Result<(), ServeError> {
-        ctx.ctl.send(&Msg::Accept { info: json!({}) })?;
-        let v: serde_json::Value = ctx.ctl.recv_test("ping")?;
-        ctx.ctl.send_test(&v)?;
-        Ok(())
-    }
-}
 
 const MAX_SIZE: u64 = 1 << 20;
 
