@@ -3,19 +3,9 @@
 //! nanoseconds), decoded with bounds and merged across repeats so that
 //! percentiles of a path are computed over every sample of every repeat.
 
-use hdrhistogram::serialization::Deserializer;
+use fabperf_results::V2Bytes;
 use hdrhistogram::Histogram;
-use std::io::Read;
 
-/// Longest base64 text accepted.
-pub const MAX_ENCODED_LEN: usize = 1 << 20;
-/// Largest inflated payload accepted.
-const MAX_INFLATED: u64 = 4 << 20;
-/// HdrHistogram's V2 cookies (plain, deflate-compressed).
-const V2_COOKIE: u32 = 0x1c84_9313;
-const V2_COMPRESSED_COOKIE: u32 = 0x1c84_9314;
-/// Bytes of a V2 header before the counts.
-const V2_HEADER: usize = 40;
 /// Highest trackable value accepted: one hour in nanoseconds.
 const MAX_HIGHEST_NS: u64 = 3_600_000_000_000;
 
@@ -24,78 +14,19 @@ const MAX_HIGHEST_NS: u64 = 3_600_000_000_000;
 #[error("latency histogram: {0}")]
 pub struct HistError(pub String);
 
-fn be32(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at + 4)
-        .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
-}
-
-fn be64(b: &[u8], at: usize) -> Option<u64> {
-    let x = b.get(at..at + 8)?;
-    let mut a = [0u8; 8];
-    a.copy_from_slice(x);
-    Some(u64::from_be_bytes(a))
-}
-
 /// Decode one `lat_hist` text. Its length, the inflated size and the
 /// histogram's parameters are checked before anything is allocated from
 /// them.
 pub fn decode(text: &str) -> Result<Histogram<u64>, HistError> {
-    use base64::Engine;
-    let bad = |m: String| HistError(m);
-    if text.len() > MAX_ENCODED_LEN {
-        return Err(bad(format!(
-            "{} characters, more than the {MAX_ENCODED_LEN} accepted",
-            text.len()
-        )));
-    }
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(text.trim())
-        .map_err(|e| bad(format!("not base64: {e}")))?;
-    let inner: Vec<u8> = match be32(&raw, 0) {
-        Some(V2_COMPRESSED_COOKIE) => {
-            let clen = be32(&raw, 4).ok_or_else(|| bad("truncated header".into()))? as usize;
-            let body = &raw[8..];
-            if clen != body.len() {
-                return Err(bad(format!(
-                    "compressed length {clen} announced, {} bytes present",
-                    body.len()
-                )));
-            }
-            let mut inner = Vec::new();
-            flate2::read::ZlibDecoder::new(body)
-                .take(MAX_INFLATED + 1)
-                .read_to_end(&mut inner)
-                .map_err(|e| bad(format!("bad compressed data: {e}")))?;
-            if inner.len() as u64 > MAX_INFLATED {
-                return Err(bad(format!("inflates to more than {MAX_INFLATED} bytes")));
-            }
-            inner
-        }
-        Some(V2_COOKIE) => raw,
-        _ => return Err(bad("not an HdrHistogram V2 encoding (wrong cookie)".into())),
-    };
-    if inner.len() < V2_HEADER || be32(&inner, 0) != Some(V2_COOKIE) {
-        return Err(bad("V2 header missing or wrong".into()));
-    }
-    let payload = be32(&inner, 4).unwrap_or(0) as usize;
-    if payload > inner.len() - V2_HEADER {
-        return Err(bad(format!(
-            "payload of {payload} bytes announced, {} present",
-            inner.len() - V2_HEADER
-        )));
-    }
-    let digits = be32(&inner, 12).unwrap_or(0);
-    let low = be64(&inner, 16).unwrap_or(0);
-    let high = be64(&inner, 24).unwrap_or(0);
+    let v2 = V2Bytes::from_base64(text, true).map_err(|e| HistError(e.0))?;
+    let (digits, low, high) = (v2.digits, v2.low_ns, v2.high_ns);
     if !(1..=5).contains(&digits) || low == 0 || high < 2 * low || high > MAX_HIGHEST_NS {
-        return Err(bad(format!(
+        return Err(HistError(format!(
             "parameters out of range ({digits} significant digits, {low}..{high} ns; \
              accepted: 1..5 digits, up to {MAX_HIGHEST_NS} ns)"
         )));
     }
-    Deserializer::new()
-        .deserialize(&mut inner.as_slice())
-        .map_err(|e| bad(format!("{e:?}")))
+    v2.deserialize().map_err(|e| HistError(e.0))
 }
 
 /// Histograms merged across repeats.
@@ -224,17 +155,18 @@ pub(crate) mod tests {
         let err = |s: &str| decode(s).unwrap_err().0;
         assert!(err("not base64!").contains("not base64"));
         assert!(err(&b64(b"HISTxxxx")).contains("wrong cookie"));
-        assert!(err(&"A".repeat(MAX_ENCODED_LEN + 4)).contains("accepted"));
+        assert!(err(&"A".repeat(V2Bytes::MAX_TEXT + 4)).contains("accepted"));
         // Compressed length that lies.
-        let mut raw = V2_COMPRESSED_COOKIE.to_be_bytes().to_vec();
+        let mut raw = V2Bytes::COMPRESSED_COOKIE.to_be_bytes().to_vec();
         raw.extend(1000u32.to_be_bytes());
         raw.extend([1, 2, 3]);
         assert!(err(&b64(&raw)).contains("announced"));
         // A deflate bomb: 2x the inflate limit of zeros.
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
-        std::io::Write::write_all(&mut z, &vec![0u8; (MAX_INFLATED as usize) * 2]).unwrap();
+        std::io::Write::write_all(&mut z, &vec![0u8; (V2Bytes::MAX_INFLATED as usize) * 2])
+            .unwrap();
         let body = z.finish().unwrap();
-        let mut raw = V2_COMPRESSED_COOKIE.to_be_bytes().to_vec();
+        let mut raw = V2Bytes::COMPRESSED_COOKIE.to_be_bytes().to_vec();
         raw.extend((body.len() as u32).to_be_bytes());
         raw.extend(body);
         assert!(err(&b64(&raw)).contains("inflates"));
@@ -254,6 +186,6 @@ pub(crate) mod tests {
         let mut evil = plain;
         evil[12..16].copy_from_slice(&9u32.to_be_bytes());
         assert!(err(&b64(&evil)).contains("parameters"));
-        assert!(err(&b64(&V2_COOKIE.to_be_bytes())).contains("header"));
+        assert!(err(&b64(&V2Bytes::COOKIE.to_be_bytes())).contains("header"));
     }
 }

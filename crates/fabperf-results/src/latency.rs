@@ -155,71 +155,19 @@ impl LatencyHistogram {
     /// inflated size and the histogram's parameters are bounded before any
     /// allocation that depends on them, and anything else is an error.
     pub fn from_base64(s: &str, kind: LatencyKind) -> Result<LatencyHistogram, HistError> {
-        use base64::Engine;
-        let bad = |m: String| HistError(m);
-        if s.len() > MAX_ENCODED_LEN {
-            return Err(bad(format!(
-                "{} characters is more than the {MAX_ENCODED_LEN} accepted",
-                s.len()
-            )));
-        }
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(s.trim())
-            .map_err(|e| bad(format!("not base64: {e}")))?;
-        let be32 = |b: &[u8], at: usize| -> Option<u32> {
-            b.get(at..at + 4)
-                .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
-        };
-        if be32(&raw, 0) != Some(V2_COMPRESSED_COOKIE) {
-            return Err(bad(
-                "not a compressed V2 HdrHistogram (wrong cookie)".to_string()
-            ));
-        }
-        let clen = be32(&raw, 4).ok_or_else(|| bad("truncated header".into()))? as usize;
-        let body = &raw[8..];
-        if clen != body.len() {
-            return Err(bad(format!(
-                "compressed length {clen} does not match the {} bytes present",
-                body.len()
-            )));
-        }
-        let mut inner = Vec::new();
-        flate2::read::ZlibDecoder::new(body)
-            .take(MAX_INFLATED + 1)
-            .read_to_end(&mut inner)
-            .map_err(|e| bad(format!("bad compressed data: {e}")))?;
-        if inner.len() as u64 > MAX_INFLATED {
-            return Err(bad(format!("inflates to more than {MAX_INFLATED} bytes")));
-        }
-        if inner.len() < V2_HEADER || be32(&inner, 0) != Some(V2_COOKIE) {
-            return Err(bad("inner V2 header missing or wrong".into()));
-        }
-        let payload = be32(&inner, 4).unwrap_or(0) as usize;
-        if payload > inner.len() - V2_HEADER {
-            return Err(bad(format!(
-                "payload of {payload} bytes announced, {} present",
-                inner.len() - V2_HEADER
-            )));
-        }
-        let digits = be32(&inner, 12).unwrap_or(0);
-        let be64 = |at: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&inner[at..at + 8]);
-            u64::from_be_bytes(a)
-        };
-        let (low, high) = (be64(16), be64(24));
+        let v2 = V2Bytes::from_base64(s, false)?;
+        let (digits, low, high) = (v2.digits, v2.low_ns, v2.high_ns);
         if digits != u32::from(SIG_DIGITS) || low != LOWEST_NS || high == 0 || high > HIGHEST_NS {
-            return Err(bad(format!(
-                "parameters ({digits} digits, {low}..{high} ns) are not fabperf's                  ({SIG_DIGITS} digits, {LOWEST_NS}..at most {HIGHEST_NS} ns)"
+            return Err(HistError(format!(
+                "parameters ({digits} digits, {low}..{high} ns) are not fabperf's \
+                 ({SIG_DIGITS} digits, {LOWEST_NS}..at most {HIGHEST_NS} ns)"
             )));
         }
-        let decoded: Histogram<u64> = Deserializer::new()
-            .deserialize(&mut inner.as_slice())
-            .map_err(|e| bad(format!("{e}")))?;
+        let decoded = v2.deserialize()?;
         let mut out = LatencyHistogram::new(kind);
         out.hist
             .add(&decoded)
-            .map_err(|e| bad(format!("values outside the tracked range: {e:?}")))?;
+            .map_err(|e| HistError(format!("values outside the tracked range: {e:?}")))?;
         Ok(out)
     }
 
@@ -243,6 +191,107 @@ impl LatencyHistogram {
             kind: self.kind,
             samples: h.len(),
         })
+    }
+}
+
+/// An HdrHistogram V2 encoding taken from base64 text that may be hostile
+/// (a store, a file, a peer): the text's length, the compressed length and
+/// the inflated size are bounded, the header and the payload length it
+/// announces are checked, before any allocation that depends on them. The
+/// histogram's parameters are read but not judged: each caller has its own
+/// range ([`LatencyHistogram::from_base64`] accepts only fabperf's).
+pub struct V2Bytes {
+    inner: Vec<u8>,
+    pub digits: u32,
+    pub low_ns: u64,
+    pub high_ns: u64,
+}
+
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4)
+        .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+}
+
+fn be64(b: &[u8], at: usize) -> Option<u64> {
+    let x = b.get(at..at + 8)?;
+    let mut a = [0u8; 8];
+    a.copy_from_slice(x);
+    Some(u64::from_be_bytes(a))
+}
+
+impl V2Bytes {
+    /// Longest base64 text accepted.
+    pub const MAX_TEXT: usize = MAX_ENCODED_LEN;
+    /// Largest inflated payload accepted.
+    pub const MAX_INFLATED: u64 = MAX_INFLATED;
+    /// HdrHistogram's V2 cookies (plain, deflate-compressed).
+    pub const COOKIE: u32 = V2_COOKIE;
+    pub const COMPRESSED_COOKIE: u32 = V2_COMPRESSED_COOKIE;
+
+    /// `plain_ok` also accepts the uncompressed V2 encoding (HdrHistogram's
+    /// other tools write it); fabperf itself writes the compressed one.
+    pub fn from_base64(text: &str, plain_ok: bool) -> Result<V2Bytes, HistError> {
+        use base64::Engine;
+        let bad = |m: String| HistError(m);
+        if text.len() > MAX_ENCODED_LEN {
+            return Err(bad(format!(
+                "{} characters, more than the {MAX_ENCODED_LEN} accepted",
+                text.len()
+            )));
+        }
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(text.trim())
+            .map_err(|e| bad(format!("not base64: {e}")))?;
+        let inner = match be32(&raw, 0) {
+            Some(V2_COMPRESSED_COOKIE) => {
+                let clen = be32(&raw, 4).ok_or_else(|| bad("truncated header".into()))? as usize;
+                let body = &raw[8..];
+                if clen != body.len() {
+                    return Err(bad(format!(
+                        "compressed length {clen} announced, which does not match the {} \
+                         bytes present",
+                        body.len()
+                    )));
+                }
+                let mut inner = Vec::new();
+                flate2::read::ZlibDecoder::new(body)
+                    .take(MAX_INFLATED + 1)
+                    .read_to_end(&mut inner)
+                    .map_err(|e| bad(format!("bad compressed data: {e}")))?;
+                if inner.len() as u64 > MAX_INFLATED {
+                    return Err(bad(format!("inflates to more than {MAX_INFLATED} bytes")));
+                }
+                inner
+            }
+            Some(V2_COOKIE) if plain_ok => raw,
+            _ if plain_ok => {
+                return Err(bad("not an HdrHistogram V2 encoding (wrong cookie)".into()))
+            }
+            _ => return Err(bad("not a compressed V2 HdrHistogram (wrong cookie)".into())),
+        };
+        if inner.len() < V2_HEADER || be32(&inner, 0) != Some(V2_COOKIE) {
+            return Err(bad("V2 header missing or wrong".into()));
+        }
+        let payload = be32(&inner, 4).unwrap_or(0) as usize;
+        if payload > inner.len() - V2_HEADER {
+            return Err(bad(format!(
+                "payload of {payload} bytes announced, {} present",
+                inner.len() - V2_HEADER
+            )));
+        }
+        Ok(V2Bytes {
+            digits: be32(&inner, 12).unwrap_or(0),
+            low_ns: be64(&inner, 16).unwrap_or(0),
+            high_ns: be64(&inner, 24).unwrap_or(0),
+            inner,
+        })
+    }
+
+    /// The histogram (call after judging the parameters: they size it).
+    pub fn deserialize(&self) -> Result<Histogram<u64>, HistError> {
+        Deserializer::new()
+            .deserialize(&mut self.inner.as_slice())
+            .map_err(|e| HistError(format!("{e}")))
     }
 }
 
