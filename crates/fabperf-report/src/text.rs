@@ -128,6 +128,22 @@ fn sweep(r: &Row) -> String {
     }
 }
 
+/// The cells every family's table starts with: test, size, sweep, path,
+/// flows, repeats, mean and its 95 % interval.
+fn lead(r: &Row) -> Vec<String> {
+    let s = r.stats.as_ref();
+    vec![
+        r.test.clone(),
+        r.size.map(size_label).unwrap_or_else(|| "-".into()),
+        sweep(r),
+        r.path.clone(),
+        r.scope.clone(),
+        s.map(|s| s.n.to_string()).unwrap_or_default(),
+        opt(s.map(|s| s.mean)),
+        opt(s.and_then(|s| s.ci95)),
+    ]
+}
+
 /// A row's footnote marks, and the notes collected for the table.
 fn marks(r: &Row, notes: &mut Vec<String>) -> String {
     let mut m = Vec::new();
@@ -178,15 +194,8 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
             for r in rows {
                 let s = r.stats.as_ref();
                 let d = r.base.as_ref();
-                t.rows.push(vec![
-                    r.test.clone(),
-                    r.size.map(size_label).unwrap_or_else(|| "-".into()),
-                    sweep(r),
-                    r.path.clone(),
-                    r.scope.clone(),
-                    s.map(|s| s.n.to_string()).unwrap_or_default(),
-                    opt(s.map(|s| s.mean)),
-                    opt(s.and_then(|s| s.ci95)),
+                let mut row = lead(r);
+                row.extend([
                     opt(s.and_then(|s| s.stdev)),
                     d.and_then(|d| d.d_gbps)
                         .map(|v| signed(v, 2))
@@ -220,6 +229,7 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                         .unwrap_or_else(|| "-".into()),
                     marks(r, &mut notes),
                 ]);
+                t.rows.push(row);
             }
             t
         }
@@ -244,17 +254,9 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                 &[0, 2, 3, 4, 13],
             );
             for r in rows {
-                let s = r.stats.as_ref();
                 let d = r.base.as_ref();
-                t.rows.push(vec![
-                    r.test.clone(),
-                    r.size.map(size_label).unwrap_or_else(|| "-".into()),
-                    sweep(r),
-                    r.path.clone(),
-                    r.scope.clone(),
-                    s.map(|s| s.n.to_string()).unwrap_or_default(),
-                    opt(s.map(|s| s.mean)),
-                    opt(s.and_then(|s| s.ci95)),
+                let mut row = lead(r);
+                row.extend([
                     r.loss_pct
                         .map(|v| format!("{v:.3}"))
                         .unwrap_or_else(|| "-".into()),
@@ -272,6 +274,7 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                         .unwrap_or_else(|| "-".into()),
                     marks(r, &mut notes),
                 ]);
+                t.rows.push(row);
             }
             t
         }
@@ -297,18 +300,10 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                 &[0, 2, 3, 4, 13, 14],
             );
             for r in rows {
-                let s = r.stats.as_ref();
                 let d = r.base.as_ref();
                 let l = r.lat.as_ref();
-                t.rows.push(vec![
-                    r.test.clone(),
-                    r.size.map(size_label).unwrap_or_else(|| "-".into()),
-                    sweep(r),
-                    r.path.clone(),
-                    r.scope.clone(),
-                    s.map(|s| s.n.to_string()).unwrap_or_default(),
-                    opt(s.map(|s| s.mean)),
-                    opt(s.and_then(|s| s.ci95)),
+                let mut row = lead(r);
+                row.extend([
                     opt(l.and_then(|l| l.p50)),
                     opt(l.and_then(|l| l.p99)),
                     opt(l.and_then(|l| l.p999)),
@@ -325,6 +320,7 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                     },
                     marks(r, &mut notes),
                 ]);
+                t.rows.push(row);
             }
             t
         }
