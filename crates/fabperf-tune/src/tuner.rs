@@ -259,6 +259,21 @@ struct Planned {
 }
 
 impl Planned {
+    /// An item the tuner changes from `from` to `to`, with what restores it
+    /// and the change itself.
+    fn applied(setting: String, from: String, to: String, saved: Saved, change: Change) -> Planned {
+        Planned {
+            item: Item {
+                setting,
+                want: to.clone(),
+                outcome: Outcome::Applied { from, to },
+            },
+            saved: Some(saved),
+            change: Some(change),
+            feature_set: false,
+        }
+    }
+
     /// An item that changes nothing (kept as is, not allowed, not
     /// available, failed at planning).
     fn nothing(item: Item) -> Planned {
@@ -534,21 +549,15 @@ impl Tuner {
                     ""
                 }
             );
-            plan.push(Planned {
-                item: Item {
-                    setting: "policy rules".into(),
-                    want: want.clone(),
-                    outcome: Outcome::Applied {
-                        from: "none".into(),
-                        to: want,
-                    },
-                },
-                saved: Some(Saved::PolicyTable {
+            plan.push(Planned::applied(
+                "policy rules".into(),
+                "none".into(),
+                want,
+                Saved::PolicyTable {
                     table: policy::TABLE.into(),
-                }),
-                change: Some(Change::Policy(*spec, addr, port)),
-                feature_set: false,
-            });
+                },
+                Change::Policy(*spec, addr, port),
+            ));
         }
         if let Some(p) = profile {
             self.plan_profile(p, link.as_ref(), &mut plan);
@@ -766,23 +775,17 @@ impl Tuner {
             };
             match item_o {
                 Err(o) => nic_items(plan, setting, mtu.to_string(), o),
-                Ok(()) => plan.push(Planned {
-                    item: Item {
-                        setting,
-                        want: mtu.to_string(),
-                        outcome: Outcome::Applied {
-                            from: l.mtu.to_string(),
-                            to: mtu.to_string(),
-                        },
-                    },
-                    saved: Some(Saved::Mtu {
+                Ok(()) => plan.push(Planned::applied(
+                    setting,
+                    l.mtu.to_string(),
+                    mtu.to_string(),
+                    Saved::Mtu {
                         ifindex: l.index,
                         ifname: l.name.clone(),
                         previous: l.mtu,
-                    }),
-                    change: Some(Change::Mtu(l.index, mtu)),
-                    feature_set: false,
-                }),
+                    },
+                    Change::Mtu(l.index, mtu),
+                )),
             }
         }
         if let Some(i) = &p.irq {
@@ -831,22 +834,16 @@ impl Tuner {
                                             target.clone(),
                                             Outcome::Unchanged { value: cur },
                                         ),
-                                        Ok(cur) => plan.push(Planned {
-                                            item: Item {
-                                                setting: s,
-                                                want: target.clone(),
-                                                outcome: Outcome::Applied {
-                                                    from: cur.clone(),
-                                                    to: target.clone(),
-                                                },
-                                            },
-                                            saved: Some(Saved::Irq {
+                                        Ok(cur) => plan.push(Planned::applied(
+                                            s,
+                                            cur.clone(),
+                                            target.clone(),
+                                            Saved::Irq {
                                                 irq: *n,
                                                 previous: cur,
-                                            }),
-                                            change: Some(Change::Irq(*n, target)),
-                                            feature_set: false,
-                                        }),
+                                            },
+                                            Change::Irq(*n, target),
+                                        )),
                                     }
                                 }
                             }
@@ -975,24 +972,18 @@ impl Tuner {
                             Outcome::Unchanged { value: want },
                         );
                     } else {
-                        plan.push(Planned {
-                            item: Item {
-                                setting,
-                                want: want.clone(),
-                                outcome: Outcome::Applied {
-                                    from: format!("rx {} tx {}", fmt_opt(cur.rx), fmt_opt(cur.tx)),
-                                    to: want,
-                                },
-                            },
-                            saved: Some(Saved::Rings {
+                        plan.push(Planned::applied(
+                            setting,
+                            format!("rx {} tx {}", fmt_opt(cur.rx), fmt_opt(cur.tx)),
+                            want,
+                            Saved::Rings {
                                 ifindex: l.index,
                                 ifname: l.name.clone(),
                                 rx: r.rx.and(cur.rx),
                                 tx: r.tx.and(cur.tx),
-                            }),
-                            change: Some(Change::Rings(l.index, r.rx, r.tx)),
-                            feature_set: false,
-                        });
+                            },
+                            Change::Rings(l.index, r.rx, r.tx),
+                        ));
                     }
                 }
             }
@@ -1035,22 +1026,19 @@ impl Tuner {
                     {
                         push(plan, setting, want, Outcome::Unchanged { value: from });
                     } else {
-                        plan.push(Planned {
-                            item: Item {
-                                setting,
-                                want: want.clone(),
-                                outcome: Outcome::Applied { from, to: want },
-                            },
-                            saved: Some(Saved::Channels {
+                        plan.push(Planned::applied(
+                            setting,
+                            from,
+                            want,
+                            Saved::Channels {
                                 ifindex: l.index,
                                 ifname: l.name.clone(),
                                 rx: c.rx.and(cur.rx),
                                 tx: c.tx.and(cur.tx),
                                 combined: c.combined.and(cur.combined),
-                            }),
-                            change: Some(Change::Channels(l.index, c.rx, c.tx, c.combined)),
-                            feature_set: false,
-                        });
+                            },
+                            Change::Channels(l.index, c.rx, c.tx, c.combined),
+                        ));
                     }
                 }
             }
@@ -1105,20 +1093,17 @@ impl Tuner {
                             .map(|(k, v)| format!("{k} {v}"))
                             .collect::<Vec<_>>()
                             .join(" ");
-                        plan.push(Planned {
-                            item: Item {
-                                setting,
-                                want: want.clone(),
-                                outcome: Outcome::Applied { from, to: want },
-                            },
-                            saved: Some(Saved::Coalesce {
+                        plan.push(Planned::applied(
+                            setting,
+                            from,
+                            want,
+                            Saved::Coalesce {
                                 ifindex: l.index,
                                 ifname: l.name.clone(),
                                 previous,
-                            }),
-                            change: Some(Change::Coalesce(l.index, p.nic.coalesce.clone())),
-                            feature_set: false,
-                        });
+                            },
+                            Change::Coalesce(l.index, p.nic.coalesce.clone()),
+                        ));
                     }
                 }
             }
