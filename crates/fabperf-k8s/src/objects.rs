@@ -186,7 +186,8 @@ pub fn multus_networks(plan: &Plan, path: PathKind) -> Option<String> {
     }
 }
 
-fn field_env(name: &str, path: &str) -> EnvVar {
+/// An environment variable from the pod's own fields (downward API).
+pub(crate) fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
@@ -200,7 +201,8 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
-fn value_env(name: &str, value: &str) -> EnvVar {
+/// An environment variable with a literal value.
+pub(crate) fn value_env(name: &str, value: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value: Some(value.into()),

@@ -6,7 +6,7 @@ use super::{
     RunnerPlan, Storage, DATA_DIR, JOB_NAME, PLAN_CONFIGMAP, PLAN_DIR, PLAN_KEY, PVC_NAME,
     RUNNER_NAME,
 };
-use crate::objects::{self as agent, TOKEN_DIR, TOKEN_KEY, TOKEN_SECRET};
+use crate::objects::{self as agent, field_env, value_env, TOKEN_DIR, TOKEN_KEY, TOKEN_SECRET};
 use crate::plan::Plan;
 use k8s_openapi::api::batch::v1::{
     CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec, PodFailurePolicy,
@@ -15,11 +15,11 @@ use k8s_openapi::api::batch::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource,
-    EnvVar, EnvVarSource, KeyToPath, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm,
-    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec,
-    PreferredSchedulingTerm, ResourceRequirements, SeccompProfile, SecretVolumeSource,
-    SecurityContext, ServiceAccount, Volume, VolumeMount, VolumeResourceRequirements,
+    KeyToPath, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, PreferredSchedulingTerm, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, ServiceAccount, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -158,28 +158,6 @@ pub fn script(r: &RunnerPlan) -> String {
     let mut out = s.join("\n");
     out.push('\n');
     out
-}
-
-fn field_env(name: &str, path: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: path.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn value_env(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        ..Default::default()
-    }
 }
 
 /// Prefer nodes that are not under test: the runner needs no hardware, and
