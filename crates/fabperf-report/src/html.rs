@@ -781,7 +781,7 @@ pub fn render(rep: &Report) -> String {
             charts.join("")
         );
     }
-    for fam in [Family::Bandwidth, Family::Udp, Family::Latency] {
+    for fam in Family::ALL {
         if let Some((title, t, notes)) = family_table(rep, fam) {
             let _ = write!(
                 s,
@@ -846,14 +846,14 @@ pub fn render(rep: &Report) -> String {
         s.push_str("</tbody></table>");
     }
     if !rep.bisections.is_empty() {
-        s.push_str(r#"<h2 id="bisection">Bisection</h2><table><thead><tr><th class="l">test</th><th class="l">path</th><th class="l">split</th><th>repeat</th><th>Gbit/s</th><th>port sum</th><th>%</th><th>Jain</th><th class="l">flows</th></tr></thead><tbody>"#);
+        s.push_str(r#"<h2 id="bisection">Bisection</h2><table><thead><tr><th class="l">test</th><th class="l">path</th><th>cut</th><th>repeat</th><th>Gbit/s</th><th>port sum</th><th>%</th><th>Jain</th><th class="l">flows</th></tr></thead><tbody>"#);
         for b in &rep.bisections {
             let _ = write!(
                 s,
-                r#"<tr><td class="l">{}</td><td class="l">{}</td><td class="l">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
+                r#"<tr><td class="l">{}</td><td class="l">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
                 esc(&b.test),
                 esc(&b.path),
-                esc(&b.cell),
+                b.cut,
                 b.repeat + 1,
                 b.aggregate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
                 b.port_sum_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),

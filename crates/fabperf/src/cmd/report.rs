@@ -41,6 +41,12 @@ pub struct ReportArgs {
     /// same test, path and other dimensions at that value).
     #[arg(long, value_name = "PATH")]
     pub baseline: Option<String>,
+    /// Compare a row with the baseline's closest row even when it differs in
+    /// rate, streams, op or MTU; the difference is marked (≠) with what
+    /// differs, and never judged in verdicts or gates. Without it only like
+    /// rows are compared.
+    #[arg(long)]
+    pub compare_unlike: bool,
     #[arg(long, value_enum, default_value = "table")]
     pub format: ReportFormat,
     /// Also write the report as one self-contained HTML file with charts.
@@ -141,6 +147,7 @@ fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
         &Options {
             run: a.run,
             baseline: a.baseline.clone(),
+            unlike: a.compare_unlike,
         },
     ) {
         Ok(r) => r,
