@@ -798,9 +798,9 @@ fn mtu_interface(rec: &RecView) -> (Option<String>, Option<String>) {
         let Some(rest) = w.strip_prefix("interface ") else {
             continue;
         };
-        let (iface, encap) = match rest.split_once(", ") {
-            Some((a, b)) if a.ends_with(')') => (a, Some(b)),
-            _ => (rest, None),
+        let (iface, encap) = match rest.split_once("), ") {
+            Some((a, b)) => (&rest[..a.len() + 1], Some(b)),
+            None => (rest, None),
         };
         let encap = encap.and_then(|e| {
             let (bytes, parts) = e.split_once(" bytes of encapsulation")?;

@@ -106,10 +106,13 @@ fn sweep(r: &Row) -> String {
     if let Some(op) = &r.op {
         parts.push(op.clone());
     }
-    if let Some(n) = r.streams.filter(|n| *n > 1) {
+    // http-load: the connections are the variant (`c8`), the direction the
+    // method's (GET reverse, PUT forward).
+    let http = r.family == Family::Http;
+    if let Some(n) = r.streams.filter(|n| *n > 1 && !http) {
         parts.push(format!("x{n}"));
     }
-    if let Some(d) = r.direction.as_deref().filter(|d| *d != "forward") {
+    if let Some(d) = r.direction.as_deref().filter(|d| *d != "forward" && !http) {
         parts.push(d.to_string());
     }
     if let Some(m) = r.mtu {

@@ -295,6 +295,85 @@ pub fn build(db: &Path) -> i64 {
             r,
         );
     }
+    // HTTP load, 8 connections, two repeats: the overlay serves fewer
+    // requests, slower, and some time out or fail with a status.
+    for (path, rates, lat_ns, errs) in [
+        ("host", [5000.0, 5200.0], 800_000u64, (0u64, 0u64)),
+        ("overlay", [3000.0, 3100.0], 1_500_000u64, (3, 2)),
+    ] {
+        for (rep, rps) in rates.iter().enumerate() {
+            let id = format!("http-{path}-r{rep}");
+            let mut e = json!({
+                "requests_per_s": rps,
+                "iterations": (rps * 3.0) as u64,
+                "bw_gbps": rps * 1024.0 * 8.0 / 1e9,
+                "bytes": (rps * 3.0 * 1024.0) as u64,
+                "op": "GET",
+                "direction": "reverse",
+                "lat_us": {"min": 500.0, "p50": lat_ns as f64 / 1000.0, "p90": lat_ns as f64 / 1000.0,
+                           "p99": lat_ns as f64 / 500.0, "p999": lat_ns as f64 / 500.0,
+                           "p9999": lat_ns as f64 / 500.0, "max": lat_ns as f64 / 500.0,
+                           "mean": lat_ns as f64 / 1000.0, "stdev": 10.0, "kind": "rtt", "samples": 1020},
+                "errors": {"connect": 0, "write": 0, "read": 0, "timeout": errs.0, "status": errs.1, "parse": 0},
+            });
+            if rep == 1 {
+                e["cpu_local_pct"] = json!(50.0);
+            }
+            let mut r = record("http-load", 1024, e);
+            r.streams = 8;
+            b.pair(
+                &id,
+                "http",
+                "http-load",
+                path,
+                json!({"size": 1024, "connections": 8}),
+                rep as u32,
+                p,
+                r,
+            );
+            b.hists.push((id, hist_b64(lat_ns, 1000, lat_ns * 2, 20)));
+        }
+    }
+    // Path MTU per method: jumbo frames on the host, VXLAN's 50 bytes off
+    // them on the overlay.
+    for (path, mtu, iface) in [
+        ("host", 9000u32, "interface eth1 (MTU 9000, ethernet)".to_string()),
+        (
+            "overlay",
+            8950,
+            "interface vxlan.calico (MTU 8950, vxlan), 50 bytes of encapsulation (outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8)".to_string(),
+        ),
+    ] {
+        let spec = b.cell(
+            &format!("mtu-{path}"),
+            "mtu",
+            "mtu",
+            path,
+            "pairs",
+            &[p],
+            json!({}),
+            0,
+        );
+        let ms = ["forward", "reverse"]
+            .iter()
+            .map(|op| {
+                let r = record(
+                    "mtu",
+                    u64::from(mtu - 28),
+                    json!({"op": op, "direction": op, "mtu": mtu, "iterations": 14,
+                           "warnings": [{"id": "mtu-path", "message": "limited by the sending interface"},
+                                        {"id": "mtu-path", "message": iface}]}),
+                );
+                Measurement {
+                    role: Role::Total,
+                    src: Some(p.0.into()),
+                    dst: Some(p.1.into()),
+                    record: r,
+                }
+            })
+            .collect();
+        b.done(&spec, ms);
+    }
     // A failed cell.
     let f = b.cell(
         "bw-overlay-n3n4",

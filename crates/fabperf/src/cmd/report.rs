@@ -226,8 +226,14 @@ pub fn export_openmetrics(
     run: Option<i64>,
     out: Option<&Path>,
     push: Option<&str>,
+    per_measurement: bool,
 ) -> anyhow::Result<ExitCode> {
-    use fabperf_report::openmetrics::{self, Flavor};
+    use fabperf_report::openmetrics::{self, Flavor, Series};
+    let series = if per_measurement {
+        Series::PerMeasurement
+    } else {
+        Series::Bounded
+    };
     let runs = match openmetrics::load_runs(store, run) {
         Ok(r) => r,
         Err(e) => {
@@ -256,7 +262,11 @@ pub fn export_openmetrics(
             return Ok(ExitCode::from(EXIT_USAGE));
         }
         for (data, url) in runs.iter().zip(&urls) {
-            let (body, n) = openmetrics::exposition(std::slice::from_ref(data), Flavor::Prometheus);
+            let (body, n) = openmetrics::exposition_with(
+                std::slice::from_ref(data),
+                Flavor::Prometheus,
+                series,
+            );
             openmetrics::push(url, &body, std::time::Duration::from_secs(30))?;
             eprintln!(
                 "fabperf export: pushed {n} samples of run {} to {url}",
@@ -267,7 +277,7 @@ pub fn export_openmetrics(
             return Ok(ExitCode::SUCCESS);
         }
     }
-    let (body, n) = openmetrics::exposition(&runs, Flavor::OpenMetrics);
+    let (body, n) = openmetrics::exposition_with(&runs, Flavor::OpenMetrics, series);
     match out {
         Some(p) => {
             write_atomic(p, &body).map_err(|e| {
