@@ -608,6 +608,25 @@ fn header(rep: &Report) -> String {
     o
 }
 
+/// What the marks in the difference columns mean, for the marks used.
+pub fn marks_legend(rep: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    let any = |f: &dyn Fn(&crate::analysis::Delta) -> bool| {
+        rep.rows.iter().any(|r| r.base.as_ref().is_some_and(f))
+    };
+    if any(&|d| d.within_noise == Some(true) && d.unlike.is_empty()) {
+        out.push(
+            "~ the difference is not significant (Welch's two-sample t-test over the repeats, p ≥ 0.05): noise".to_string(),
+        );
+    }
+    if any(&|d| !d.unlike.is_empty()) {
+        out.push(
+            "≠ compared with an unlike baseline row (--compare-unlike): the row's notes say what differs".to_string(),
+        );
+    }
+    out
+}
+
 /// Render the report as text or Markdown.
 pub fn render(rep: &Report, md: bool) -> String {
     let mut o = String::new();
@@ -638,16 +657,8 @@ pub fn render(rep: &Report, md: bool) -> String {
             }
         }
     }
-    if rep
-        .rows
-        .iter()
-        .any(|r| r.base.as_ref().and_then(|d| d.within_noise) == Some(true))
-    {
-        let _ = writeln!(
-            o,
-            "{}~ the difference is not significant (Welch's two-sample t-test over the repeats, p ≥ 0.05): noise",
-            if md { "\n" } else { "  " }
-        );
+    for l in marks_legend(rep) {
+        let _ = writeln!(o, "{}{l}", if md { "\n" } else { "  " });
     }
     if !rep.meshes.is_empty() {
         h(&mut o, "Mesh (N×N)");
@@ -836,6 +847,18 @@ pub fn csv(rep: &Report) -> Result<String, csv::Error> {
         "within_noise",
         "warnings",
         "cells",
+        "instances",
+        "instances_min",
+        "instances_median",
+        "instances_max",
+        "welch_p",
+        "unlike",
+        "port_finding",
+        "http_errors",
+        "http_error_pct",
+        "d_error_pp",
+        "d_bytes",
+        "overhead",
     ])?;
     let f = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
@@ -899,6 +922,27 @@ pub fn csv(rep: &Report) -> Result<String, csv::Error> {
                 .unwrap_or_default(),
             r.warnings.join(" | "),
             r.cells.join(" "),
+            r.spread
+                .as_ref()
+                .map(|sp| format!("{} {}", sp.count, sp.of))
+                .unwrap_or_default(),
+            f(r.spread.as_ref().map(|sp| sp.min)),
+            f(r.spread.as_ref().map(|sp| sp.median)),
+            f(r.spread.as_ref().map(|sp| sp.max)),
+            f(d.and_then(|d| d.welch).map(|w| w.p)),
+            d.map(|d| d.unlike.join("; ")).unwrap_or_default(),
+            r.port_finding.clone().unwrap_or_default(),
+            r.http.as_ref().map(errors_words).unwrap_or_default(),
+            f(r.http.as_ref().and_then(|h| h.error_pct)),
+            f(d.and_then(|d| d.d_error_pp)),
+            d.and_then(|d| d.d_bytes)
+                .map(|b| b.to_string())
+                .unwrap_or_default(),
+            if r.family == Family::Mtu {
+                overhead_words(r)
+            } else {
+                String::new()
+            },
         ])?;
     }
     let bytes = w
