@@ -16,7 +16,7 @@ pub fn t975(df: usize) -> f64 {
 /// The `p` quantile of Student's t with `df` (possibly fractional, as
 /// Welch's approximation gives) degrees of freedom.
 fn t_quantile(p: f64, df: f64) -> f64 {
-    if !(df > 0.0) {
+    if df.is_nan() || df <= 0.0 {
         return f64::INFINITY;
     }
     match StudentsT::new(0.0, 1.0, df) {
@@ -59,7 +59,7 @@ pub fn welch(a: &Stats, b: &Stats) -> Option<Welch> {
     let (va, vb) = (sa * sa / a.n as f64, sb * sb / b.n as f64);
     let diff = a.mean - b.mean;
     let se2 = va + vb;
-    if !(se2 > 0.0) {
+    if se2.is_nan() || se2 <= 0.0 {
         // Both sets are constant: any difference is certain, none is none.
         let p = if diff == 0.0 { 1.0 } else { 0.0 };
         return Some(Welch {

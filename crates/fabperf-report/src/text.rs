@@ -431,7 +431,7 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                             if b == 0 {
                                 "0".to_string()
                             } else {
-                                format!("{}", signed(-b as f64, 0))
+                                signed(-b as f64, 0)
                             }
                         })
                         .unwrap_or_else(|| {

@@ -43,6 +43,7 @@ fn find<'a>(r: &'a Report, test: &str, path: &str) -> &'a Row {
         .unwrap_or_else(|| panic!("no row {test} on {path}"))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn gbps_cell(
     b: &mut B,
     id: &str,
