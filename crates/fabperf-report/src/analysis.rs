@@ -1011,6 +1011,8 @@ fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
                 warnings.extend(stats::warnings(&i.values, st).iter().map(|w| w.text(unit)));
             }
         }
+        // Fewer than two cuts with a figure: the one that has one.
+        let slow = slow.or_else(|| insts.iter().find(|i| i.stats.is_some()));
         let st = slow.and_then(|i| i.stats.clone());
         let port = slow.and_then(|i| i.port_rate_gbps);
         (st, sp, port)
@@ -1046,7 +1048,13 @@ fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
         let port = ports
             .map(|p| p.iter().copied().fold(f64::INFINITY, f64::min))
             .filter(|x| x.is_finite());
-        (None, sp, port)
+        // Fewer than two pairs with a figure: the one that has one.
+        let st = if sp.is_none() {
+            insts.iter().find_map(|i| i.stats.clone())
+        } else {
+            None
+        };
+        (st, sp, port)
     };
     let scope = match s.pattern.as_str() {
         "pairs" | "incast" => first,
@@ -1097,18 +1105,18 @@ fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
         }
     }
     let http = (family == Family::Http).then(|| {
-        let total: u64 = acc.errors.values().sum();
+        let total: u64 = acc.errors.values().fold(0u64, |a, v| a.saturating_add(*v));
         HttpFigures {
             errors: acc.errors.clone(),
             errors_total: total,
             ok: acc.ok_requests,
             error_pct: acc
                 .ok_requests
-                .filter(|ok| ok + total > 0 && acc.errors_seen)
-                .map(|ok| total as f64 * 100.0 / (ok + total) as f64),
+                .filter(|ok| ok.saturating_add(total) > 0 && acc.errors_seen)
+                .map(|ok| total as f64 * 100.0 / (ok as f64 + total as f64)),
         }
     });
-    let mtu_path = (family == Family::Mtu).then(|| MtuFigures {
+    let mtu_path = (family == Family::Mtu && !values.is_empty()).then(|| MtuFigures {
         method: acc.op.clone().unwrap_or_default(),
         mtu_min: values.iter().copied().fold(f64::INFINITY, f64::min) as u64,
         mtu_max: values.iter().copied().fold(0.0, f64::max) as u64,
@@ -1281,14 +1289,15 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
                         if let Some(e) = &rec.errors {
                             acc.errors_seen = true;
                             for (k, v) in e {
-                                *acc.errors.entry(k.clone()).or_default() += v;
+                                let c = acc.errors.entry(k.clone()).or_default();
+                                *c = c.saturating_add(*v);
                             }
                         }
                         // The record counts successful requests as iterations
                         // (requests/s × the measured interval).
                         if let (Some(r), Some(d)) = (rec.requests_per_s, rec.duration_s) {
                             let ok = (r * d).round() as u64;
-                            acc.ok_requests = Some(acc.ok_requests.unwrap_or(0) + ok);
+                            acc.ok_requests = Some(acc.ok_requests.unwrap_or(0).saturating_add(ok));
                         }
                     }
                 }
@@ -2271,6 +2280,35 @@ mod tests {
         assert_eq!(r(serde_json::json!("max")).as_deref(), Some("max"));
         assert_eq!(r(serde_json::json!("500M")).as_deref(), Some("500M"));
         assert_eq!(rate_label(&serde_json::json!({})), None);
+    }
+
+    #[test]
+    fn mtu_notes_name_the_interface_and_encapsulation() {
+        let rec = |w: &[&str]| RecView {
+            warnings: w.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let (i, e) = mtu_interface(&rec(&[
+            "limited by the path",
+            "interface vxlan0 (MTU 1450, vxlan), 50 bytes of encapsulation (outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8)",
+        ]));
+        assert_eq!(i.as_deref(), Some("vxlan0 (MTU 1450, vxlan)"));
+        assert_eq!(
+            e.as_deref(),
+            Some("vxlan 50 B (outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8)")
+        );
+        let (i, e) = mtu_interface(&rec(&["interface eth0 (MTU 9000, ethernet)"]));
+        assert_eq!((i.as_deref(), e), (Some("eth0 (MTU 9000, ethernet)"), None));
+        // Odd notes never panic.
+        for w in [
+            "interface ",
+            "interface ), ",
+            "interface (), x bytes of encapsulation",
+            "interface é), ü",
+        ] {
+            let _ = mtu_interface(&rec(&[w]));
+        }
+        assert_eq!(mtu_interface(&rec(&[])), (None, None));
     }
 
     #[test]

@@ -514,6 +514,25 @@ mod tests {
         assert_eq!(r.udp_loss_pct, Some(3.0));
         assert_eq!(r.warnings, vec!["old style", "new style"]);
         assert_eq!(r.lat_hist.as_deref(), Some("HISTfromrecord"));
+        // http-load errors and placements: hostile values are left out.
+        let r = RecView::from_json(
+            &json!({"errors": {"timeout": 3, "status": "many", "read": -1, "parse": u64::MAX},
+                    "requests_per_s": "fast",
+                    "placement_local": {"virtual_link": "yes", "port_rate_gbps": -1},
+                    "placement_remote": {"virtual_link": true, "port_rate_gbps": 2.5}}),
+            None,
+        );
+        let e = r.errors.unwrap();
+        assert_eq!(
+            (e.get("timeout"), e.get("parse")),
+            (Some(&3), Some(&u64::MAX))
+        );
+        assert!(!e.contains_key("status") && !e.contains_key("read"));
+        assert_eq!(r.requests_per_s, None);
+        assert!(!r.virtual_local && r.port_local_gbps.is_none());
+        assert!(r.virtual_remote && r.port_remote_gbps == Some(2.5));
+        let r = RecView::from_json(&json!({"errors": [1], "placement_local": 7}), None);
+        assert!(r.errors.is_none() && !r.virtual_local);
         let r = RecView::from_json(&json!({"test": 5}), Some("column"));
         assert_eq!(r.test, "");
         assert_eq!(r.lat_hist.as_deref(), Some("column"));
@@ -540,6 +559,22 @@ mod tests {
         row2.hello = json!({"agent": {"inventory": {"port_rate_gbps": -5, "mtu": "big"}}});
         let a = Agent::from_row(&row2);
         assert_eq!(a.inventory, Inventory::default());
+        // A virtual link: its speed is a label; a tc cap is a rate.
+        row2.hello = json!({"agent": {"inventory": {"driver": "veth", "speed_mbps": 10000}}});
+        let a = Agent::from_row(&row2);
+        assert!(a.inventory.virtual_link);
+        assert_eq!(
+            (a.inventory.port_rate_gbps, a.inventory.label_rate_gbps),
+            (None, Some(10.0))
+        );
+        row2.hello = json!({"agent": {"inventory": {"kind": "loopback", "port_rate_gbps": 10,
+                                                    "tc_rate_bps": 1e9}}});
+        assert_eq!(Agent::from_row(&row2).inventory.port_rate_gbps, Some(1.0));
+        row2.hello = json!({"agent": {"inventory": {"virtual_link": true, "port_rate_gbps": 10}}});
+        assert!(Agent::from_row(&row2).inventory.port_rate_gbps.is_none());
+        row2.hello =
+            json!({"agent": {"inventory": {"driver": "mlx5_core", "port_rate_gbps": 100}}});
+        assert!(!Agent::from_row(&row2).inventory.virtual_link);
         row2.hello = json!({"unreachable": "connection refused"});
         assert_eq!(
             Agent::from_row(&row2).unreachable.as_deref(),
