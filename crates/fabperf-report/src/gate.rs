@@ -20,9 +20,12 @@
 //! reference = "port_rate" | "path:" NAME
 //! ```
 //!
-//! Each gate is checked against every row (or mesh group, incast, split)
-//! it selects; a gate that selects nothing fails, because an acceptance
-//! check that measured nothing has not passed.
+//! Each gate is checked against every row (or mesh group, incast cell,
+//! bisection) it selects; a gate that selects nothing fails, because an
+//! acceptance check that measured nothing has not passed. `ci-low` on a
+//! row with one repeat fails ("needs ≥ 2 repeats") instead of using the
+//! mean; a `port_rate` threshold on a figure above its port rate fails
+//! with that finding; `path:NAME` compares with the like row only.
 
 use crate::analysis::{fmt_num, Family, Report, Row};
 use crate::units::{factor, parse_size, size_label, Dim};
