@@ -781,7 +781,7 @@ pub fn render(rep: &Report) -> String {
             charts.join("")
         );
     }
-    for fam in [Family::Bandwidth, Family::Udp, Family::Latency] {
+    for fam in Family::ALL {
         if let Some((title, t, notes)) = family_table(rep, fam) {
             let _ = write!(
                 s,
@@ -797,6 +797,10 @@ pub fn render(rep: &Report) -> String {
                 s.push_str("</ol>");
             }
         }
+    }
+    let legend = crate::text::marks_legend(rep);
+    if !legend.is_empty() {
+        let _ = write!(s, r#"<p class="meta">{}</p>"#, esc(&legend.join(" ")));
     }
     if !rep.meshes.is_empty() {
         s.push_str(r#"<h2 id="mesh">Mesh (N×N)</h2>"#);
@@ -824,9 +828,11 @@ pub fn render(rep: &Report) -> String {
                 esc(&ic.receiver),
                 ic.repeat + 1,
                 ic.aggregate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
-                ic.pct_port
-                    .map(|p| format!("{p:.0}"))
-                    .unwrap_or_else(|| "-".into()),
+                match (ic.pct_port, &ic.port_finding) {
+                    (Some(p), _) => format!("{p:.0}"),
+                    (None, Some(_)) => ">port".into(),
+                    _ => "-".into(),
+                },
                 ic.jain
                     .map(|j| format!("{j:.3}"))
                     .unwrap_or_else(|| "-".into()),
@@ -846,20 +852,22 @@ pub fn render(rep: &Report) -> String {
         s.push_str("</tbody></table>");
     }
     if !rep.bisections.is_empty() {
-        s.push_str(r#"<h2 id="bisection">Bisection</h2><table><thead><tr><th class="l">test</th><th class="l">path</th><th class="l">split</th><th>repeat</th><th>Gbit/s</th><th>port sum</th><th>%</th><th>Jain</th><th class="l">flows</th></tr></thead><tbody>"#);
+        s.push_str(r#"<h2 id="bisection">Bisection</h2><table><thead><tr><th class="l">test</th><th class="l">path</th><th>cut</th><th>repeat</th><th>Gbit/s</th><th>port sum</th><th>%</th><th>Jain</th><th class="l">flows</th></tr></thead><tbody>"#);
         for b in &rep.bisections {
             let _ = write!(
                 s,
-                r#"<tr><td class="l">{}</td><td class="l">{}</td><td class="l">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
+                r#"<tr><td class="l">{}</td><td class="l">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
                 esc(&b.test),
                 esc(&b.path),
-                esc(&b.cell),
+                b.cut,
                 b.repeat + 1,
                 b.aggregate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
                 b.port_sum_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
-                b.pct_port
-                    .map(|p| format!("{p:.0}"))
-                    .unwrap_or_else(|| "-".into()),
+                match (b.pct_port, &b.port_finding) {
+                    (Some(p), _) => format!("{p:.0}"),
+                    (None, Some(_)) => ">port".into(),
+                    _ => "-".into(),
+                },
                 b.jain
                     .map(|j| format!("{j:.3}"))
                     .unwrap_or_else(|| "-".into()),
@@ -888,7 +896,12 @@ pub fn render(rep: &Report) -> String {
                 } else {
                     "-"
                 })),
-                i.port_rate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
+                match (i.port_rate_gbps, i.virtual_link) {
+                    (Some(p), false) => fmt_num(p),
+                    (Some(p), true) => format!("{} (tc cap, virtual link)", fmt_num(p)),
+                    (None, true) => "virtual link".into(),
+                    (None, false) => "-".into(),
+                },
                 i.mtu.map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
                 i.numa_node
                     .map(|m| m.to_string())

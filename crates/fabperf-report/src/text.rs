@@ -106,10 +106,13 @@ fn sweep(r: &Row) -> String {
     if let Some(op) = &r.op {
         parts.push(op.clone());
     }
-    if let Some(n) = r.streams.filter(|n| *n > 1) {
+    // http-load: the connections are the variant (`c8`), the direction the
+    // method's (GET reverse, PUT forward).
+    let http = r.family == Family::Http;
+    if let Some(n) = r.streams.filter(|n| *n > 1 && !http) {
         parts.push(format!("x{n}"));
     }
-    if let Some(d) = r.direction.as_deref().filter(|d| *d != "forward") {
+    if let Some(d) = r.direction.as_deref().filter(|d| *d != "forward" && !http) {
         parts.push(d.to_string());
     }
     if let Some(m) = r.mtu {
@@ -130,6 +133,8 @@ fn sweep(r: &Row) -> String {
 
 /// The cells every family's table starts with: test, size, sweep, path,
 /// flows, repeats, mean and its 95 % interval.
+/// `n` is the repeats of one instance (a mesh's pairs and a bisection's
+/// cuts are not repeats), the figure the row's (see [`Row::mean`]).
 fn lead(r: &Row) -> Vec<String> {
     let s = r.stats.as_ref();
     vec![
@@ -138,10 +143,35 @@ fn lead(r: &Row) -> Vec<String> {
         sweep(r),
         r.path.clone(),
         r.scope.clone(),
-        s.map(|s| s.n.to_string()).unwrap_or_default(),
-        opt(s.map(|s| s.mean)),
+        r.repeats_label(),
+        opt(r.mean()),
         opt(s.and_then(|s| s.ci95)),
     ]
+}
+
+/// The share of the port rate, or why there is none: `>port` when the
+/// figure is above it (a finding, never a percentage over 100).
+fn port_cell(r: &Row) -> String {
+    match (r.pct_port, &r.port_finding) {
+        (Some(p), _) => format!("{p:.0}"),
+        (None, Some(_)) => ">port".into(),
+        _ => "-".into(),
+    }
+}
+
+/// A difference's marks: `~` not significant (Welch), `≠` an unlike row.
+fn delta_mark(d: Option<&crate::analysis::Delta>) -> &'static str {
+    match d {
+        Some(d) if !d.unlike.is_empty() => "≠",
+        Some(d) if d.within_noise == Some(true) => "~",
+        _ => "",
+    }
+}
+
+fn signed_opt(v: Option<f64>, decimals: usize) -> String {
+    v.filter(|x| x.is_finite())
+        .map(|v| signed(v, decimals))
+        .unwrap_or_else(|| "-".into())
 }
 
 /// A row's footnote marks, and the notes collected for the table.
@@ -207,21 +237,9 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                             }
                         }),
                     d.and_then(|d| d.d_pct)
-                        .map(|v| {
-                            format!(
-                                "{}{}",
-                                signed(v, 1),
-                                if d.and_then(|d| d.within_noise) == Some(true) {
-                                    "~"
-                                } else {
-                                    ""
-                                }
-                            )
-                        })
+                        .map(|v| format!("{}{}", signed(v, 1), delta_mark(d)))
                         .unwrap_or_else(|| "-".into()),
-                    r.pct_port
-                        .map(|p| format!("{p:.0}"))
-                        .unwrap_or_else(|| "-".into()),
+                    port_cell(r),
                     opt(r.cpu.as_ref().and_then(|c| c.client)),
                     opt(r.cpu.as_ref().and_then(|c| c.agent)),
                     r.retransmits
@@ -264,14 +282,12 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                         .map(|v| signed(v, 2))
                         .unwrap_or_else(|| "-".into()),
                     d.and_then(|d| d.d_pct)
-                        .map(|v| signed(v, 1))
+                        .map(|v| format!("{}{}", signed(v, 1), delta_mark(d)))
                         .unwrap_or_else(|| "-".into()),
                     d.and_then(|d| d.d_loss_pp)
                         .map(|v| signed(v, 3))
                         .unwrap_or_else(|| "-".into()),
-                    r.pct_port
-                        .map(|p| format!("{p:.0}"))
-                        .unwrap_or_else(|| "-".into()),
+                    port_cell(r),
                     marks(r, &mut notes),
                 ]);
                 t.rows.push(row);
@@ -308,7 +324,7 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                     opt(l.and_then(|l| l.p99)),
                     opt(l.and_then(|l| l.p999)),
                     d.and_then(|d| d.d_p50_us)
-                        .map(|v| signed(v, 2))
+                        .map(|v| format!("{}{}", signed(v, 2), delta_mark(d)))
                         .unwrap_or_else(|| "-".into()),
                     d.and_then(|d| d.d_p99_us)
                         .map(|v| signed(v, 2))
@@ -324,8 +340,161 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
             }
             t
         }
+        Family::Http => {
+            let mut t = Table::new(
+                &[
+                    "test",
+                    "size",
+                    "sweep",
+                    "path",
+                    "flows",
+                    "n",
+                    "req/s",
+                    "±95%",
+                    "Δ%",
+                    "p50 µs",
+                    "p99 µs",
+                    "p99.9 µs",
+                    &format!("Δp50 vs {base}"),
+                    "Δp99",
+                    "errors",
+                    "err%",
+                    "Δerr pp",
+                    "notes",
+                ],
+                &[0, 2, 3, 4, 14, 17],
+            );
+            for r in rows {
+                let d = r.base.as_ref();
+                let l = r.lat.as_ref();
+                let h = r.http.as_ref();
+                let mut row = lead(r);
+                row.extend([
+                    d.and_then(|d| d.d_pct)
+                        .map(|v| format!("{}{}", signed(v, 1), delta_mark(d)))
+                        .unwrap_or_else(|| "-".into()),
+                    opt(l.and_then(|l| l.p50)),
+                    opt(l.and_then(|l| l.p99)),
+                    opt(l.and_then(|l| l.p999)),
+                    signed_opt(d.and_then(|d| d.d_p50_us), 1),
+                    signed_opt(d.and_then(|d| d.d_p99_us), 1),
+                    h.map(errors_words).unwrap_or_else(|| "-".into()),
+                    h.and_then(|h| h.error_pct)
+                        .map(|p| format!("{p:.2}"))
+                        .unwrap_or_else(|| "-".into()),
+                    signed_opt(d.and_then(|d| d.d_error_pp), 2),
+                    marks(r, &mut notes),
+                ]);
+                t.rows.push(row);
+            }
+            t
+        }
+        Family::Mtu => {
+            let mut t = Table::new(
+                &[
+                    "test",
+                    "method",
+                    "path",
+                    "flows",
+                    "n",
+                    "MTU",
+                    "payload",
+                    &format!("Δ vs {base}"),
+                    "interface",
+                    "overhead",
+                    "notes",
+                ],
+                &[0, 1, 2, 3, 8, 9, 10],
+            );
+            for r in rows {
+                let d = r.base.as_ref();
+                let m = r.mtu_path.as_ref();
+                t.rows.push(vec![
+                    r.test.clone(),
+                    m.map(|m| m.method.clone()).unwrap_or_else(|| "-".into()),
+                    r.path.clone(),
+                    r.scope.clone(),
+                    r.repeats_label(),
+                    m.map(|m| {
+                        if m.mtu_min == m.mtu_max {
+                            m.mtu_min.to_string()
+                        } else {
+                            format!("{}-{}", m.mtu_min, m.mtu_max)
+                        }
+                    })
+                    .unwrap_or_else(|| "-".into()),
+                    m.and_then(|m| m.payload)
+                        .map(|p| p.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    d.and_then(|d| d.d_bytes)
+                        .map(|b| {
+                            if b == 0 {
+                                "0".to_string()
+                            } else {
+                                signed(-b as f64, 0)
+                            }
+                        })
+                        .unwrap_or_else(|| {
+                            if d.is_none() && Some(r.path.as_str()) == rep.baseline.as_deref() {
+                                "base".into()
+                            } else {
+                                "-".into()
+                            }
+                        }),
+                    m.and_then(|m| m.interface.clone())
+                        .unwrap_or_else(|| "-".into()),
+                    overhead_words(r),
+                    marks(r, &mut notes),
+                ]);
+            }
+            t
+        }
     };
     Some((fam.title().to_string(), t, notes))
+}
+
+/// Failed requests by kind, the non-zero ones: `timeout 3, status 2`.
+fn errors_words(h: &crate::analysis::HttpFigures) -> String {
+    let parts: Vec<String> = h
+        .errors
+        .iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    if parts.is_empty() {
+        if h.errors.is_empty() && h.errors_total == 0 && h.error_pct.is_none() {
+            "-".into()
+        } else {
+            "0".into()
+        }
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The overhead an mtu row's path adds, named: the encapsulation the record
+/// gives, and the bytes fewer than the baseline path.
+pub fn overhead_words(r: &Row) -> String {
+    let m = r.mtu_path.as_ref();
+    let encap = m.and_then(|m| m.encapsulation.clone());
+    let less = r
+        .base
+        .as_ref()
+        .and_then(|d| Some((d.d_bytes?, d.path.clone())))
+        .filter(|(b, _)| *b != 0)
+        .map(|(b, p)| {
+            if b > 0 {
+                format!("{b} B less than {p}")
+            } else {
+                format!("{} B more than {p}", -b)
+            }
+        });
+    match (encap, less) {
+        (Some(e), Some(l)) => format!("{e}; {l}"),
+        (Some(e), None) => e,
+        (None, Some(l)) => l,
+        (None, None) => "-".into(),
+    }
 }
 
 fn incast_table(rep: &Report) -> Option<Table> {
@@ -352,9 +521,11 @@ fn incast_table(rep: &Report) -> Option<Table> {
             ic.receiver.clone(),
             (ic.repeat + 1).to_string(),
             opt(ic.aggregate_gbps),
-            ic.pct_port
-                .map(|p| format!("{p:.0}"))
-                .unwrap_or_else(|| "-".into()),
+            match (ic.pct_port, &ic.port_finding) {
+                (Some(p), _) => format!("{p:.0}"),
+                (None, Some(_)) => ">port".into(),
+                _ => "-".into(),
+            },
             ic.jain
                 .map(|j| format!("{j:.3}"))
                 .unwrap_or_else(|| "-".into()),
@@ -374,7 +545,7 @@ fn bisection_table(rep: &Report) -> Option<Table> {
     }
     let mut t = Table::new(
         &[
-            "test", "path", "split", "rep", "Gbit/s", "port sum", "%", "Jain", "flows",
+            "test", "path", "cut", "rep", "Gbit/s", "port sum", "%", "Jain", "flows",
         ],
         &[0, 1, 2, 8],
     );
@@ -382,13 +553,15 @@ fn bisection_table(rep: &Report) -> Option<Table> {
         t.rows.push(vec![
             b.test.clone(),
             b.path.clone(),
-            b.cell.chars().take(12).collect(),
+            b.cut.to_string(),
             (b.repeat + 1).to_string(),
             opt(b.aggregate_gbps),
             opt(b.port_sum_gbps),
-            b.pct_port
-                .map(|p| format!("{p:.0}"))
-                .unwrap_or_else(|| "-".into()),
+            match (b.pct_port, &b.port_finding) {
+                (Some(p), _) => format!("{p:.0}"),
+                (None, Some(_)) => ">port".into(),
+                _ => "-".into(),
+            },
             b.jain
                 .map(|j| format!("{j:.3}"))
                 .unwrap_or_else(|| "-".into()),
@@ -435,6 +608,25 @@ fn header(rep: &Report) -> String {
     o
 }
 
+/// What the marks in the difference columns mean, for the marks used.
+pub fn marks_legend(rep: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    let any = |f: &dyn Fn(&crate::analysis::Delta) -> bool| {
+        rep.rows.iter().any(|r| r.base.as_ref().is_some_and(f))
+    };
+    if any(&|d| d.within_noise == Some(true) && d.unlike.is_empty()) {
+        out.push(
+            "~ the difference is not significant (Welch's two-sample t-test over the repeats, p ≥ 0.05): noise".to_string(),
+        );
+    }
+    if any(&|d| !d.unlike.is_empty()) {
+        out.push(
+            "≠ compared with an unlike baseline row (--compare-unlike): the row's notes say what differs".to_string(),
+        );
+    }
+    out
+}
+
 /// Render the report as text or Markdown.
 pub fn render(rep: &Report, md: bool) -> String {
     let mut o = String::new();
@@ -453,7 +645,7 @@ pub fn render(rep: &Report, md: bool) -> String {
     } else {
         let _ = writeln!(o, "fabperf report: {}", header(rep));
     }
-    for fam in [Family::Bandwidth, Family::Udp, Family::Latency] {
+    for fam in Family::ALL {
         if let Some((title, t, notes)) = family_table(rep, fam) {
             h(&mut o, &title);
             o.push_str(&if md { t.markdown() } else { t.text() });
@@ -465,16 +657,8 @@ pub fn render(rep: &Report, md: bool) -> String {
             }
         }
     }
-    if rep
-        .rows
-        .iter()
-        .any(|r| r.base.as_ref().and_then(|d| d.within_noise) == Some(true))
-    {
-        let _ = writeln!(
-            o,
-            "{}~ the difference is within the two 95 % intervals (noise)",
-            if md { "\n" } else { "  " }
-        );
+    for l in marks_legend(rep) {
+        let _ = writeln!(o, "{}{l}", if md { "\n" } else { "  " });
     }
     if !rep.meshes.is_empty() {
         h(&mut o, "Mesh (N×N)");
@@ -663,6 +847,18 @@ pub fn csv(rep: &Report) -> Result<String, csv::Error> {
         "within_noise",
         "warnings",
         "cells",
+        "instances",
+        "instances_min",
+        "instances_median",
+        "instances_max",
+        "welch_p",
+        "unlike",
+        "port_finding",
+        "http_errors",
+        "http_error_pct",
+        "d_error_pp",
+        "d_bytes",
+        "overhead",
     ])?;
     let f = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
@@ -726,6 +922,27 @@ pub fn csv(rep: &Report) -> Result<String, csv::Error> {
                 .unwrap_or_default(),
             r.warnings.join(" | "),
             r.cells.join(" "),
+            r.spread
+                .as_ref()
+                .map(|sp| format!("{} {}", sp.count, sp.of))
+                .unwrap_or_default(),
+            f(r.spread.as_ref().map(|sp| sp.min)),
+            f(r.spread.as_ref().map(|sp| sp.median)),
+            f(r.spread.as_ref().map(|sp| sp.max)),
+            f(d.and_then(|d| d.welch).map(|w| w.p)),
+            d.map(|d| d.unlike.join("; ")).unwrap_or_default(),
+            r.port_finding.clone().unwrap_or_default(),
+            r.http.as_ref().map(errors_words).unwrap_or_default(),
+            f(r.http.as_ref().and_then(|h| h.error_pct)),
+            f(d.and_then(|d| d.d_error_pp)),
+            d.and_then(|d| d.d_bytes)
+                .map(|b| b.to_string())
+                .unwrap_or_default(),
+            if r.family == Family::Mtu {
+                overhead_words(r)
+            } else {
+                String::new()
+            },
         ])?;
     }
     let bytes = w

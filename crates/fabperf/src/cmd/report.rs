@@ -41,6 +41,12 @@ pub struct ReportArgs {
     /// same test, path and other dimensions at that value).
     #[arg(long, value_name = "PATH")]
     pub baseline: Option<String>,
+    /// Compare a row with the baseline's closest row even when it differs in
+    /// rate, streams, op or MTU; the difference is marked (≠) with what
+    /// differs, and never judged in verdicts or gates. Without it only like
+    /// rows are compared.
+    #[arg(long)]
+    pub compare_unlike: bool,
     #[arg(long, value_enum, default_value = "table")]
     pub format: ReportFormat,
     /// Also write the report as one self-contained HTML file with charts.
@@ -141,6 +147,7 @@ fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
         &Options {
             run: a.run,
             baseline: a.baseline.clone(),
+            unlike: a.compare_unlike,
         },
     ) {
         Ok(r) => r,
@@ -219,8 +226,14 @@ pub fn export_openmetrics(
     run: Option<i64>,
     out: Option<&Path>,
     push: Option<&str>,
+    per_measurement: bool,
 ) -> anyhow::Result<ExitCode> {
-    use fabperf_report::openmetrics::{self, Flavor};
+    use fabperf_report::openmetrics::{self, Flavor, Series};
+    let series = if per_measurement {
+        Series::PerMeasurement
+    } else {
+        Series::Bounded
+    };
     let runs = match openmetrics::load_runs(store, run) {
         Ok(r) => r,
         Err(e) => {
@@ -249,7 +262,11 @@ pub fn export_openmetrics(
             return Ok(ExitCode::from(EXIT_USAGE));
         }
         for (data, url) in runs.iter().zip(&urls) {
-            let (body, n) = openmetrics::exposition(std::slice::from_ref(data), Flavor::Prometheus);
+            let (body, n) = openmetrics::exposition_with(
+                std::slice::from_ref(data),
+                Flavor::Prometheus,
+                series,
+            );
             openmetrics::push(url, &body, std::time::Duration::from_secs(30))?;
             eprintln!(
                 "fabperf export: pushed {n} samples of run {} to {url}",
@@ -260,7 +277,7 @@ pub fn export_openmetrics(
             return Ok(ExitCode::SUCCESS);
         }
     }
-    let (body, n) = openmetrics::exposition(&runs, Flavor::OpenMetrics);
+    let (body, n) = openmetrics::exposition_with(&runs, Flavor::OpenMetrics, series);
     match out {
         Some(p) => {
             write_atomic(p, &body).map_err(|e| {

@@ -209,6 +209,11 @@ pub struct ExportArgs {
     /// group per run: job="fabperf", run=ID); needs --format openmetrics.
     #[arg(long, value_name = "URL")]
     pub push: Option<String>,
+    /// OpenMetrics: one series per stored record, with `repeat`, `cell` and
+    /// `stream` labels (default: one series per measurement place, the mean
+    /// over its repeats, so the cardinality is bounded by the plan).
+    #[arg(long)]
+    pub per_measurement: bool,
 }
 
 pub fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
@@ -223,6 +228,7 @@ pub fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
             a.run,
             a.out.as_deref(),
             a.push.as_deref(),
+            a.per_measurement,
         );
     }
     let w: Box<dyn Write> = match &a.out {
