@@ -131,9 +131,11 @@ impl Lease {
                         return Err(StoreError::Leased {
                             path: db.to_path_buf(),
                             holder: Self::holder_text(&path),
-                            waited: (!wait.is_zero())
-                                .then(|| format!("; waited {:.0} s", wait.as_secs_f64()))
-                                .unwrap_or_default(),
+                            waited: if wait.is_zero() {
+                                String::new()
+                            } else {
+                                format!("; waited {:.1} s", wait.as_secs_f64())
+                            },
                         });
                     }
                     std::thread::sleep(Duration::from_millis(200));

@@ -529,7 +529,7 @@ fn the_lease_is_exclusive_and_dies_with_its_holder() {
         &format!("pid {}", std::process::id()),
         &format!("on host {}", me.host),
         &format!("since {}", me.started_at),
-        "waited 0 s",
+        "waited 0.3 s",
         "another --db",
     ] {
         assert!(msg.contains(want), "{want:?} missing: {msg}");

@@ -103,5 +103,6 @@ pub fn opts(plan: &Path, db: &Path) -> fabperf_run::RunOptions {
         dry_run: false,
         progress: fabperf_run::exec::ProgressMode::Quiet,
         token: None,
+        lease_wait: std::time::Duration::ZERO,
     }
 }

@@ -39,6 +39,14 @@ pub struct RunArgs {
     /// Only warnings and the final summary.
     #[arg(short, long)]
     pub quiet: bool,
+    /// When another `fabperf run` holds the store, wait this long for it
+    /// (`30s`, `10m`, `2h`) before giving up; default: give up at once.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = lease_wait)]
+    pub wait: std::time::Duration,
+}
+
+fn lease_wait(s: &str) -> Result<std::time::Duration, String> {
+    fabperf_units::parse_duration(s, fabperf_units::TimeUnit::Seconds)
 }
 
 fn default_db(plan: &Path) -> PathBuf {
@@ -66,6 +74,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
             ProgressMode::Auto
         },
         token,
+        lease_wait: a.wait,
     };
     fabperf_run::exec::install_signal_handlers().map_err(anyhow::Error::msg)?;
     let out = match fabperf_run::run(&opts) {
