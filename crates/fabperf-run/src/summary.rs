@@ -571,7 +571,7 @@ fn blame(g: &mut MeshGroup) {
         let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         if vals.is_empty() {
             String::new()
-        } else if lo == hi {
+        } else if fmt(lo) == fmt(hi) {
             format!("{} {}", fmt(lo), g.metric.unit())
         } else {
             format!("{}-{} {}", fmt(lo), fmt(hi), g.metric.unit())
