@@ -77,6 +77,8 @@ fp mesh-summary --db "$DB" >"$WORK/stale-summary.txt" 2>&1
 check "the mesh summary averages one repeat and lists the stale cells" \
     grep -q "mean of 1 repeat" "$WORK/stale-summary.txt"
 check "  ... 12 of them" grep -q "12 stored cells are not part of the run's current plan" "$WORK/stale-summary.txt"
+stale=$(fp runs --db "$DB" | awk 'NR == 2 {print $5 "/" $NF}')
+check "fabperf runs counts 12 done and 12 stale ($stale)" test "$stale" = 12/12
 
 section "fp-node3 degraded on transmit only"
 check "degrade fp-node3 --rate 100mbit --egress-only" "$TB" degrade fp-node3 --rate 100mbit --egress-only

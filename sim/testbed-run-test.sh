@@ -80,7 +80,9 @@ PY
 }
 
 section "SIGKILL in the middle of the run"
-run >"$WORK/first.log" 2>&1 &
+# Started directly (not through the function), so that $! is fabperf's own
+# pid (testbed.sh exec execs all the way down) and the kill reaches it.
+"$TB" exec switch "$FABPERF" run "$WORK/plan.toml" --db "$DB" --plain >"$WORK/first.log" 2>&1 &
 pid=$!
 killed=0
 for _ in $(seq 1 300); do

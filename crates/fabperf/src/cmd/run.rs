@@ -152,22 +152,25 @@ pub fn runs(a: RunsArgs) -> anyhow::Result<ExitCode> {
     let runs = store.runs()?;
     writeln!(
         o,
-        "{:>4}  {:<24} {:<25} {:<25} {:>6} {:>6} {:>7}",
-        "run", "plan", "started", "ended", "done", "failed", "pending"
+        "{:>4}  {:<24} {:<25} {:<25} {:>6} {:>6} {:>7} {:>6}",
+        "run", "plan", "started", "ended", "done", "failed", "pending", "stale"
     )?;
     for r in &runs {
-        let cells = store.cells(r.id)?;
-        let n = |s: CellState| cells.iter().filter(|c| c.state == s).count();
+        // The current plan's cells; "stale": stored under an earlier
+        // version of the plan, counted nowhere.
+        let cells = store.plan_cells(r.id)?;
+        let n = |s: CellState| cells.current.iter().filter(|c| c.state == s).count();
         writeln!(
             o,
-            "{:>4}  {:<24} {:<25} {:<25} {:>6} {:>6} {:>7}",
+            "{:>4}  {:<24} {:<25} {:<25} {:>6} {:>6} {:>7} {:>6}",
             r.id,
             fabperf_run::exec::printable(&r.plan_name),
             r.started_at,
             r.ended_at.as_deref().unwrap_or("-"),
             n(CellState::Done),
             n(CellState::Failed),
-            n(CellState::Pending)
+            n(CellState::Pending),
+            cells.stale.len()
         )?;
     }
     if a.cells {
@@ -176,12 +179,20 @@ pub fn runs(a: RunsArgs) -> anyhow::Result<ExitCode> {
             None => return Ok(ExitCode::SUCCESS),
         };
         writeln!(o)?;
-        for c in store.cells(id)? {
+        let cells = store.plan_cells(id)?;
+        let stale: Vec<(bool, fabperf_store::CellRow)> =
+            cells.stale.into_iter().map(|c| (true, c)).collect();
+        for (old, c) in cells.current.into_iter().map(|c| (false, c)).chain(stale) {
             writeln!(
                 o,
-                "{} {:<7} {}{}",
+                "{} {:<7} {}{}{}",
                 c.spec.cell_id,
                 c.state.as_str(),
+                if old {
+                    "[not in the current plan] "
+                } else {
+                    ""
+                },
                 fabperf_run::exec::printable(&fabperf_run::exec::cell_label(&c.spec)),
                 c.error
                     .as_deref()
