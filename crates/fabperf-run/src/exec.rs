@@ -1660,3 +1660,42 @@ fn retest_mesh(
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Re-tests are kept apart per node, and a node's agents on several
+    /// paths (host, pod) are one node: the node name of their hellos.
+    #[test]
+    fn an_agents_node_is_the_node_its_hello_names() {
+        let mut r = Roster::default();
+        for (name, path, node, port) in [
+            ("n1", "host", Some("node-a"), 1),
+            ("10.1.0.5", "pod", Some("node-a"), 2),
+            ("n2", "host", None, 3),
+            ("bad", "host", Some("a b\n"), 4),
+        ] {
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            r.insert(RosterAgent {
+                name: name.into(),
+                path: path.into(),
+                addr,
+                test_addr: addr,
+                hello: node.map_or(json!({}), |n| json!({"agent": {"node": n}})),
+                reachable: true,
+            })
+            .unwrap();
+        }
+        assert_eq!(node_of(&r, "host", "n1"), "node-a");
+        assert_eq!(node_of(&r, "pod", "10.1.0.5"), "node-a");
+        assert_eq!(node_of(&r, "host", "n2"), "n2", "no node in its hello");
+        assert_eq!(node_of(&r, "host", "bad"), "bad", "not a safe name");
+        assert_eq!(node_of(&r, "host", "gone"), "gone");
+        let b = crate::schedule::disjoint_batches(&[
+            vec![node_of(&r, "host", "n1"), node_of(&r, "host", "n2")],
+            vec![node_of(&r, "pod", "10.1.0.5"), "node-c".into()],
+        ]);
+        assert_eq!(b, vec![0, 1], "host and pod suspects on node-a run apart");
+    }
+}
