@@ -2124,25 +2124,17 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
             ));
         }
         for m in rep.meshes.iter().flat_map(|m| &m.groups) {
-            if m.bad_nodes.contains(&n) {
-                let vals: Vec<f64> = m
-                    .suspects
-                    .iter()
-                    .filter(|s| s.confirmed && (s.src == n || s.dst == n))
-                    .map(|s| s.value)
-                    .collect();
-                let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            // The mesh summary says why it names a node (all its pairs, its
+            // sends or receives, or every cell failed), confirmed or not.
+            for f in m.node_findings.iter().filter(|f| f.node == n) {
                 parts.push(format!(
-                    "suspect node in mesh {} on {}: all {} of its links fail the rule ({}–{} {})",
+                    "{}suspect node in mesh {} on {}: {}",
+                    if f.confirmed { "" } else { "unconfirmed " },
                     m.test,
                     m.path,
-                    vals.len(),
-                    fmt_num(lo),
-                    fmt_num(hi),
-                    m.metric.unit()
+                    f.text
                 ));
-                level = Level::Bad;
+                level = level.max(if f.confirmed { Level::Bad } else { Level::Warn });
             }
             for (a, b) in &m.bad_links {
                 if *a == n || *b == n {

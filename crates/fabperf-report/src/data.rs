@@ -427,7 +427,41 @@ pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
         })?,
     };
     let (plan_baseline, mesh_rules) = plan_settings(&run.plan_text);
-    let cells = store.cells(run.id)?;
+    // Only the current plan's cells count; the others are listed.
+    let fabperf_store::PlanCells {
+        current: cells,
+        stale,
+    } = store.plan_cells(run.id)?;
+    let mut notes = Vec::new();
+    if !stale.is_empty() {
+        let shown: Vec<String> = stale
+            .iter()
+            .take(10)
+            .map(|c| {
+                format!(
+                    "{} ({})",
+                    fabperf_run::exec::printable(&c.spec.cell_id),
+                    fabperf_run::exec::printable(&fabperf_run::exec::cell_label(&c.spec))
+                )
+            })
+            .collect();
+        notes.push(format!(
+            "{} stored cell{} of run {} {} not part of its current plan (the plan was edited since they ran) and {} not counted: {}{}",
+            stale.len(),
+            if stale.len() == 1 { "" } else { "s" },
+            run.id,
+            if stale.len() == 1 { "is" } else { "are" },
+            if stale.len() == 1 { "is" } else { "are" },
+            shown.join(", "),
+            if stale.len() > shown.len() {
+                format!(" and {} more (`fabperf runs --db FILE --cells` lists them)", stale.len() - shown.len())
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let current: std::collections::HashSet<&str> =
+        cells.iter().map(|c| c.spec.cell_id.as_str()).collect();
     let mut samples: HashMap<String, Vec<Sample>> = HashMap::new();
     for RawMeasurement {
         cell_id,
@@ -438,6 +472,9 @@ pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
         lat_hist,
     } in store.measurements_raw(run.id)?
     {
+        if !current.contains(cell_id.as_str()) {
+            continue;
+        }
         let rec = RecView::from_json(&record, lat_hist.as_deref());
         samples.entry(cell_id).or_default().push(Sample {
             role,
@@ -483,7 +520,7 @@ pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
         samples,
         agents,
         findings,
-        notes: Vec::new(),
+        notes,
     })
 }
 

@@ -20,6 +20,11 @@
 //! reference = "port_rate" | "path:" NAME
 //! ```
 //!
+//! Mesh counts are of confirmed findings: suspects whose re-tests agreed,
+//! nodes and links named on them or on failed cells (a node whose every
+//! cell failed is a suspect node). Unconfirmed suspects are not counted; the
+//! gate's notes say how many there are.
+//!
 //! Each gate is checked against every row (or mesh group, incast cell,
 //! bisection) it selects; a gate that selects nothing fails, because an
 //! acceptance check that measured nothing has not passed. `ci-low` on a
@@ -712,6 +717,10 @@ pub struct GateOutcome {
     pub violations: Vec<Violation>,
     /// A preset's gate that selected nothing (not a failure by itself).
     pub not_applicable: bool,
+    /// What the figure leaves out, passed or not (e.g. mesh suspects that
+    /// are not confirmed and so not counted).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl GateOutcome {
@@ -828,6 +837,7 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
         checked: 0,
         violations: Vec::new(),
         not_applicable: false,
+        notes: Vec::new(),
     };
     let unit = g.metric.unit();
     let plain = g.metric.dim() == Dim::Plain;
@@ -990,6 +1000,35 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                             .collect(),
                     };
                     why = format!(" ({})", names.join(", "));
+                }
+                // Counts are of confirmed findings; what is not confirmed
+                // is said, not counted.
+                let unconfirmed: Vec<String> = match g.metric {
+                    Metric::MeshOutliers => m
+                        .unconfirmed()
+                        .filter(|s| on_node(&s.src, &s.dst))
+                        .map(|s| format!("{}->{} {}", s.src, s.dst, fmt_num(s.value)))
+                        .collect(),
+                    Metric::MeshSuspectNodes => m
+                        .node_findings
+                        .iter()
+                        .filter(|f| !f.confirmed && sel.node.as_ref().is_none_or(|x| *x == f.node))
+                        .map(|f| f.node.clone())
+                        .collect(),
+                    Metric::MeshSuspectLinks => m
+                        .unconfirmed_links
+                        .iter()
+                        .filter(|(a, b)| on_node(a, b))
+                        .map(|(a, b)| format!("{a}-{b}"))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                if !unconfirmed.is_empty() {
+                    out.notes.push(format!(
+                        "{subject}: {} more not counted, unconfirmed (no re-test gave a figure): {}",
+                        unconfirmed.len(),
+                        unconfirmed.join(", ")
+                    ));
                 }
                 let req = match &g.rhs {
                     Rhs::Value(x) => Ok((*x, String::new())),
@@ -1199,6 +1238,7 @@ pub fn evaluate_all(gates: &[(Gate, Option<String>)], rep: &Report) -> Vec<GateO
                     required: "the measurements the preset judges (see `fabperf report --gate-preset list`)".into(),
                 }],
                 not_applicable: false,
+                notes: Vec::new(),
             });
         }
     }

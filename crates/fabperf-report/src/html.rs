@@ -7,7 +7,7 @@
 use crate::analysis::{fmt_num, Family, LatSource, Level, Report, Row};
 use crate::text::{family_table, gates_text, Table};
 use crate::units::size_label;
-use fabperf_run::summary::{MeshGroup, Metric};
+use fabperf_run::summary::{MeshGroup, Metric, SuspectState};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -545,7 +545,7 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
         g.suspects
             .iter()
             .find(|s| s.src == a && s.dst == b)
-            .map(|s| s.confirmed)
+            .map(|s| s.state)
     };
     let failed = |a: &str, b: &str| g.failed.iter().any(|(x, y, _)| x == a && y == b);
     for (i, a) in g.nodes.iter().enumerate() {
@@ -568,8 +568,10 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
                             fmt_num(v),
                             g.metric.unit(),
                             match suspect(a, b) {
-                                Some(true) => ", suspect (confirmed)",
-                                Some(false) => ", suspect cleared by a re-test",
+                                Some(SuspectState::Confirmed) => ", suspect (confirmed)",
+                                Some(SuspectState::Unconfirmed) =>
+                                    ", suspect, unconfirmed (no re-test gave a figure)",
+                                Some(SuspectState::Cleared) => ", suspect cleared by a re-test",
                                 None => "",
                             }
                         ),
@@ -581,12 +583,13 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
                 (false, None) => (
                     "#fff".into(),
                     String::new(),
-                    format!("{a} -> {b}: not measured in this direction"),
+                    format!("{a} -> {b}: not measured (this mesh measures each pair one way)"),
                 ),
             };
             let outline = match suspect(a, b) {
-                Some(true) => r##" stroke="#b00" stroke-width="3""##,
-                Some(false) => r##" stroke="#b00" stroke-dasharray="3 2""##,
+                Some(SuspectState::Confirmed) => r##" stroke="#b00" stroke-width="3""##,
+                Some(SuspectState::Unconfirmed) => r##" stroke="#b00" stroke-width="1.5""##,
+                Some(SuspectState::Cleared) => r##" stroke="#b00" stroke-dasharray="3 2""##,
                 None => r##" stroke="#fff""##,
             };
             let _ = write!(
@@ -611,7 +614,7 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
     }
     let _ = write!(
         s,
-        r#"<text x="{}" y="{}" font-size="11">green: as good as the best pair; red: half of it or worse; outlined red: suspect</text></svg>"#,
+        r#"<text x="{}" y="{}" font-size="11">green: as good as the best pair; red: half of it or worse; outlined red: suspect (thick: confirmed, thin: unconfirmed, dashed: cleared)</text></svg>"#,
         n(6.0),
         n(h - 10.0)
     );

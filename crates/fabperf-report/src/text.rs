@@ -778,6 +778,9 @@ pub fn gates_text(rep: &Report, md: bool) -> String {
                 ""
             }
         );
+        for n in &g.notes {
+            let _ = writeln!(o, "{}  note: {n}", if md { "  " } else { "" });
+        }
         for v in &g.violations {
             let _ = writeln!(
                 o,

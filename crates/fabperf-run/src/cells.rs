@@ -322,14 +322,14 @@ addr = "127.0.0.1"
         let p = plan(&format!("{AGENTS}\n[[tests]]\nkind = \"tcp-bw\"\nduration = 1\nsizes = [\"64K\", \"1M\"]\nrepeats = 2\n"));
         let r = roster(&[("host", &["n1", "n2", "n3", "n4"])]);
         let cells = expand(&p, &r).unwrap();
-        // 6 pairs × 2 sizes × 2 repeats.
-        assert_eq!(cells.len(), 24);
-        // 3 rounds × 2 sizes × 2 repeats batches of 2 pairs.
+        // 6 pairs × both directions × 2 sizes × 2 repeats.
+        assert_eq!(cells.len(), 48);
+        // 6 rounds × 2 sizes × 2 repeats batches of 2 pairs.
         let mut batches: BTreeMap<i64, usize> = BTreeMap::new();
         for c in &cells {
             *batches.entry(c.batch).or_default() += 1;
         }
-        assert_eq!(batches.len(), 12);
+        assert_eq!(batches.len(), 24);
         assert!(batches.values().all(|&n| n == 2));
         // Ids are unique and stable.
         let ids: std::collections::HashSet<&str> =
@@ -343,6 +343,33 @@ addr = "127.0.0.1"
         assert_eq!(cells[0].params["size"], 65536);
     }
 
+    /// A mesh measures both directions by default, so a node's sends and
+    /// receives can be told apart; `ordered = false` or `bidir` cells (both
+    /// ways in one cell) measure each pair once.
+    #[test]
+    fn mesh_measures_both_directions_by_default() {
+        let r = roster(&[("host", &["n1", "n2", "n3"])]);
+        let pairs = |extra: &str| -> std::collections::BTreeSet<(String, String)> {
+            let p = plan(&format!(
+                "{AGENTS}\n[[tests]]\nkind = \"tcp-bw\"\nduration = 1\n{extra}"
+            ));
+            expand(&p, &r)
+                .unwrap()
+                .into_iter()
+                .map(|c| c.flows[0].clone())
+                .collect()
+        };
+        let both = pairs("");
+        assert_eq!(both.len(), 6);
+        for (a, b) in &both {
+            assert!(both.contains(&(b.clone(), a.clone())), "{a} -> {b} only");
+        }
+        assert_eq!(pairs("ordered = false\n").len(), 3);
+        assert_eq!(pairs("directions = [\"bidir\"]\n").len(), 3);
+        assert_eq!(pairs("directions = [\"bidir\", \"forward\"]\n").len(), 6);
+        assert_eq!(pairs("directions = [\"bidir\"]\nordered = true\n").len(), 6);
+    }
+
     #[test]
     fn ids_survive_unrelated_plan_changes() {
         let one = plan(&format!("{AGENTS}\n[[tests]]\nname = \"bw\"\nkind = \"tcp-bw\"\nduration = 1\nsizes = [\"64K\"]\n"));
@@ -350,7 +377,7 @@ addr = "127.0.0.1"
         let r = roster(&[("host", &["n1", "n2"])]);
         let a = expand(&one, &r).unwrap();
         let b = expand(&two, &r).unwrap();
-        assert_eq!(a.len(), 1);
+        assert_eq!(a.len(), 2, "both directions");
         assert!(
             b.iter().any(|c| c.cell_id == a[0].cell_id),
             "the 64K cell keeps its id"

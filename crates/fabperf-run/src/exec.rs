@@ -45,6 +45,9 @@ pub struct RunOptions {
     pub progress: ProgressMode,
     /// Overrides the plan's token_file.
     pub token: Option<Vec<u8>>,
+    /// How long to wait for another runner's lease on the store before
+    /// giving up (zero: refuse at once).
+    pub lease_wait: Duration,
 }
 
 /// How a run ended.
@@ -1381,8 +1384,18 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             })?;
         }
     }
-    let mut store = Store::open(&opts.db)?;
+    // One runner per store: two would resume the same run and race.
     let plan_file = opts.plan.display().to_string();
+    let what = |run: Option<i64>| {
+        format!(
+            "fabperf run {plan_file} (plan {:?}{})",
+            plan.name,
+            run.map(|r| format!(", run {r}")).unwrap_or_default()
+        )
+    };
+    let mut holder = fabperf_store::LeaseHolder::this_process(what(None));
+    let mut lease = fabperf_store::Lease::acquire(&opts.db, &holder, opts.lease_wait)?;
+    let mut store = Store::open(&opts.db)?;
     let run = match (opts.run_id, opts.new_run) {
         (Some(id), _) => {
             let r = store.run(id)?;
@@ -1412,6 +1425,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             })?,
         },
     };
+    holder.what = what(Some(run.id));
+    lease.update(&holder)?;
     let resumed = store
         .cells(run.id)?
         .iter()
@@ -1496,7 +1511,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             break;
         }
         if let Pattern::Mesh { retest, .. } = t.pattern {
-            if retest > 0 && !retest_mesh(&mut ex, t, retest)? {
+            if retest > 0 && !retest_mesh(&mut ex, t, retest, opts.retry_failed)? {
                 complete = false;
                 break;
             }
@@ -1505,11 +1520,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     ex.policy_reset();
     ex.progress.finish();
     let (ran, test_s, measured_s) = (ex.ran, ex.test_s, ex.measured_s);
-    let rows = store.cells(run.id)?;
-    let mine: Vec<&CellRow> = rows
-        .iter()
-        .filter(|c| in_plan.contains(c.spec.cell_id.as_str()) || c.spec.pattern == "retest")
-        .collect();
+    // The current plan's cells and their re-tests.
+    let mine: Vec<CellRow> = store.plan_cells(run.id)?.current;
     let count = |s: CellState| mine.iter().filter(|c| c.state == s).count();
     let (done, failed, pend) = (
         count(CellState::Done),
@@ -1539,26 +1551,44 @@ fn has_retests(plan: &Plan) -> bool {
         .any(|t| matches!(t.pattern, Pattern::Mesh { retest, .. } if retest > 0))
 }
 
-/// ClusterKit-style re-tests of a mesh's suspect pairs: every suspect is
-/// measured again, alone in its round with other disjoint suspects, up to
-/// `rounds` times; a pair that meets the rule in a re-test is cleared (the
-/// first figure was noise), the rest go to the next round with the set
-/// shrinking.
-fn retest_mesh(ex: &mut Exec<'_>, t: &plan::TestDecl, rounds: u32) -> Result<bool, RunError> {
+/// The node an agent runs on: the node name it gave in its hello, else its
+/// name in the plan. A node's agents on several paths share its NIC.
+fn node_of(roster: &Roster, path: &str, name: &str) -> String {
+    roster
+        .get(path, name)
+        .and_then(|a| hello_node(&a.hello))
+        .unwrap_or_else(|| name.to_string())
+}
+
+/// ClusterKit-style re-tests of a mesh's suspect pairs: every suspect not
+/// yet cleared is measured again, up to `rounds` times; a pair that meets
+/// the rule in a re-test is cleared (the first figure was noise), the rest
+/// go to the next round with the set shrinking. A round's re-tests run in
+/// batches that share no node — whatever their path or sweep point — so no
+/// two re-tests depress each other or meet on one agent. A re-test that
+/// failed leaves its suspect unconfirmed; `--retry-failed` runs it again.
+fn retest_mesh(
+    ex: &mut Exec<'_>,
+    t: &plan::TestDecl,
+    rounds: u32,
+    retry_failed: bool,
+) -> Result<bool, RunError> {
     for round in 0..rounds {
         let analysis = summary::analyze(ex.store, ex.run_id, &t.name, t.suspect_bw, t.suspect_lat)?;
-        // Suspects still unexplained after the re-tests so far.
-        let mut todo: Vec<CellSpec> = Vec::new();
+        // One re-test per mesh cell behind a suspect still open after the
+        // re-tests so far (a bidirectional cell measures two pairs).
+        let mut todo: BTreeMap<String, CellSpec> = BTreeMap::new();
         for g in &analysis.groups {
-            for s in g
-                .suspects
-                .iter()
-                .filter(|s| s.confirmed && s.retests.len() == round as usize)
-            {
+            for s in g.suspects.iter().filter(|s| {
+                s.state != summary::SuspectState::Cleared && s.retests.len() == round as usize
+            }) {
                 let Some(proto) = g.cell_template(&s.src, &s.dst) else {
                     continue;
                 };
-                let instance = json!({"retest": round, "pair": [s.src, s.dst]});
+                let Some((a, b)) = proto.flows.first().cloned() else {
+                    continue;
+                };
+                let instance = json!({"retest": round, "pair": [a, b]});
                 let mut c = proto.clone();
                 c.cell_id = crate::cells::cell_id(
                     &ex.plan.name,
@@ -1569,38 +1599,42 @@ fn retest_mesh(ex: &mut Exec<'_>, t: &plan::TestDecl, rounds: u32) -> Result<boo
                     round,
                     crate::cells::env_key(ex.plan, &c.dims).as_ref(),
                 );
-                c.pattern = "retest".into();
-                c.flows = vec![(s.src.clone(), s.dst.clone())];
+                c.pattern = fabperf_store::RETEST.into();
+                c.flows = vec![(a, b)];
                 c.repeat = round;
-                todo.push(c);
+                todo.entry(c.cell_id.clone()).or_insert(c);
             }
         }
         if todo.is_empty() {
             return Ok(true);
         }
-        // Disjoint rounds: greedy, in a stable order.
+        let mut todo: Vec<CellSpec> = todo.into_values().collect();
+        todo.sort_by(|x, y| (x.seq, &x.cell_id).cmp(&(y.seq, &y.cell_id)));
+        let nodes: Vec<Vec<String>> = todo
+            .iter()
+            .map(|c| {
+                c.flows
+                    .iter()
+                    .flat_map(|(a, b)| [a, b])
+                    .map(|n| node_of(ex.roster, &c.path, n))
+                    .collect()
+            })
+            .collect();
         let base = 1_000_000_000 + (round as i64) * 1_000_000;
-        let mut batches: Vec<(BTreeSet<String>, i64)> = Vec::new();
-        for (i, c) in todo.iter_mut().enumerate() {
-            let (a, b) = c.flows[0].clone();
-            let key = format!("{}|{}", c.path, c.dims);
-            let slot = batches.iter().position(|(busy, _)| {
-                !busy.contains(&format!("{key}|{a}")) && !busy.contains(&format!("{key}|{b}"))
-            });
-            let bi = match slot {
-                Some(s) => s,
-                None => {
-                    batches.push((BTreeSet::new(), base + batches.len() as i64));
-                    batches.len() - 1
-                }
-            };
-            batches[bi].0.insert(format!("{key}|{a}"));
-            batches[bi].0.insert(format!("{key}|{b}"));
-            c.batch = batches[bi].1;
+        for (i, (c, b)) in todo
+            .iter_mut()
+            .zip(crate::schedule::disjoint_batches(&nodes))
+            .enumerate()
+        {
+            c.batch = base + b as i64;
             c.seq = base + i as i64;
         }
         todo.sort_by_key(|c| (c.batch, c.seq));
         ex.store.add_cells(ex.run_id, &todo)?;
+        if retry_failed {
+            let ids: Vec<&str> = todo.iter().map(|c| c.cell_id.as_str()).collect();
+            ex.store.retry_failed_cells(ex.run_id, &ids)?;
+        }
         let rows = ex.store.cells(ex.run_id)?;
         let pending: Vec<CellSpec> = todo
             .iter()
@@ -1610,11 +1644,14 @@ fn retest_mesh(ex: &mut Exec<'_>, t: &plan::TestDecl, rounds: u32) -> Result<boo
             })
             .cloned()
             .collect();
+        if pending.is_empty() {
+            continue;
+        }
         ex.progress.total += pending.len();
         ex.progress.line(&format!(
-            "fabperf run: {}: re-testing {} suspect pair(s), round {} of {rounds}",
+            "fabperf run: {}: re-testing {} suspect cell(s), round {} of {rounds}",
             t.name,
-            todo.len(),
+            pending.len(),
             round + 1
         ));
         if !ex.run_cells(pending)? {
@@ -1622,4 +1659,43 @@ fn retest_mesh(ex: &mut Exec<'_>, t: &plan::TestDecl, rounds: u32) -> Result<boo
         }
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Re-tests are kept apart per node, and a node's agents on several
+    /// paths (host, pod) are one node: the node name of their hellos.
+    #[test]
+    fn an_agents_node_is_the_node_its_hello_names() {
+        let mut r = Roster::default();
+        for (name, path, node, port) in [
+            ("n1", "host", Some("node-a"), 1),
+            ("10.1.0.5", "pod", Some("node-a"), 2),
+            ("n2", "host", None, 3),
+            ("bad", "host", Some("a b\n"), 4),
+        ] {
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            r.insert(RosterAgent {
+                name: name.into(),
+                path: path.into(),
+                addr,
+                test_addr: addr,
+                hello: node.map_or(json!({}), |n| json!({"agent": {"node": n}})),
+                reachable: true,
+            })
+            .unwrap();
+        }
+        assert_eq!(node_of(&r, "host", "n1"), "node-a");
+        assert_eq!(node_of(&r, "pod", "10.1.0.5"), "node-a");
+        assert_eq!(node_of(&r, "host", "n2"), "n2", "no node in its hello");
+        assert_eq!(node_of(&r, "host", "bad"), "bad", "not a safe name");
+        assert_eq!(node_of(&r, "host", "gone"), "gone");
+        let b = crate::schedule::disjoint_batches(&[
+            vec![node_of(&r, "host", "n1"), node_of(&r, "host", "n2")],
+            vec![node_of(&r, "pod", "10.1.0.5"), "node-c".into()],
+        ]);
+        assert_eq!(b, vec![0, 1], "host and pod suspects on node-a run apart");
+    }
 }

@@ -141,8 +141,9 @@ impl Kind {
 pub enum Pattern {
     /// The listed (sender, receiver) pairs, one at a time.
     Pairs(Vec<(String, String)>),
-    /// Every pair of the path's agents in N−1 rounds of disjoint pairs (2(N−1)
-    /// rounds when `ordered`: both directions).
+    /// Every pair of the path's agents in rounds of disjoint pairs: both
+    /// directions, 2(N−1) rounds, when `ordered` (the default unless every
+    /// cell is `bidir`); one way, N−1 rounds, otherwise.
     Mesh { ordered: bool, retest: u32 },
     /// All other agents send to one receiver at once; every receiver in turn
     /// (or the listed ones).
@@ -888,8 +889,19 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
                         0
                     }
                 };
+                // Both directions by default (ClusterKit's bandwidth test is
+                // bidirectional): a node with a transmit-only fault shows as
+                // a node only when each pair is measured both ways. A sweep
+                // of `bidir` cells measures both ways in each cell already.
+                let bidir_only = t.directions.as_ref().is_some_and(|d| {
+                    !d.get_ref().is_empty() && d.get_ref().iter().all(|v| v.get_ref() == "bidir")
+                }) || t.params.as_ref().is_some_and(|p| {
+                    let p = p.get_ref();
+                    p.get("direction").and_then(|v| v.as_str()) == Some("bidir")
+                        || p.get("bidir").and_then(|v| v.as_bool()) == Some(true)
+                });
                 Pattern::Mesh {
-                    ordered: t.ordered.unwrap_or(false),
+                    ordered: t.ordered.unwrap_or(!bidir_only),
                     retest,
                 }
             }

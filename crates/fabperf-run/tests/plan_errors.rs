@@ -42,7 +42,7 @@ fn a_good_plan_parses_with_defaults() {
     assert!(matches!(
         t.pattern,
         Pattern::Mesh {
-            ordered: false,
+            ordered: true,
             retest: 2
         }
     ));

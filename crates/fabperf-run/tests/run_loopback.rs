@@ -4,8 +4,8 @@ mod common;
 
 use fabperf_store::{CellState, Role, Store};
 
-const MESH: &str = "[[tests]]\nname = \"lat\"\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nretest = 0\n\
-[[tests]]\nname = \"bw\"\nkind = \"tcp-bw\"\nduration = \"0.3s\"\nparams = { omit_s = 0.1 }\nretest = 0\n";
+const MESH: &str = "[[tests]]\nname = \"lat\"\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nretest = 0\nordered = false\n\
+[[tests]]\nname = \"bw\"\nkind = \"tcp-bw\"\nduration = \"0.3s\"\nparams = { omit_s = 0.1 }\nretest = 0\nordered = false\n";
 
 #[test]
 fn mesh_runs_stores_and_resumes_only_what_is_missing() {
@@ -79,7 +79,7 @@ fn a_dead_agent_fails_its_cells_and_the_run_goes_on() {
         "dead",
         agents.port,
         3,
-        "[[tests]]\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nretest = 0\n",
+        "[[tests]]\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nretest = 0\nordered = false\n",
     );
     let out = fabperf_run::run(&common::opts(&plan, &db)).unwrap();
     assert_eq!(out.cells, 3);
@@ -144,7 +144,7 @@ fn token_protected_agents() {
         "tok",
         agents.port,
         2,
-        "token_file = \"tok\"\n[[tests]]\nkind = \"tcp-lat\"\nduration = \"0.2s\"\n",
+        "token_file = \"tok\"\n[[tests]]\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nordered = false\n",
     );
     // token_file must come before the tables: rebuild the plan that way.
     let text = std::fs::read_to_string(&plan).unwrap();

@@ -18,9 +18,11 @@
 //! open, newer ones are refused with a message naming both versions.
 
 mod export;
+mod lease;
 mod schema;
 
 pub use export::{export_csv, export_jsonl, ExportRow};
+pub use lease::{Lease, LeaseHolder};
 pub use schema::SCHEMA_VERSION;
 
 use fabperf_results::Record;
@@ -52,6 +54,18 @@ pub enum StoreError {
         path.display()
     )]
     Locked { path: PathBuf },
+    #[error(
+        "the results store {} is in use by {holder}{waited}; wait for that run to end or stop it \
+         (a runner that is killed frees the store at once), or give another --db file",
+        path.display()
+    )]
+    Leased {
+        path: PathBuf,
+        /// Who holds the lease, in words.
+        holder: String,
+        /// "; waited N s" when the runner waited for it.
+        waited: String,
+    },
     #[error("results store {}: {what}: {msg}", path.display())]
     Sql {
         path: PathBuf,
@@ -209,6 +223,28 @@ pub struct CellSpec {
     /// The sweep point (size, streams, op, ...) for reports.
     pub dims: serde_json::Value,
     pub repeat: u32,
+}
+
+/// The pattern of the cells the runner adds to re-test a mesh's suspects.
+pub const RETEST: &str = "retest";
+
+/// A run's cells, split by its current plan ([`Store::plan_cells`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlanCells {
+    /// The current plan's cells and their re-tests, in plan order.
+    pub current: Vec<CellRow>,
+    /// Cells of earlier versions of the plan: kept, counted nowhere.
+    pub stale: Vec<CellRow>,
+}
+
+impl PlanCells {
+    /// The ids of the current plan's cells.
+    pub fn current_ids(&self) -> std::collections::HashSet<&str> {
+        self.current
+            .iter()
+            .map(|c| c.spec.cell_id.as_str())
+            .collect()
+    }
 }
 
 /// A cell with its state.
@@ -702,13 +738,49 @@ impl Store {
         Ok(added)
     }
 
-    /// The run's cells in plan order (cells no longer in the plan last).
+    /// Make the failed cells among `cell_ids` pending again (`--retry-failed`
+    /// for cells the runner derives, such as re-tests); returns how many.
+    pub fn retry_failed_cells(
+        &mut self,
+        run_id: i64,
+        cell_ids: &[&str],
+    ) -> Result<usize, StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::sql(&path, "marking failed cells for another attempt", e);
+        let tx = self.conn.transaction().map_err(e)?;
+        let mut n = 0;
+        {
+            let mut st = tx
+                .prepare(
+                    "UPDATE cells SET state = 'pending' WHERE run_id = ?1 AND cell_id = ?2 AND state = 'failed'",
+                )
+                .map_err(e)?;
+            for id in cell_ids {
+                n += st.execute(params![run_id, id]).map_err(e)?;
+            }
+        }
+        tx.commit().map_err(e)?;
+        Ok(n)
+    }
+
+    /// Every cell of the run, in plan order (cells no longer in the plan
+    /// last). Readers that judge a run use [`Store::plan_cells`]: this list
+    /// also holds the cells of earlier versions of its plan.
     pub fn cells(&self, run_id: i64) -> Result<Vec<CellRow>, StoreError> {
+        Ok(self
+            .cells_and_plan(run_id)?
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect())
+    }
+
+    /// The run's cells, each with its `in_plan` flag.
+    fn cells_and_plan(&self, run_id: i64) -> Result<Vec<(CellRow, bool)>, StoreError> {
         let mut st = self
             .conn
             .prepare(
                 "SELECT cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat,
-                        state, error, attempts, started_at, ended_at, wall_s
+                        state, error, attempts, started_at, ended_at, wall_s, in_plan
                  FROM cells WHERE run_id = ?1 ORDER BY in_plan DESC, seq, cell_id",
             )
             .map_err(self.err("reading cells"))?;
@@ -730,6 +802,7 @@ impl Store {
             Option<String>,
             Option<String>,
             Option<f64>,
+            bool,
         );
         let rows = st
             .query_map([run_id], |r| {
@@ -751,6 +824,7 @@ impl Store {
                     r.get(14)?,
                     r.get(15)?,
                     r.get(16)?,
+                    r.get(17)?,
                 ))
             })
             .map_err(self.err("reading cells"))?;
@@ -763,27 +837,72 @@ impl Store {
             let dims = serde_json::from_str(&raw.9).map_err(|e| bad("dims", e.to_string()))?;
             let state = CellState::parse(&raw.11)
                 .ok_or_else(|| bad("state", format!("unknown state {:?}", raw.11)))?;
-            out.push(CellRow {
-                spec: CellSpec {
-                    cell_id: raw.0.clone(),
-                    seq: raw.1,
-                    batch: raw.2,
-                    test: raw.3,
-                    kind: raw.4,
-                    path: raw.5,
-                    pattern: raw.6,
-                    flows,
-                    params,
-                    dims,
-                    repeat: raw.10,
+            out.push((
+                CellRow {
+                    spec: CellSpec {
+                        cell_id: raw.0.clone(),
+                        seq: raw.1,
+                        batch: raw.2,
+                        test: raw.3,
+                        kind: raw.4,
+                        path: raw.5,
+                        pattern: raw.6,
+                        flows,
+                        params,
+                        dims,
+                        repeat: raw.10,
+                    },
+                    state,
+                    error: raw.12,
+                    attempts: raw.13,
+                    started_at: raw.14,
+                    ended_at: raw.15,
+                    wall_s: raw.16,
                 },
-                state,
-                error: raw.12,
-                attempts: raw.13,
-                started_at: raw.14,
-                ended_at: raw.15,
-                wall_s: raw.16,
-            });
+                raw.17,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The run's cells split by its current plan — the plan its last
+    /// `fabperf run` synced ([`Store::sync_cells`]). `current`: the plan's
+    /// cells and the re-tests derived from them; `stale`: cells of earlier
+    /// versions of the plan (an edited plan gives edited cells new ids) and
+    /// re-tests derived from those. Everything that judges a run — the mesh
+    /// summary, the re-test scheduler, reports — counts `current` only and
+    /// lists `stale` as not part of the plan.
+    pub fn plan_cells(&self, run_id: i64) -> Result<PlanCells, StoreError> {
+        let all = self.cells_and_plan(run_id)?;
+        // A re-test repeats one planned cell: the same test, kind, path,
+        // parameters, sweep point and flows.
+        let key = |c: &CellSpec| {
+            (
+                c.test.clone(),
+                c.kind.clone(),
+                c.path.clone(),
+                c.params.to_string(),
+                c.dims.to_string(),
+                c.flows.clone(),
+            )
+        };
+        let planned: std::collections::HashSet<_> = all
+            .iter()
+            .filter(|(c, in_plan)| *in_plan && c.spec.pattern != RETEST)
+            .map(|(c, _)| key(&c.spec))
+            .collect();
+        let mut out = PlanCells::default();
+        for (c, in_plan) in all {
+            let current = if c.spec.pattern == RETEST {
+                planned.contains(&key(&c.spec))
+            } else {
+                in_plan
+            };
+            if current {
+                out.current.push(c);
+            } else {
+                out.stale.push(c);
+            }
         }
         Ok(out)
     }

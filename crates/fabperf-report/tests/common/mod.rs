@@ -425,6 +425,28 @@ pub fn build(db: &Path) -> i64 {
             );
         }
     }
+    // Its re-tests confirm n3's pairs.
+    for (a, c) in [("n1", "n3"), ("n2", "n3"), ("n3", "n4")] {
+        let spec = b.cell(
+            &format!("mesh-{a}{c}-retest0"),
+            "mesh-bw",
+            "tcp-bw",
+            "host",
+            "retest",
+            &[(a, c)],
+            json!({}),
+            0,
+        );
+        b.done(
+            &spec,
+            vec![Measurement {
+                role: Role::Total,
+                src: Some(a.into()),
+                dst: Some(c.into()),
+                record: bw("tcp-bw", 131072, 1.1, None),
+            }],
+        );
+    }
     // An incast into n1: n4 gets a third of the others' share.
     let spec = b.cell(
         "incast-n1",

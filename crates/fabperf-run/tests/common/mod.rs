@@ -77,6 +77,31 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
     panic!("no free port for the test agents");
 }
 
+/// (Re)start agent `i` (node n`i` on 127.0.0.`i`) on `port`, e.g. after
+/// shutting its handle down.
+pub fn start_one(agents: &Agents, i: usize) -> AgentHandle {
+    let bind: SocketAddr = format!("127.0.0.{i}:{}", agents.port).parse().unwrap();
+    Agent::bind(AgentConfig {
+        bind,
+        token: None,
+        insecure: false,
+        limits: Limits {
+            io_timeout: Duration::from_secs(5),
+            ..Limits::default()
+        },
+        kinds: kinds(None, &agents.state.path().join(format!("n{i}"))),
+        quiet: true,
+        identity: Some(fabperf_proto::AgentIdentity {
+            addr: None,
+            node: format!("n{i}"),
+            path: "host".into(),
+            inventory: None,
+        }),
+    })
+    .unwrap()
+    .spawn()
+}
+
 /// A plan with `n` static agents named n1.. on 127.0.0.1.. and the given
 /// tests (TOML text).
 pub fn plan(dir: &Path, name: &str, port: u16, n: usize, tests: &str) -> PathBuf {
@@ -103,5 +128,6 @@ pub fn opts(plan: &Path, db: &Path) -> fabperf_run::RunOptions {
         dry_run: false,
         progress: fabperf_run::exec::ProgressMode::Quiet,
         token: None,
+        lease_wait: std::time::Duration::ZERO,
     }
 }
