@@ -67,21 +67,10 @@ pub enum PluginError {
     },
 }
 
-/// Text from a plugin, made safe for a terminal: control characters escaped,
-/// length capped.
+/// Text from a plugin, made safe for a terminal: control and bidirectional
+/// characters escaped (fabperf-results' one escaping rule), length capped.
 pub fn clean(s: &str) -> String {
-    let mut out = String::new();
-    for c in s.chars().take(2000) {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    if s.chars().count() > 2000 {
-        out.push('…');
-    }
-    out
+    fabperf_results::escape::terminal_cut(s, 2000)
 }
 
 impl std::fmt::Display for PluginError {
@@ -338,8 +327,8 @@ mod tests {
 
     #[test]
     fn clean_escapes_terminal_control() {
-        assert_eq!(clean("a\nb\x1b[31m"), "a\\nb\\u{1b}[31m");
-        assert!(clean(&"x".repeat(5000)).ends_with('…'));
+        assert_eq!(clean("a\nb\x1b[31m\u{202e}"), "a\\nb\\x1b[31m\\u{202e}");
+        assert!(clean(&"x".repeat(5000)).ends_with("(3000 more bytes)"));
     }
 
     #[test]

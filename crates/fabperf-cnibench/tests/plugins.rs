@@ -193,9 +193,7 @@ fn bad_plugins_give_clear_errors() {
 
     let e = err_of(&conf("errjson"), &d, Duration::from_secs(10));
     assert!(
-        e.contains(
-            "errjson ADD failed: CNI error 11: no addresses\\u{1b}[31m (pool fpcb exhausted)"
-        ),
+        e.contains("errjson ADD failed: CNI error 11: no addresses\\x1b[31m (pool fpcb exhausted)"),
         "{e}"
     );
     let e = err_of(&conf("crash"), &d, Duration::from_secs(10));

@@ -131,22 +131,16 @@ fn interrupted() -> bool {
 // ------------------------------------------------------------ progress
 
 /// Text that came from agents or a store, made safe for a terminal: control
-/// characters (escape sequences, newlines) are shown escaped.
+/// and bidirectional characters (escape sequences, newlines) are shown
+/// escaped (fabperf-results' one escaping rule).
 pub fn printable(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_control() {
-            o.extend(c.escape_default());
-        } else {
-            o.push(c);
-        }
-    }
-    o
+    fabperf_results::escape::terminal(s)
 }
 
-/// As [`printable`], keeping line breaks.
+/// As [`printable`], keeping line breaks (a rendered block whose pieces of
+/// foreign text were escaped one by one).
 pub fn printable_block(s: &str) -> String {
-    s.split('\n').map(printable).collect::<Vec<_>>().join("\n")
+    fabperf_results::escape::terminal_block(s)
 }
 
 struct Progress {

@@ -310,25 +310,33 @@ fn dims_label(dims: &Value) -> String {
 
 /// The human-readable summary of one test.
 pub fn render(a: &MeshAnalysis) -> String {
+    // Names and errors come from a store (and agents): escaped, one line each.
+    let e = fabperf_results::escape::terminal;
     let mut o = String::new();
     for g in &a.groups {
-        let dims = dims_label(&g.dims);
+        let dims = e(&dims_label(&g.dims));
         let _ = writeln!(
             o,
             "{} ({}) on path {}{}{}: {}, mean of {} repeat{}",
-            g.test,
-            g.kind,
-            g.path,
+            e(&g.test),
+            e(&g.kind),
+            e(&g.path),
             if dims.is_empty() { "" } else { ", " },
             dims,
             g.metric.unit(),
             g.repeats,
             if g.repeats == 1 { "" } else { "s" }
         );
-        let w = g.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(8);
+        let shown: BTreeMap<&str, String> = g.nodes.iter().map(|n| (n.as_str(), e(n))).collect();
+        let w = shown
+            .values()
+            .map(|n| n.chars().count())
+            .max()
+            .unwrap_or(4)
+            .max(8);
         let _ = write!(o, "  {:>w$}", "from \\ to");
         for n in &g.nodes {
-            let _ = write!(o, " {n:>w$}");
+            let _ = write!(o, " {:>w$}", shown[n.as_str()]);
         }
         o.push('\n');
         let suspect: BTreeSet<(&str, &str)> = g
@@ -349,7 +357,7 @@ pub fn render(a: &MeshAnalysis) -> String {
             .map(|(a, b, _)| (a.as_str(), b.as_str()))
             .collect();
         for a in &g.nodes {
-            let _ = write!(o, "  {a:>w$}");
+            let _ = write!(o, "  {:>w$}", shown[a.as_str()]);
             for b in &g.nodes {
                 let cell = if a == b {
                     "-".to_string()
@@ -395,7 +403,7 @@ pub fn render(a: &MeshAnalysis) -> String {
                 .collect();
             let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let _ = writeln!(o, "  SUSPECT NODE {n}: all of its {} measured links fail the rule ({lo:.2}-{hi:.2} {}); check this node's NIC, cable, switch port and PCIe slot (`fabperf doctor` on it)", vals.len(), g.metric.unit());
+            let _ = writeln!(o, "  SUSPECT NODE {}: all of its {} measured links fail the rule ({lo:.2}-{hi:.2} {}); check this node's NIC, cable, switch port and PCIe slot (`fabperf doctor` on it)", e(n), vals.len(), g.metric.unit());
         }
         for (x, y) in &g.bad_links {
             let s: Vec<&Suspect> = g
@@ -410,8 +418,8 @@ pub fn render(a: &MeshAnalysis) -> String {
                 .map(|s| {
                     format!(
                         "{} -> {} {:.2}{}",
-                        s.src,
-                        s.dst,
+                        e(&s.src),
+                        e(&s.dst),
                         s.value,
                         if s.retests.is_empty() {
                             String::new()
@@ -428,14 +436,20 @@ pub fn render(a: &MeshAnalysis) -> String {
                     )
                 })
                 .collect();
-            let _ = writeln!(o, "  SUSPECT LINK {x} - {y}: {}", detail.join("; "));
+            let _ = writeln!(
+                o,
+                "  SUSPECT LINK {} - {}: {}",
+                e(x),
+                e(y),
+                detail.join("; ")
+            );
         }
         for s in g.suspects.iter().filter(|s| !s.confirmed) {
             let _ = writeln!(
                 o,
                 "  cleared {} -> {}: {:.2} in the mesh, re-tests {} (noise)",
-                s.src,
-                s.dst,
+                e(&s.src),
+                e(&s.dst),
                 s.value,
                 s.retests
                     .iter()
@@ -444,8 +458,8 @@ pub fn render(a: &MeshAnalysis) -> String {
                     .join(", ")
             );
         }
-        for (x, y, e) in &g.failed {
-            let _ = writeln!(o, "  FAILED {x} -> {y}: {e}");
+        for (x, y, err) in &g.failed {
+            let _ = writeln!(o, "  FAILED {} -> {}: {}", e(x), e(y), e(err));
         }
         o.push('\n');
     }
