@@ -457,23 +457,7 @@ fn toml_to_json(v: &toml::Value) -> Value {
 /// Read and validate a plan file. Relative files in it resolve against the
 /// plan's directory.
 pub fn load(path: &Path) -> Result<Plan, String> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read plan {}: {}", path.display(), os_text(&e)))?;
-    if !meta.is_file() {
-        return Err(format!("plan {} is not a regular file", path.display()));
-    }
-    if meta.len() > MAX_PLAN_BYTES {
-        return Err(format!(
-            "plan {} is {} bytes, more than the {} a plan may have",
-            path.display(),
-            meta.len(),
-            MAX_PLAN_BYTES
-        ));
-    }
-    let bytes = std::fs::read(path)
-        .map_err(|e| format!("cannot read plan {}: {}", path.display(), os_text(&e)))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| format!("plan {} is not UTF-8 text", path.display()))?;
+    let text = fabperf_results::files::read_text(path, MAX_PLAN_BYTES, "plan")?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     parse(&text, &path.display().to_string(), &base).map_err(|e| e.to_string())
 }
