@@ -14,8 +14,9 @@
 //!   would run as a formula (`=`, `+`, `-`, `@` first, and not a number)
 //!   gets a leading `'`.
 //! - [`markdown`]: Markdown text or a Markdown table cell: [`terminal`],
-//!   then the characters that make HTML, links, code spans or table columns
-//!   (`< > & [ ] \` | \\`) are escaped, so stored text renders as text.
+//!   then what starts HTML, a link, a code span or a table column (`<`
+//!   before a letter, `/`, `!` or `?`; `[`, `` ` ``, `|`, `\`) is escaped,
+//!   so stored text renders as the text it is.
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -114,20 +115,26 @@ pub fn csv_field(s: &str) -> Cow<'_, str> {
 }
 
 /// Markdown text (a paragraph, a list item or a table cell): escaped as for
-/// a terminal, then `\`, `` ` ``, `[`, `]` and `|` backslash-escaped and
-/// `<`, `>`, `&` written as HTML entities.
+/// a terminal, then `\`, `` ` ``, `[` and `|` backslash-escaped (no link,
+/// link definition, code span or extra column can start: a `]` closes
+/// nothing without a `[`), and a `<` that could start a tag, a comment or
+/// an autolink (before a letter, `/`, `!` or `?`) written as `&lt;`.
 pub fn markdown(s: &str) -> String {
     let t = terminal(s);
     let mut out = String::with_capacity(t.len() + 8);
-    for c in t.chars() {
+    let mut it = t.chars().peekable();
+    while let Some(c) = it.next() {
         match c {
-            '\\' | '`' | '[' | ']' | '|' => {
+            '\\' | '`' | '[' | '|' => {
                 out.push('\\');
                 out.push(c);
             }
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
+            '<' if it
+                .peek()
+                .is_some_and(|n| n.is_ascii_alphabetic() || matches!(n, '/' | '!' | '?')) =>
+            {
+                out.push_str("&lt;")
+            }
             c => out.push(c),
         }
     }
@@ -216,13 +223,17 @@ mod tests {
     fn markdown_cannot_carry_html_links_or_columns() {
         assert_eq!(
             markdown("<img src=x onerror=alert(1)>"),
-            "&lt;img src=x onerror=alert(1)&gt;"
+            "&lt;img src=x onerror=alert(1)>"
         );
+        assert_eq!(markdown("n1 -> n2"), "n1 -> n2");
+        assert_eq!(markdown("p99 <= 60us"), "p99 <= 60us");
+        assert_eq!(markdown("</b><!-- x"), "&lt;/b>&lt;!-- x");
+        assert_eq!(markdown("<http://x>"), "&lt;http://x>");
         assert_eq!(markdown("a|b"), "a\\|b");
-        assert_eq!(markdown("[x](javascript:y)"), "\\[x\\](javascript:y)");
+        assert_eq!(markdown("[x](javascript:y)"), "\\[x](javascript:y)");
+        assert_eq!(markdown("[1]: javascript:y"), "\\[1]: javascript:y");
         assert_eq!(markdown("`code`"), "\\`code\\`");
         assert_eq!(markdown("a\n== Verdicts"), "a\\\\n== Verdicts");
-        assert_eq!(markdown("x & y"), "x &amp; y");
         assert_eq!(markdown_fence("no ticks"), "```");
         assert_eq!(markdown_fence("a ```` b"), "`````");
     }

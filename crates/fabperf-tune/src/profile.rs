@@ -858,7 +858,7 @@ spread = true
         assert!(load_profile(d.path()).unwrap_err()[0].contains("not a regular file"));
         let big = d.path().join("big.toml");
         std::fs::write(&big, vec![b'#'; (MAX_PROFILE_BYTES + 1) as usize]).unwrap();
-        assert!(load_profile(&big).unwrap_err()[0].contains("more than"));
+        assert!(load_profile(&big).unwrap_err()[0].contains("larger than"));
         let bin = d.path().join("bin.toml");
         std::fs::write(&bin, [0xff, 0xfe, 0]).unwrap();
         assert!(load_profile(&bin).unwrap_err()[0].contains("UTF-8"));
