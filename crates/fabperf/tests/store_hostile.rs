@@ -363,3 +363,83 @@ fn output_flags_replace_only_regular_files() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Run fabperf under a 2 GiB address-space limit and a deadline.
+fn bounded(args: &[&str], secs: u64) -> Option<Output> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = rustix::process::Rlimit {
+                current: Some(2 << 30),
+                maximum: Some(2 << 30),
+            };
+            rustix::process::setrlimit(rustix::process::Resource::As, lim)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+#[test]
+fn a_stored_plan_with_a_huge_sweep_costs_readers_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let dbp = d.path().join("s.db");
+    let sizes: Vec<String> = (1..=1000).map(|i| (i * 64).to_string()).collect();
+    let streams: Vec<String> = (1..=1000).map(|i| i.to_string()).collect();
+    let plan = format!(
+        "name = \"huge\"\nbaseline = \"host\"\n[[agents]]\nname = \"n1\"\naddr = \"10.0.0.1\"\n[[agents]]\nname = \"n2\"\naddr = \"10.0.0.2\"\n\
+         [[tests]]\nname = \"mesh\"\nkind = \"tcp-bw\"\nsizes = [{}]\nstreams = [{}]\ndirections = [\"forward\", \"reverse\", \"bidir\"]\n",
+        sizes.join(", "),
+        streams.join(", ")
+    );
+    {
+        let mut s = Store::open(&dbp).unwrap();
+        let run = s
+            .create_run(&NewRun {
+                plan_name: "huge",
+                plan_hash: "h",
+                plan_file: None,
+                plan_text: &plan,
+            })
+            .unwrap()
+            .id;
+        let c = cell("m", "mesh", "mesh", "n1", "n2", 1);
+        s.add_cells(run, std::slice::from_ref(&c)).unwrap();
+        s.finish_cell_done(
+            run,
+            "m",
+            &attempt(),
+            &[Measurement {
+                role: Role::Total,
+                src: Some("n1".into()),
+                dst: Some("n2".into()),
+                record: bw(9.0),
+            }],
+        )
+        .unwrap();
+    }
+    let db = dbp.to_str().unwrap();
+    for args in [
+        vec!["report", "--db", db],
+        vec!["mesh-summary", "--db", db],
+        vec!["export", "--db", db, "--format", "openmetrics"],
+    ] {
+        let o = bounded(&args, 30).unwrap_or_else(|| panic!("{args:?}: still running after 30 s"));
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+    }
+}
