@@ -496,3 +496,44 @@ fn a_plan_dimension_as_the_baseline() {
         assert!(e.contains(want), "{b}: {e}");
     }
 }
+
+/// Figures a tampered store can hold: bandwidths whose sum overflows (the
+/// mean and interval are infinite) and a negative bandwidth. The negative
+/// one is not data; nothing infinite reaches an SVG attribute.
+#[test]
+fn overflowing_and_negative_figures_from_a_store() {
+    let (_d, db) = fixture();
+    let c = rusqlite::Connection::open(&db).unwrap();
+    c.execute(
+        "UPDATE measurements SET record = json_set(record, '$.bw_gbps', 1.7e308) WHERE cell_id LIKE 'bw-host-131072-r%'",
+        [],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE measurements SET record = json_set(record, '$.bw_gbps', -5.0) WHERE cell_id = 'bw-overlay-16384-r0'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let r = report(&db, &Options::default());
+    let o = row(&r, "bw", "overlay", 16384);
+    assert!(
+        o.values.iter().all(|v| *v >= 0.0),
+        "a negative bandwidth taken as data: {:?}",
+        o.values
+    );
+    assert_eq!(o.values.len(), 2, "{:?}", o.values);
+    let html = fabperf_report::html::render(&r);
+    // Every attribute value of every tag: no inf, no NaN.
+    let mut rest = html.as_str();
+    while let Some(i) = rest.find("=\"") {
+        let after = &rest[i + 2..];
+        let end = after.find('"').unwrap();
+        let v = &after[..end];
+        assert!(
+            !v.contains("inf") && !v.contains("NaN"),
+            "a non-finite number in an attribute: {v:?}"
+        );
+        rest = &after[end..];
+    }
+}
