@@ -1225,7 +1225,10 @@ impl Exec<'_> {
                         .map(|r| r.duration_s + warm)
                         .reduce(f64::max)
                 })
-                .fold(0.0, f64::max);
+                .fold(0.0, f64::max)
+                // The durations are what agents reported: a batch's
+                // measured time cannot exceed its own wall time.
+                .clamp(0.0, wall);
             self.seen_wall += wall;
             self.seen_expected += exp;
             let ended_at = fabperf_results::now_rfc3339();
