@@ -643,8 +643,7 @@ fn load_detect(path: &Path) -> anyhow::Result<(DetectReport, Option<NodeIp>)> {
 /// Parse and validate a plan file. `display_name` is used in error locations
 /// and generated headers (normally the path as the user typed it).
 pub fn load_plan(path: &Path) -> anyhow::Result<Plan> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read plan {}: {e}", path.display()))?;
+    let text = crate::files::read_text_capped(path, crate::files::MAX_INPUT_BYTES, "plan")?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     parse_plan(&text, &path.display().to_string(), &base).map_err(anyhow::Error::new)
 }

@@ -41,7 +41,7 @@ pub struct HostCpuView {
 }
 
 /// The figures of one stored record a report uses. Every key is optional:
-/// a missing, mistyped or non-finite value is simply absent.
+/// a missing, mistyped, non-finite or negative value is simply absent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RecView {
     pub test: String,
@@ -83,8 +83,10 @@ pub struct RecView {
     pub started_at: Option<String>,
 }
 
+/// A figure of a stored record: finite and not negative (no figure a
+/// record holds can be below zero: a negative one is not data).
 fn num(v: &Value, k: &str) -> Option<f64> {
-    v.get(k)?.as_f64().filter(|x| x.is_finite())
+    v.get(k)?.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
 }
 
 fn uint(v: &Value, k: &str) -> Option<u64> {

@@ -55,7 +55,14 @@ fn nice_axis(max: f64) -> (f64, f64) {
     ((max / step).ceil() * step, step)
 }
 
+/// A coordinate or size for an SVG attribute: always a finite number (a
+/// statistic that overflowed never writes `inf` or `NaN` into the file).
 fn n(v: f64) -> String {
+    let v = if v.is_finite() {
+        v.clamp(-1e6, 1e6)
+    } else {
+        0.0
+    };
     format!("{v:.1}")
 }
 
@@ -108,7 +115,13 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
     let rows: Vec<&Row> = rep
         .rows
         .iter()
-        .filter(|r| r.family == fam && r.pattern == "pairs" && r.stats.is_some())
+        .filter(|r| r.family == fam && r.pattern == "pairs")
+        // A mean that overflowed (or is not a figure at all) is not drawn.
+        .filter(|r| {
+            r.stats
+                .as_ref()
+                .is_some_and(|s| s.mean.is_finite() && s.mean >= 0.0)
+        })
         .collect();
     if rows.is_empty() {
         return None;
@@ -142,7 +155,7 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
         .flat_map(|(_, v)| v.iter())
         .map(|r| {
             let s = r.stats.as_ref().expect("filtered");
-            s.mean + s.ci95.unwrap_or(0.0)
+            s.mean + s.ci95.filter(|c| c.is_finite()).unwrap_or(0.0)
         })
         .fold(0.0, f64::max);
     let (ymax, step) = nice_axis(top * 1.05);
@@ -241,7 +254,7 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
                 },
                 tip = esc(&tip)
             );
-            if let Some(ci) = st.ci95 {
+            if let Some(ci) = st.ci95.filter(|c| c.is_finite()) {
                 let cx = bx + bar_w / 2.0;
                 let (lo, hi) = (y((st.mean - ci).max(0.0)), y(st.mean + ci));
                 let _ = write!(
@@ -259,7 +272,7 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
                     s,
                     r#"<text x="{}" y="{}" font-size="10" text-anchor="middle">base</text>"#,
                     n(bx + bar_w / 2.0),
-                    n(y(st.mean + st.ci95.unwrap_or(0.0)) - 4.0)
+                    n(y(st.mean + st.ci95.filter(|c| c.is_finite()).unwrap_or(0.0)) - 4.0)
                 );
             }
         }

@@ -261,7 +261,8 @@ fn csv_row(r: &Record) -> Vec<String> {
 }
 
 /// Write records as CSV with [`csv_header`] columns. `with_header` is false
-/// when appending to an existing file.
+/// when appending to an existing file. Every cell goes through
+/// [`crate::escape::csv_field`].
 pub fn write_csv<W: Write>(w: W, records: &[Record], with_header: bool) -> io::Result<()> {
     let mut wr = ::csv::WriterBuilder::new()
         .has_headers(false)
@@ -271,7 +272,13 @@ pub fn write_csv<W: Write>(w: W, records: &[Record], with_header: bool) -> io::R
         wr.write_record(csv_header()).map_err(map)?;
     }
     for r in records {
-        wr.write_record(csv_row(r)).map_err(map)?;
+        // Text from peers and stores: escaped, formulas neutralised.
+        wr.write_record(
+            csv_row(r)
+                .iter()
+                .map(|f| crate::escape::csv_field(f).into_owned()),
+        )
+        .map_err(map)?;
     }
     wr.flush()
 }

@@ -15,6 +15,8 @@
 mod check;
 pub mod counters;
 pub mod csv;
+pub mod escape;
+pub mod files;
 pub mod finding;
 pub mod json;
 mod latency;
@@ -57,6 +59,8 @@ pub enum Transport {
     Tcp,
     Udp,
     Rdma,
+    /// ICMP echo (the `mtu` test's round trip).
+    Icmp,
 }
 
 impl Transport {
@@ -65,6 +69,7 @@ impl Transport {
             Transport::Tcp => "tcp",
             Transport::Udp => "udp",
             Transport::Rdma => "rdma",
+            Transport::Icmp => "icmp",
         }
     }
 }

@@ -31,6 +31,23 @@ pub struct Roster {
 
 impl Roster {
     pub fn insert(&mut self, a: RosterAgent) -> Result<(), String> {
+        // One agent under two names (a static entry and a DNS answer, two
+        // names for one address): its cells would collide on it ("busy").
+        let canon = |s: &SocketAddr| SocketAddr::new(s.ip().to_canonical(), s.port());
+        if a.addr.port() != 0 {
+            if let Some(other) = self.by_path.values().flat_map(|m| m.values()).find(|o| {
+                canon(&o.addr) == canon(&a.addr) && (o.name != a.name || o.path != a.path)
+            }) {
+                return Err(format!(
+                    "agent {:?} (path {:?}) and agent {:?} (path {:?}) are the same agent at {}; list each agent once",
+                    other.name,
+                    other.path,
+                    a.name,
+                    a.path,
+                    canon(&a.addr)
+                ));
+            }
+        }
         let path = self.by_path.entry(a.path.clone()).or_default();
         if let Some(old) = path.get(&a.name) {
             if old.addr != a.addr {
@@ -308,6 +325,38 @@ mod tests {
 
     fn plan(text: &str) -> Plan {
         crate::plan::parse(text, "p.toml", Path::new(".")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn one_agent_under_two_names_is_refused() {
+        let agent = |name: &str, path: &str, addr: &str| RosterAgent {
+            name: name.into(),
+            path: path.into(),
+            addr: addr.parse().unwrap(),
+            test_addr: addr.parse().unwrap(),
+            hello: json!({}),
+            reachable: true,
+        };
+        let mut r = Roster::default();
+        r.insert(agent("n1", "host", "10.0.0.1:5301")).unwrap();
+        // The same name again (a name listed twice, or found twice): fine.
+        r.insert(agent("n1", "host", "10.0.0.1:5301")).unwrap();
+        // Another name for the same address, v4-mapped or not, any path.
+        for (name, path, addr) in [
+            ("n2", "host", "10.0.0.1:5301"),
+            ("10.0.0.1", "host", "[::ffff:10.0.0.1]:5301"),
+            ("n1", "pod", "10.0.0.1:5301"),
+        ] {
+            let e = r.insert(agent(name, path, addr)).unwrap_err();
+            assert!(
+                e.contains("are the same agent at 10.0.0.1:5301") && e.contains("\"n1\""),
+                "{e}"
+            );
+        }
+        // Another port is another agent; unreachable placeholders are not compared.
+        r.insert(agent("n3", "host", "10.0.0.1:5302")).unwrap();
+        r.insert(agent("x", "host", "0.0.0.0:0")).unwrap();
+        r.insert(agent("y", "host", "0.0.0.0:0")).unwrap();
     }
 
     const AGENTS: &str = r#"

@@ -134,22 +134,16 @@ fn interrupted() -> bool {
 // ------------------------------------------------------------ progress
 
 /// Text that came from agents or a store, made safe for a terminal: control
-/// characters (escape sequences, newlines) are shown escaped.
+/// and bidirectional characters (escape sequences, newlines) are shown
+/// escaped (fabperf-results' one escaping rule).
 pub fn printable(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_control() {
-            o.extend(c.escape_default());
-        } else {
-            o.push(c);
-        }
-    }
-    o
+    fabperf_results::escape::terminal(s)
 }
 
-/// As [`printable`], keeping line breaks.
+/// As [`printable`], keeping line breaks (a rendered block whose pieces of
+/// foreign text were escaped one by one).
 pub fn printable_block(s: &str) -> String {
-    s.split('\n').map(printable).collect::<Vec<_>>().join("\n")
+    fabperf_results::escape::terminal_block(s)
 }
 
 struct Progress {
@@ -275,6 +269,9 @@ fn hello_node(hello: &Value) -> Option<String> {
     plan::is_name(n).then(|| n.to_string())
 }
 
+/// Most agents asked for their hello at once during discovery.
+pub const MAX_PROBE_THREADS: usize = 32;
+
 /// Find every agent of the plan and ask each for its hello.
 pub fn discover(
     plan: &Plan,
@@ -314,22 +311,30 @@ pub fn discover(
             },
         }
     }
-    // Probe concurrently: a dead agent costs one timeout, not one each.
-    let hellos: Vec<Result<Value, String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = wants
-            .iter()
-            .map(|w| {
-                let addr = w.addr.clone();
-                s.spawn(move || addr.and_then(|a| probe(a, client)))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("probe thread panicked".into()))
-            })
-            .collect()
+    // Probe concurrently, at most MAX_PROBE_THREADS at once (a name may
+    // resolve to hundreds of addresses): dead agents cost one timeout per
+    // MAX_PROBE_THREADS of them, not one each.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Result<Value, String>>>> =
+        wants.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..wants.len().min(MAX_PROBE_THREADS) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(w) = wants.get(i) else { break };
+                let r = w.addr.clone().and_then(|a| probe(a, client));
+                *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+        }
     });
+    let hellos: Vec<Result<Value, String>> = slots
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| Err("probe thread panicked".into()))
+        })
+        .collect();
     let mut roster = Roster::default();
     for (w, hello) in wants.into_iter().zip(hellos) {
         let (hello, reachable) = match hello {
@@ -1223,7 +1228,10 @@ impl Exec<'_> {
                         .map(|r| r.duration_s + warm)
                         .reduce(f64::max)
                 })
-                .fold(0.0, f64::max);
+                .fold(0.0, f64::max)
+                // The durations are what agents reported: a batch's
+                // measured time cannot exceed its own wall time.
+                .clamp(0.0, wall);
             self.seen_wall += wall;
             self.seen_expected += exp;
             let ended_at = fabperf_results::now_rfc3339();

@@ -780,6 +780,8 @@ fn list(v: &[f64]) -> String {
 
 /// The human-readable summary of one test.
 pub fn render(a: &MeshAnalysis) -> String {
+    // Names and errors come from a store (and agents): escaped, one line each.
+    let e = fabperf_results::escape::terminal;
     let mut o = String::new();
     for g in &a.groups {
         render_group(&mut o, a, g);
@@ -790,9 +792,9 @@ pub fn render(a: &MeshAnalysis) -> String {
         let _ = writeln!(
             o,
             "{}: {n} stored cell{} not part of the run's current plan (the plan was edited since they ran), not counted: {}{}\n",
-            a.test,
+            e(&a.test),
             if n == 1 { " is" } else { "s are" },
-            shown.join(", "),
+            e(&shown.join(", ")),
             if n > shown.len() {
                 format!(" and {} more", n - shown.len())
             } else {
@@ -804,23 +806,31 @@ pub fn render(a: &MeshAnalysis) -> String {
 }
 
 fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
-    let dims = dims_label(&g.dims);
+    // Names and errors come from a store (and agents): escaped, one line each.
+    let e = fabperf_results::escape::terminal;
+    let dims = e(&dims_label(&g.dims));
     let _ = writeln!(
         o,
         "{} ({}) on path {}{}{}: {}, mean of {} repeat{}, from row to column",
-        g.test,
-        g.kind,
-        g.path,
+        e(&g.test),
+        e(&g.kind),
+        e(&g.path),
         if dims.is_empty() { "" } else { ", " },
         dims,
         g.metric.unit(),
         g.repeats,
         if g.repeats == 1 { "" } else { "s" }
     );
-    let w = g.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(8);
+    let shown: BTreeMap<&str, String> = g.nodes.iter().map(|n| (n.as_str(), e(n))).collect();
+    let w = shown
+        .values()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(8);
     let _ = write!(o, "  {:>w$}", "from \\ to");
     for n in &g.nodes {
-        let _ = write!(o, " {n:>w$}");
+        let _ = write!(o, " {:>w$}", shown[n.as_str()]);
     }
     o.push('\n');
     let state: BTreeMap<(&str, &str), SuspectState> = g
@@ -835,7 +845,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         .collect();
     let mut unmeasured = false;
     for x in &g.nodes {
-        let _ = write!(o, "  {x:>w$}");
+        let _ = write!(o, "  {:>w$}", shown[x.as_str()]);
         for y in &g.nodes {
             let cell = if x == y {
                 "-".to_string()
@@ -857,7 +867,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         }
         o.push('\n');
     }
-    let who = |r: &Reference| format!("{} -> {}", r.src, r.dst);
+    let who = |r: &Reference| format!("{} -> {}", e(&r.src), e(&r.dst));
     let rule = match (g.metric, &g.reference, g.threshold) {
         (Metric::BandwidthGbps, Some(r), Some(t)) => match r.capped_at {
             Some(p) => format!(
@@ -914,12 +924,13 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             NodeFault::All => "check this node's NIC, cable, switch port and PCIe slot (`fabperf doctor` on it)",
         };
         if f.confirmed {
-            let _ = writeln!(o, "  SUSPECT NODE {}: {}; {hint}", f.node, f.text);
+            let _ = writeln!(o, "  SUSPECT NODE {}: {}; {hint}", e(&f.node), e(&f.text));
         } else {
             let _ = writeln!(
                 o,
                 "  unconfirmed SUSPECT NODE {}: {} — not confirmed: some of these pairs have no re-test figure",
-                f.node, f.text
+                e(&f.node),
+                e(&f.text)
             );
         }
     }
@@ -931,8 +942,8 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             .map(|s| {
                 format!(
                     "{} -> {} {:.2}{} ({})",
-                    s.src,
-                    s.dst,
+                    e(&s.src),
+                    e(&s.dst),
                     s.value,
                     if s.retests.is_empty() {
                         String::new()
@@ -946,10 +957,16 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             .join("; ")
     };
     for (x, y) in &g.bad_links {
-        let _ = writeln!(o, "  SUSPECT LINK {x} - {y}: {}", detail(x, y));
+        let _ = writeln!(o, "  SUSPECT LINK {} - {}: {}", e(x), e(y), detail(x, y));
     }
     for (x, y) in &g.unconfirmed_links {
-        let _ = writeln!(o, "  unconfirmed SUSPECT LINK {x} - {y}: {}", detail(x, y));
+        let _ = writeln!(
+            o,
+            "  unconfirmed SUSPECT LINK {} - {}: {}",
+            e(x),
+            e(y),
+            detail(x, y)
+        );
     }
     for s in &g.suspects {
         match s.state {
@@ -957,18 +974,19 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
                 let _ = writeln!(
                     o,
                     "  cleared {} -> {}: {:.2} in the mesh, re-tests {} (noise)",
-                    s.src,
-                    s.dst,
+                    e(&s.src),
+                    e(&s.dst),
                     s.value,
                     list(&s.retests)
                 );
             }
             SuspectState::Unconfirmed => {
                 let why = match s.retests_failed.first() {
-                    Some(e) => format!(
-                        "{} re-test{} failed ({e}); `fabperf run PLAN --retry-failed` runs {} again",
+                    Some(err) => format!(
+                        "{} re-test{} failed ({}); `fabperf run PLAN --retry-failed` runs {} again",
                         s.retests_failed.len(),
                         if s.retests_failed.len() == 1 { "" } else { "s" },
+                        e(err),
                         if s.retests_failed.len() == 1 { "it" } else { "them" }
                     ),
                     None => "no re-test ran (the plan's `retest` is 0, the run stopped before its re-tests, or the rule was changed after the run)".into(),
@@ -976,20 +994,24 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
                 let _ = writeln!(
                     o,
                     "  unconfirmed {} -> {}: {:.2} in the mesh; {why}",
-                    s.src, s.dst, s.value
+                    e(&s.src),
+                    e(&s.dst),
+                    s.value
                 );
             }
             SuspectState::Confirmed => {}
         }
     }
-    for (x, y, e) in &g.failed {
-        let _ = writeln!(o, "  FAILED {x} -> {y}: {e}");
+    for (x, y, err) in &g.failed {
+        let _ = writeln!(o, "  FAILED {} -> {}: {}", e(x), e(y), e(err));
     }
     if let Some(p) = g.port_rate_gbps {
         for (x, y, v) in &g.above_port {
             let _ = writeln!(
                 o,
-                "  ABOVE THE PORT RATE {x} -> {y}: {v:.2} Gbit/s on {p:.2} Gbit/s ports: the agents share a host, or a rate or a count is wrong"
+                "  ABOVE THE PORT RATE {} -> {}: {v:.2} Gbit/s on {p:.2} Gbit/s ports: the agents share a host, or a rate or a count is wrong",
+                e(x),
+                e(y)
             );
         }
     }

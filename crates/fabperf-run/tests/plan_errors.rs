@@ -171,3 +171,41 @@ fn sweeps_that_explode_are_refused() {
     let e = errors(&text);
     assert!(e.iter().any(|x| x.contains("more than")), "{e:?}");
 }
+
+/// A test of `n_sizes` sizes × `n_streams` stream counts × 3 directions.
+fn huge_test(n_sizes: usize, n_streams: usize) -> String {
+    let sizes: Vec<String> = (1..=n_sizes).map(|i| (i * 64).to_string()).collect();
+    let streams: Vec<String> = (1..=n_streams).map(|i| i.to_string()).collect();
+    format!(
+        "[[tests]]\nkind = \"tcp-bw\"\nsizes = [{}]\nstreams = [{}]\ndirections = [\"forward\", \"reverse\", \"bidir\"]\nduration = \"1s\"\n",
+        sizes.join(", "),
+        streams.join(", ")
+    )
+}
+
+#[test]
+fn a_huge_sweep_is_counted_before_it_is_built() {
+    // A ~10 KB plan: 1000 sizes × 1000 streams × 3 directions would be
+    // 3 million points; refused with the count, nothing built.
+    let text = format!("{AGENTS}{}", huge_test(1000, 1000));
+    assert!(text.len() < 12_000, "{}", text.len());
+    let e = errors(&text);
+    assert!(
+        e.iter().any(|e| e.contains(
+            "expands to 3000000 sweep points (1000 sizes × 1000 streams × 3 directions)"
+        ) && e.contains("20000")),
+        "{e:?}"
+    );
+    // Two tests that each fit but together do not (600 points × 1000
+    // repeats = 600000 cells each): the second is refused before its
+    // points exist.
+    let one =
+        huge_test(20, 10).replace("duration = \"1s\"\n", "duration = \"1s\"\nrepeats = 1000\n");
+    let text = format!("{AGENTS}{one}{one}");
+    let e = errors(&text);
+    assert!(
+        e.iter()
+            .any(|e| e.contains("600000 cells") && e.contains("400000 left of the 1000000")),
+        "{e:?}"
+    );
+}
