@@ -136,3 +136,79 @@ fn doctor_exit_status_follows_the_gpu_findings() {
         }
     }
 }
+
+fn fabperf_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fabperf"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run fabperf")
+}
+
+#[test]
+fn gpu_memory_without_the_cuda_driver_fails_with_what_is_missing() {
+    // Named explicitly, so the test means the same on a machine that has libcuda.so.1. Nothing
+    // is connected: the driver is checked before any RDMA or network setup.
+    let missing = [("FABPERF_CUDA_LIBRARY", "/nonexistent/libcuda.so.1")];
+    for args in [
+        &["rdma-bw", "127.0.0.1:9", "--mem", "cuda"][..],
+        &[
+            "rdma-lat",
+            "127.0.0.1:9",
+            "--mem",
+            "cuda:0000:1a:00.0",
+            "--op",
+            "read",
+        ][..],
+    ] {
+        let o = fabperf_env(args, &missing);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("GPU memory needs the CUDA driver library /nonexistent/libcuda.so.1"),
+            "{err}"
+        );
+        assert!(err.contains("Install the NVIDIA driver"), "{err}");
+        assert!(o.stdout.is_empty());
+    }
+    // A library that is not the CUDA driver is refused by name.
+    let o = fabperf_env(
+        &["rdma-bw", "127.0.0.1:9", "--mem", "cuda"],
+        &[("FABPERF_CUDA_LIBRARY", "libc.so.6")],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("libc.so.6 has no cuInit"));
+}
+
+#[test]
+fn gpu_memory_parameter_checks() {
+    for (args, want) in [
+        (
+            &["rdma-lat", "h", "--mem", "cuda", "--op", "write"][..],
+            "use --op send or --op read",
+        ),
+        (
+            &["rdma-bw", "h", "--mem", "cuda", "--inline", "64"][..],
+            "--inline 64",
+        ),
+        (
+            &["rdma-bw", "h", "--gpu-reg", "dmabuf"][..],
+            "--gpu-reg applies to GPU memory",
+        ),
+        (&["rdma-bw", "h", "--mem", "gpu0"][..], "use host, cuda"),
+        (
+            &["rdma-bw", "h", "--mem", "cuda:1a:00"][..],
+            "cuda:<PCI address>",
+        ),
+        (
+            &["rdma-bw", "h", "--mem", "cuda", "--gpu-reg", "both"][..],
+            "auto",
+        ),
+    ] {
+        let o = fabperf(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

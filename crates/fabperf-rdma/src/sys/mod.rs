@@ -1,19 +1,29 @@
-//! Every `unsafe` block of fabperf-rdma lives in this module; the rest of
-//! the crate uses the safe API below. Each block says why it is sound.
-//! The module is private to the crate, and its API is sound on its own:
+//! Every `unsafe` block of fabperf-rdma lives in this module and its child `cuda` (the CUDA
+//! driver API, loaded at run time); the rest of the crate uses the safe API below. Each block
+//! says why it is sound. The module is private to the crate, and its API is sound on its own:
 //! a work-request chain can only be posted together with a borrow of the
 //! very buffer it was prepared for, so the buffer is alive for the call
-//! (an inline send copies from it then), and a buffer is deregistered
+//! (an inline send copies from it then; a buffer in GPU memory is never sent inline, as the CPU
+//! cannot read it), and a buffer is deregistered
 //! before its memory is freed (or leaked when deregistration fails), so
 //! the NIC never reaches freed memory through it.
 //!
 //! What needs `unsafe`: registering and deregistering memory the NIC reads
-//! and writes behind the compiler's back (`ibv_reg_mr`, `ibv_dereg_mr`),
+//! and writes behind the compiler's back (`ibv_reg_mr`, `ibv_reg_dmabuf_mr` for GPU memory
+//! exported as a dma-buf, `ibv_dereg_mr`),
 //! handing buffer addresses to work requests (`SendChain`, `RecvChain`:
 //! prebuilt `ibv_post_send`/`ibv_post_recv` chains), reading bytes the
 //! peer's RDMA writes change (volatile loads), reading a QP's address
-//! vector back (`ibv_query_qp`) and plain C calls (`ibv_wc_status_str`,
-//! `sched_*`).
+//! vector back (`ibv_query_qp`), the CUDA driver (`cuda`) and plain C calls
+//! (`ibv_wc_status_str`, `sched_*`).
+//!
+//! `ibv_reg_dmabuf_mr` comes from `rdma-mummy-sys` (the raw binding under `sideway`, which
+//! loads libibverbs at run time and answers EOPNOTSUPP when the loaded libibverbs lacks the
+//! symbol, i.e. rdma-core before 34); sideway 0.4.3 wraps it too
+//! (`ProtectionDomain::reg_dmabuf_mr`), but its memory region ignores a failed deregistration,
+//! so fabperf registers and deregisters itself as it does for host memory.
+
+pub(crate) mod cuda;
 
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::AccessFlags;
@@ -35,21 +45,44 @@ struct Mr {
     _pd: Arc<ProtectionDomain>,
 }
 
-/// A zeroed, page-aligned heap buffer registered as one memory region.
+/// Where a buffer's bytes live.
+enum Backing {
+    /// Host memory from the global allocator: `ptr` points to `layout.size()` bytes.
+    Host { ptr: NonNull<u8>, layout: Layout },
+    /// GPU memory (`cuMemAlloc`); `None` once leaked or freed.
+    Device(Option<cuda::DeviceMem>),
+}
+
+/// How GPU memory is registered with the NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeviceReg {
+    /// Exported as a dma-buf and registered with `ibv_reg_dmabuf_mr`.
+    DmaBuf,
+    /// `ibv_reg_mr` on the device pointer, which the nvidia_peermem module resolves.
+    Peermem,
+}
+
+/// A zeroed, page-aligned buffer (host memory, or GPU memory) registered as one memory region.
 ///
-/// Invariants: `ptr` points to `layout.size()` bytes allocated with
-/// `layout` and owned by this value alone; the memory region (when
-/// registered) covers exactly that range. The memory is freed only once
+/// Invariants: the backing memory (`len()` bytes at `addr()`) is owned by this value alone;
+/// the memory region (when registered) covers exactly that range. The memory is freed only once
 /// no region covers it: `ibv_dereg_mr`'s result is checked, and when it
 /// fails the memory is leaked (`leaked`) instead of being freed under a
 /// NIC that may still write it. Work requests name a buffer by its `id`,
-/// which no other buffer ever has.
+/// which no other buffer ever has. GPU memory is never read or written by the CPU through a
+/// pointer: fills and single bytes go through the CUDA driver, and it is never sent inline.
 pub(crate) struct RegBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
+    backing: Backing,
+    len: usize,
+    addr: u64,
     mr: Option<Mr>,
     id: u64,
     leaked: bool,
+    /// GPU memory may take receives: the provider places received bytes by DMA only (see
+    /// `receives_bypass_cpu`).
+    device_receives: bool,
+    /// The dma-buf the region was registered from (kept open while it is registered).
+    _dmabuf: Option<std::os::fd::OwnedFd>,
 }
 
 // SAFETY: RegBuf owns its allocation exclusively (like a Box<[u8]>), and
@@ -65,7 +98,7 @@ pub(crate) struct RegError {
 }
 
 impl RegBuf {
-    /// Allocate `len` zeroed bytes (rounded up to whole pages, at least one).
+    /// Allocate `len` zeroed bytes of host memory (rounded up to whole pages, at least one).
     pub fn new(len: usize) -> Result<RegBuf, String> {
         let size = len.max(1).div_ceil(PAGE) * PAGE;
         let layout = Layout::from_size_align(size, PAGE)
@@ -75,29 +108,42 @@ impl RegBuf {
         let ptr = NonNull::new(raw)
             .ok_or_else(|| format!("out of memory allocating a {size}-byte buffer"))?;
         Ok(RegBuf {
-            ptr,
-            layout,
+            addr: ptr.as_ptr() as u64,
+            backing: Backing::Host { ptr, layout },
+            len: size,
             mr: None,
             id: NEXT_BUF_ID.fetch_add(1, Ordering::Relaxed),
             leaked: false,
+            device_receives: false,
+            _dmabuf: None,
         })
     }
 
-    /// Register the whole buffer with `pd` (once).
-    pub fn register(
+    /// Allocate `len` zeroed bytes of memory on `gpu` (rounded up to 64 KiB).
+    pub fn new_device(gpu: &Arc<cuda::Gpu>, len: usize) -> Result<RegBuf, String> {
+        let mem = gpu.alloc(len)?;
+        Ok(RegBuf {
+            addr: mem.addr(),
+            len: mem.len(),
+            backing: Backing::Device(Some(mem)),
+            mr: None,
+            id: NEXT_BUF_ID.fetch_add(1, Ordering::Relaxed),
+            leaked: false,
+            device_receives: false,
+            _dmabuf: None,
+        })
+    }
+
+    /// True for host memory (the CPU can read it; page placement applies).
+    pub fn is_host(&self) -> bool {
+        matches!(self.backing, Backing::Host { .. })
+    }
+
+    fn keep_mr(
         &mut self,
+        mr: *mut rdma_mummy_sys::ibv_mr,
         pd: &Arc<ProtectionDomain>,
-        access: AccessFlags,
     ) -> Result<(), RegError> {
-        assert!(self.mr.is_none(), "buffer registered twice");
-        let bits: i32 = access.into();
-        // SAFETY: the PD handle is valid while `pd` lives (the Arc is kept
-        // in `Mr` until deregistration); the pointer is valid for
-        // `self.len()` bytes for as long as `self` lives, and the memory is
-        // freed only after a successful `ibv_dereg_mr` (see `deregister`).
-        let mr = unsafe {
-            rdma_mummy_sys::ibv_reg_mr(pd.pd().as_ptr(), self.ptr.as_ptr().cast(), self.len(), bits)
-        };
         match NonNull::new(mr) {
             Some(mr) => {
                 self.mr = Some(Mr {
@@ -111,6 +157,90 @@ impl RegBuf {
                 source: std::io::Error::last_os_error(),
             }),
         }
+    }
+
+    /// Register the whole buffer with `pd` (once). Host memory only; GPU memory goes through
+    /// `register_device`.
+    pub fn register(
+        &mut self,
+        pd: &Arc<ProtectionDomain>,
+        access: AccessFlags,
+    ) -> Result<(), RegError> {
+        assert!(self.mr.is_none(), "buffer registered twice");
+        let Backing::Host { ptr, .. } = &self.backing else {
+            return Err(RegError {
+                bytes: self.len(),
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        };
+        let bits: i32 = access.into();
+        // SAFETY: the PD handle is valid while `pd` lives (the Arc is kept
+        // in `Mr` until deregistration); the pointer is valid for
+        // `self.len()` bytes for as long as `self` lives, and the memory is
+        // freed only after a successful `ibv_dereg_mr` (see `deregister`).
+        let mr = unsafe {
+            rdma_mummy_sys::ibv_reg_mr(pd.pd().as_ptr(), ptr.as_ptr().cast(), self.len(), bits)
+        };
+        self.keep_mr(mr, pd)
+    }
+
+    /// Register a GPU-memory buffer with `pd` (once), as a dma-buf or through peermem; `device`
+    /// is the RDMA device of `pd` (it decides whether receives may land in GPU memory).
+    pub fn register_device(
+        &mut self,
+        pd: &Arc<ProtectionDomain>,
+        access: AccessFlags,
+        how: DeviceReg,
+        device: &str,
+    ) -> Result<(), RegError> {
+        assert!(self.mr.is_none(), "buffer registered twice");
+        let bits: i32 = access.into();
+        let Backing::Device(Some(mem)) = &self.backing else {
+            return Err(RegError {
+                bytes: self.len(),
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        };
+        let mr = match how {
+            DeviceReg::DmaBuf => {
+                let (fd, offset) = mem.export_dmabuf().map_err(|e| RegError {
+                    bytes: self.len,
+                    source: std::io::Error::other(e),
+                })?;
+                use std::os::fd::AsRawFd;
+                // SAFETY: the PD handle is valid while `pd` lives; `fd` is a dma-buf exporting
+                // this allocation's pages, `offset` the allocation's place in it, and the
+                // allocation outlives the region (freed only after a successful
+                // `ibv_dereg_mr`); iova = the device address, so work requests name bytes by
+                // their device addresses. The kernel takes its own reference on the dma-buf.
+                let mr = unsafe {
+                    rdma_mummy_sys::ibv_reg_dmabuf_mr(
+                        pd.pd().as_ptr(),
+                        offset,
+                        self.len,
+                        self.addr,
+                        fd.as_raw_fd(),
+                        bits,
+                    )
+                };
+                self._dmabuf = Some(fd);
+                mr
+            }
+            // SAFETY: as for host memory: the address range is this live allocation; the
+            // kernel resolves device addresses through nvidia_peermem (or refuses with an
+            // error), and the CPU never touches the range through the region.
+            DeviceReg::Peermem => unsafe {
+                rdma_mummy_sys::ibv_reg_mr(
+                    pd.pd().as_ptr(),
+                    self.addr as *mut std::ffi::c_void,
+                    self.len,
+                    bits,
+                )
+            },
+        };
+        self.keep_mr(mr, pd)?;
+        self.device_receives = receives_bypass_cpu(device);
+        Ok(())
     }
 
     /// Deregister the memory region (no-op when not registered). On
@@ -147,11 +277,11 @@ impl RegBuf {
     }
 
     pub fn len(&self) -> usize {
-        self.layout.size()
+        self.len
     }
 
     pub fn addr(&self) -> u64 {
-        self.ptr.as_ptr() as u64
+        self.addr
     }
 
     pub fn lkey(&self) -> u32 {
@@ -179,26 +309,45 @@ impl RegBuf {
     }
 
     /// Set every byte to `v`.
-    pub fn fill(&mut self, v: u8) {
-        // SAFETY: writes exactly the allocation; `&mut self` excludes other
-        // Rust borrows. Volatile-free bulk writes are fine: the caller only
-        // refills when no work request targets the buffer.
-        unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), v, self.len()) }
+    pub fn fill(&mut self, v: u8) -> Result<(), String> {
+        let n = self.len();
+        self.fill_range(0, n, v)
     }
 
     /// Set bytes `off..off+len` to `v`.
-    pub fn fill_range(&mut self, off: usize, len: usize, v: u8) {
+    pub fn fill_range(&mut self, off: usize, len: usize, v: u8) -> Result<(), String> {
         self.check(off, len);
-        // SAFETY: in bounds (checked); `&mut self` excludes Rust borrows.
-        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(off), v, len) }
+        match &self.backing {
+            // SAFETY: in bounds (checked); `&mut self` excludes Rust borrows, and the caller
+            // only refills when no work request targets the range.
+            Backing::Host { ptr, .. } => {
+                unsafe { std::ptr::write_bytes(ptr.as_ptr().add(off), v, len) };
+                Ok(())
+            }
+            Backing::Device(Some(m)) => m.fill(off, len, v),
+            Backing::Device(None) => Err("GPU buffer already released".into()),
+        }
     }
 
     /// Store one byte (volatile: the NIC may read it at any time).
     pub fn store(&mut self, off: usize, v: u8) {
         self.check(off, 1);
-        // SAFETY: in bounds (checked); a single-byte volatile store cannot
-        // tear and the NIC only reads this memory concurrently.
-        unsafe { std::ptr::write_volatile(self.ptr.as_ptr().add(off), v) }
+        match &self.backing {
+            // SAFETY: in bounds (checked); a single-byte volatile store cannot
+            // tear and the NIC only reads this memory concurrently.
+            Backing::Host { ptr, .. } => unsafe {
+                std::ptr::write_volatile(ptr.as_ptr().add(off), v)
+            },
+            Backing::Device(m) => {
+                if let Err(e) = m
+                    .as_ref()
+                    .ok_or("released".to_string())
+                    .and_then(|m| m.store(off, v))
+                {
+                    panic!("storing into GPU memory: {e}");
+                }
+            }
+        }
     }
 
     /// Load one byte the peer's RDMA write may change at any moment.
@@ -206,11 +355,35 @@ impl RegBuf {
     pub fn load(&self, off: usize) -> u8 {
         debug_assert!(off < self.len());
         let off = off.min(self.len() - 1);
-        // SAFETY: in bounds (clamped); a volatile single-byte load is the
-        // way to observe memory written by a device without the compiler
-        // caching it, and a byte cannot tear.
-        unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off)) }
+        match &self.backing {
+            // SAFETY: in bounds (clamped); a volatile single-byte load is the
+            // way to observe memory written by a device without the compiler
+            // caching it, and a byte cannot tear.
+            Backing::Host { ptr, .. } => unsafe { std::ptr::read_volatile(ptr.as_ptr().add(off)) },
+            Backing::Device(m) => match m
+                .as_ref()
+                .ok_or("released".to_string())
+                .and_then(|m| m.load(off))
+            {
+                Ok(v) => v,
+                Err(e) => panic!("loading from GPU memory: {e}"),
+            },
+        }
     }
+}
+
+/// Whether a provider places received bytes only by DMA, so that receives may land in GPU
+/// memory: mlx5 writes received messages of up to 64 bytes into the completion entry and copies
+/// them to the buffer with the CPU ("scatter to CQE") unless `MLX5_SCATTER_TO_CQE=0` is set in
+/// the environment when the queue pairs are created (what perftest does for device memory).
+pub(crate) fn receives_bypass_cpu(device: &str) -> bool {
+    let driver = std::fs::read_link(format!("/sys/class/infiniband/{device}/device/driver"))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    if driver.as_deref() != Some("mlx5_core") {
+        return true;
+    }
+    std::env::var("MLX5_SCATTER_TO_CQE").as_deref() == Ok("0")
 }
 
 impl Drop for RegBuf {
@@ -220,10 +393,23 @@ impl Drop for RegBuf {
         if let Err(e) = self.deregister() {
             eprintln!("fabperf: {e}");
         }
-        if !self.leaked {
-            // SAFETY: `ptr` was allocated with `layout` in `new` and is freed
-            // exactly once, here, after the memory region is gone.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        match &mut self.backing {
+            Backing::Host { ptr, layout } => {
+                if !self.leaked {
+                    // SAFETY: `ptr` was allocated with `layout` in `new` and is freed
+                    // exactly once, here, after the memory region is gone.
+                    unsafe { std::alloc::dealloc(ptr.as_ptr(), *layout) }
+                }
+            }
+            Backing::Device(m) => {
+                if let Some(m) = m.take() {
+                    if self.leaked {
+                        m.leak();
+                    } else if let Err(e) = m.free() {
+                        eprintln!("fabperf: freeing a GPU buffer: {e}");
+                    }
+                }
+            }
         }
     }
 }
@@ -383,7 +569,8 @@ impl SendChain {
     /// post time. Cheap when nothing changed since the last call.
     pub fn prepare(&mut self, op: ChainOp, buf: &RegBuf, off: usize, len: u32, inline: bool) {
         buf.check(off, len as usize);
-        let inline = inline && !matches!(op, ChainOp::Read(..));
+        // The provider copies inline data with the CPU: never from GPU memory.
+        let inline = inline && !matches!(op, ChainOp::Read(..)) && buf.is_host();
         let key = (buf.id(), op, buf.addr() + off as u64, len, inline);
         if self.prepared == Some(key) {
             return;
@@ -501,6 +688,10 @@ impl RecvChain {
         match self.prepared {
             Some((id, ..)) if id == buf.id() && buf.is_registered() => {}
             _ => return Err(libc::EINVAL),
+        }
+        // A provider that may copy received bytes with the CPU never gets GPU memory.
+        if !buf.is_host() && !buf.device_receives {
+            return Err(libc::EINVAL);
         }
         self.chain.post_cut(n, |head| {
             let mut bad: *mut rdma_mummy_sys::ibv_recv_wr = std::ptr::null_mut();
@@ -719,20 +910,21 @@ mod tests {
         assert_eq!(b.load(9), 0);
         b.store(9, 7);
         assert_eq!(b.load(9), 7);
-        b.fill_range(0, 4, 3);
+        b.fill_range(0, 4, 3).unwrap();
         assert_eq!(
             (0..5).map(|i| b.load(i)).collect::<Vec<_>>(),
             [3, 3, 3, 3, 0]
         );
-        b.fill(1);
+        b.fill(1).unwrap();
         assert_eq!(b.load(PAGE - 1), 1);
+        assert!(b.is_host());
     }
 
     #[test]
     #[should_panic(expected = "outside")]
     fn out_of_bounds_is_refused() {
         let mut b = RegBuf::new(PAGE).unwrap();
-        b.fill_range(PAGE - 1, 2, 0);
+        let _ = b.fill_range(PAGE - 1, 2, 0);
     }
 
     #[test]
