@@ -256,7 +256,8 @@ pub(crate) fn devices() -> Result<Vec<CudaDevice>, String> {
                 .to_string_lossy()
                 .into_owned())
         };
-        let bus_id = text(api.device_get_pci_bus_id, "cuDeviceGetPCIBusId")?.to_lowercase();
+        let raw = text(api.device_get_pci_bus_id, "cuDeviceGetPCIBusId")?;
+        let bus_id = normalize_bus_id(&raw).unwrap_or_else(|| raw.to_lowercase());
         let name = text(api.device_get_name, "cuDeviceGetName")?;
         out.push(CudaDevice {
             ordinal: i,
@@ -265,6 +266,25 @@ pub(crate) fn devices() -> Result<Vec<CudaDevice>, String> {
         });
     }
     Ok(out)
+}
+
+/// A PCI address as sysfs writes it (`0000:1a:00.0`) from the driver's form (hex fields of any
+/// width and case: `00000000:1A:00.0`).
+pub(crate) fn normalize_bus_id(s: &str) -> Option<String> {
+    let (dbd, func) = s.trim().rsplit_once('.')?;
+    let mut parts = dbd.split(':');
+    let (d, b, dev) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let h = |x: &str| u32::from_str_radix(x, 16).ok();
+    Some(format!(
+        "{:04x}:{:02x}:{:02x}.{:x}",
+        h(d)?,
+        h(b)?,
+        h(dev)?,
+        h(func)?
+    ))
 }
 
 /// One GPU's primary context, retained for as long as this value (and the memory allocated
@@ -519,6 +539,20 @@ fn page_size() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bus_ids_in_sysfs_form() {
+        assert_eq!(
+            normalize_bus_id("00000000:1A:00.0").as_deref(),
+            Some("0000:1a:00.0")
+        );
+        assert_eq!(
+            normalize_bus_id("0000:3b:00.0").as_deref(),
+            Some("0000:3b:00.0")
+        );
+        assert_eq!(normalize_bus_id("1a:00.0"), None);
+        assert_eq!(normalize_bus_id("x:1a:00.0"), None);
+    }
 
     #[test]
     fn a_missing_library_is_named_with_the_fix() {

@@ -223,6 +223,15 @@ impl RegBuf {
                         bits,
                     )
                 };
+                if mr.is_null() {
+                    // errno before the descriptor's close can change it.
+                    let source = std::io::Error::last_os_error();
+                    drop(fd);
+                    return Err(RegError {
+                        bytes: self.len,
+                        source,
+                    });
+                }
                 self._dmabuf = Some(fd);
                 mr
             }
