@@ -57,6 +57,8 @@ step "Kubernetes manifests against upstream schemas" ./ci/k8s-validate.sh
 step "fabperf report: HTML in headless Chromium, OpenMetrics through a real parser, gates (ci/report-check.sh)" \
   ./ci/report-check.sh
 step "real ConnectX pair (hw-tests; SKIPPED unless FABPERF_HW_PEER is set)" ./hw-tests/connectx.sh
+step "GPU + ConnectX pairs, fabperf vs perftest --use_cuda per rail (hw-tests; SKIPPED unless FABPERF_HW_GPU_RAILS is set)" \
+  ./hw-tests/gpu.sh
 step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/testbed-test.sh)" \
   ./sim/testbed-test.sh
 step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay, HTTP via the overlay and a service address (sim/testbed-run-test.sh)" \

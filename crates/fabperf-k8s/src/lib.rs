@@ -9,6 +9,7 @@ pub mod cni;
 pub mod crd;
 pub mod detect;
 pub mod files;
+pub mod gpu;
 pub mod objects;
 pub mod plan;
 pub mod policy;

@@ -636,6 +636,11 @@ pub fn render(plan: &Plan) -> Result<Rendered> {
         }];
         h.extend(link_notes(plan, path));
         h.push(QOS_NOTE.into());
+        if let Some(g) = plan.gpu.as_ref().filter(|_| {
+            crate::gpu::applies_to(objects::rdma_resource_of(plan, path).is_some(), path)
+        }) {
+            h.push(g.header());
+        }
         let mut d = Doc::new(&header_lines(plan, &h));
         if path == PathKind::Host {
             if let Some(cm) = objects::host_addresses_configmap(plan) {

@@ -8,9 +8,9 @@ use crate::msg::{AcceptInfo, Report, Request, Step};
 use crate::prio::{PollPriority, Pollers};
 use crate::select::path_mtu;
 use crate::verbs::{open_device, Endpoint, EpConfig, Op};
-use crate::{slot_for, BwParams, LatParams};
+use crate::{slot_for, BwParams, GpuReg, LatParams, MemSpec};
 use fabperf_proto::cpu::{HostReport, ThreadCpu};
-use fabperf_proto::explain::{self, CpuSpec, EndSetup, Pinned};
+use fabperf_proto::explain::{CpuSpec, EndSetup, Pinned};
 use fabperf_proto::{Control, Msg, ServeCtx, ServeError, TestKind};
 use fabperf_results::Side;
 use std::time::{Duration, Instant};
@@ -52,6 +52,8 @@ trait LinkParams {
     fn link(&self) -> (Option<u32>, bool, PollPriority);
     /// `--cpu`.
     fn cpu(&self) -> &CpuSpec;
+    /// Where the agent's buffers live, and how GPU memory is registered.
+    fn memory(&self) -> (&MemSpec, GpuReg);
 }
 
 impl LinkParams for BwParams {
@@ -61,6 +63,9 @@ impl LinkParams for BwParams {
     fn cpu(&self) -> &CpuSpec {
         &self.cpu
     }
+    fn memory(&self) -> (&MemSpec, GpuReg) {
+        (self.agent_mem(), self.gpu_reg)
+    }
 }
 
 impl LinkParams for LatParams {
@@ -69,6 +74,9 @@ impl LinkParams for LatParams {
     }
     fn cpu(&self) -> &CpuSpec {
         &self.cpu
+    }
+    fn memory(&self) -> (&MemSpec, GpuReg) {
+        (self.agent_mem(), self.gpu_reg)
     }
 }
 
@@ -151,12 +159,21 @@ fn setup<P: LinkParams>(
         req.params.cpu(),
     )
     .map_err(RdmaError::BadRequest)?;
+    let (mem_spec, gpu_reg) = req.params.memory();
+    let mem = crate::gpu::prepare(mem_spec, gpu_reg, &dev.name)?;
     // Pinned before the buffers are allocated, so they land on its node.
     let pinned = end.pin();
-    let mut ep = Endpoint::new(dev, cfg)?;
+    let mut ep = Endpoint::with_memory(dev, cfg, &mem)?;
+    if let Some(g) = &ep.mem {
+        eprintln!(
+            "fabperf agent: buffers in GPU memory: {} ({})",
+            g.describe(),
+            g.name.as_deref().unwrap_or("GPU")
+        );
+    }
     let here = Here {
         setup: end,
-        buf_node: explain::page_node(ep.src.addr() as usize),
+        buf_node: crate::client::host_buffer_node(&ep),
         pinned,
     };
     let listening = if rdma_cm {
@@ -320,11 +337,7 @@ impl TestKind for LatKind {
         }
         let rx_depth = if p.op == Op::Send { LAT_RX_DEPTH } else { 0 };
         let slot = slot_for(p.max_size());
-        let inline = if p.op == Op::Read {
-            0
-        } else {
-            p.inline.unwrap_or(236)
-        };
+        let inline = p.inline_for(p.agent_mem());
         let cfg = EpConfig {
             qps: 1,
             slot,
@@ -343,7 +356,9 @@ impl TestKind for LatKind {
         let op = p.op;
         let r = size_loop(ctx.ctl, timeout, |ctl, size| {
             check_size(size, slot)?;
-            ep.dst.fill_range(0, size as usize, 0);
+            ep.dst
+                .fill_range(0, size as usize, 0)
+                .map_err(RdmaError::Setup)?;
             ctl.send_test(&Step::GoAck)?;
             if op == Op::Read {
                 return passive_report(ctl, timeout, &here);

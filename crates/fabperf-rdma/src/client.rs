@@ -11,7 +11,7 @@ use crate::{slot_for, BwParams, LatParams};
 use fabperf_proto::cpu::HostReport;
 use fabperf_proto::explain::{self, EndSetup};
 use fabperf_proto::{connect_test, ClientConfig, Control, ErrorCode, Msg, ProtoError};
-use fabperf_results::{HostCpu, Side, Warning};
+use fabperf_results::{GpuMemory, HostCpu, Side, Warning};
 use fabperf_results::{Record, Transport};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -52,6 +52,7 @@ fn expect_step(ctl: &mut Control, t: Duration, what: &str, want: &str) -> Result
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn start(
     addr: SocketAddr,
     cfg: &ClientConfig,
@@ -60,6 +61,7 @@ fn start(
     ep: &mut Endpoint,
     forced_mtu: Option<u32>,
     rdma_cm: bool,
+    agent_gpu: bool,
 ) -> Result<(Control, AcceptInfo, Option<CmLink>), RdmaError> {
     let req = serde_json::to_value(Request {
         params,
@@ -74,6 +76,14 @@ fn start(
             return Err(fail(&mut ctl, e));
         }
     };
+    if agent_gpu && acc.agent.mem.is_none() {
+        let e = RdmaError::Connect(format!(
+            "the agent at {addr} put its buffers in host memory although GPU memory was asked \
+             for: it is a fabperf without GPU memory support; upgrade it, or test host memory on \
+             its end with --remote-mem host"
+        ));
+        return Err(fail(&mut ctl, e));
+    }
     // Both ends compute the same path MTU; trust but check.
     match path_mtu(ep.dev.port.active_mtu, acc.agent.active_mtu, forced_mtu) {
         Ok(m) if m == acc.path_mtu => {}
@@ -199,6 +209,29 @@ fn mark_pollers(records: &mut [Record], mine: &Pollers, acc: &AcceptInfo) {
     }
 }
 
+/// The NUMA node of the endpoint's buffers (host memory only: GPU memory has none).
+pub(crate) fn host_buffer_node(ep: &Endpoint) -> Option<u32> {
+    ep.src
+        .is_host()
+        .then(|| explain::page_node(ep.src.addr() as usize))
+        .flatten()
+}
+
+/// Each end's GPU memory (which GPU, registration, relationship to the NIC) in the records'
+/// placement; nothing for host memory.
+fn mark_memory(records: &mut [Record], mine: Option<&GpuMemory>, theirs: Option<&GpuMemory>) {
+    for r in records {
+        for (p, g) in [
+            (&mut r.placement_local, mine),
+            (&mut r.placement_remote, theirs),
+        ] {
+            if let Some(g) = g {
+                p.get_or_insert_with(Default::default).gpu = Some(Box::new(g.clone()));
+            }
+        }
+    }
+}
+
 /// Tear the endpoint down now (not at the end of the scope) and put what
 /// failed into every record: a leaked buffer or queue pair is worth
 /// knowing about, but it does not make the figures wrong.
@@ -290,6 +323,9 @@ pub fn run_bw(
     p: &BwParams,
 ) -> Result<Vec<Record>, RdmaError> {
     p.validate().map_err(RdmaError::BadRequest)?;
+    if p.mem.is_cuda() {
+        crate::gpu::ensure_driver()?;
+    }
     on_measuring_thread(|| bw_client(addr, cfg, p))
 }
 
@@ -298,8 +334,9 @@ fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<R
     let pollers = Pollers::resolve(p.poll_priority, dev.software);
     let recv = p.op == Op::Send && p.bidir;
     let rx_depth = if recv { p.tx_depth.max(512) } else { 0 };
+    let mem = crate::gpu::prepare(&p.mem, p.gpu_reg, &dev.name)?;
     let (setup, pinned) = place(&dev, &p.cpu)?;
-    let mut ep = Endpoint::new(
+    let mut ep = Endpoint::with_memory(
         dev,
         EpConfig {
             qps: p.qps,
@@ -310,14 +347,24 @@ fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<R
             sl: p.sl,
             tclass: p.tclass,
         },
+        &mem,
     )?;
     let here = Here {
         setup,
-        buf_node: explain::page_node(ep.src.addr() as usize),
+        buf_node: host_buffer_node(&ep),
         pin_errors: pinned.error.iter().cloned().collect(),
     };
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
-    let (mut ctl, acc, _cm) = start(addr, cfg, "rdma-bw", params, &mut ep, p.mtu, p.rdma_cm)?;
+    let (mut ctl, acc, _cm) = start(
+        addr,
+        cfg,
+        "rdma-bw",
+        params,
+        &mut ep,
+        p.mtu,
+        p.rdma_cm,
+        p.agent_mem().is_cuda(),
+    )?;
     if recv {
         for q in 0..ep.nqps() {
             ep.post_recvs(q, rx_depth).map_err(|e| fail(&mut ctl, e))?;
@@ -342,6 +389,7 @@ fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<R
     }
     finish(&mut ctl, cfg.timeout);
     mark_pollers(&mut out, &pollers, &acc);
+    mark_memory(&mut out, ep.mem.as_ref(), acc.agent.mem.as_ref());
     close(&mut ep, &mut out);
     Ok(out)
 }
@@ -522,6 +570,9 @@ pub fn run_lat(
     p: &LatParams,
 ) -> Result<Vec<Record>, RdmaError> {
     p.validate().map_err(RdmaError::BadRequest)?;
+    if p.mem.is_cuda() {
+        crate::gpu::ensure_driver()?;
+    }
     on_measuring_thread(|| lat_client(addr, cfg, p))
 }
 
@@ -533,13 +584,10 @@ fn lat_client(
     let dev = client_device(p.device.as_deref(), p.ib_port, p.gid_index, addr)?;
     let pollers = Pollers::resolve(p.poll_priority, dev.software);
     let rx_depth = if p.op == Op::Send { LAT_RX_DEPTH } else { 0 };
-    let inline = if p.op == Op::Read {
-        0
-    } else {
-        p.inline.unwrap_or(236)
-    };
+    let inline = p.inline_for(&p.mem);
+    let mem = crate::gpu::prepare(&p.mem, p.gpu_reg, &dev.name)?;
     let (setup, pinned) = place(&dev, &p.cpu)?;
-    let mut ep = Endpoint::new(
+    let mut ep = Endpoint::with_memory(
         dev,
         EpConfig {
             qps: 1,
@@ -550,14 +598,24 @@ fn lat_client(
             sl: p.sl,
             tclass: p.tclass,
         },
+        &mem,
     )?;
     let here = Here {
         setup,
-        buf_node: explain::page_node(ep.src.addr() as usize),
+        buf_node: host_buffer_node(&ep),
         pin_errors: pinned.error.iter().cloned().collect(),
     };
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
-    let (mut ctl, acc, _cm) = start(addr, cfg, "rdma-lat", params, &mut ep, p.mtu, p.rdma_cm)?;
+    let (mut ctl, acc, _cm) = start(
+        addr,
+        cfg,
+        "rdma-lat",
+        params,
+        &mut ep,
+        p.mtu,
+        p.rdma_cm,
+        p.agent_mem().is_cuda(),
+    )?;
     if rx_depth > 0 {
         ep.post_recvs(0, rx_depth).map_err(|e| fail(&mut ctl, e))?;
     }
@@ -578,6 +636,7 @@ fn lat_client(
     }
     finish(&mut ctl, cfg.timeout);
     mark_pollers(&mut out, &pollers, &acc);
+    mark_memory(&mut out, ep.mem.as_ref(), acc.agent.mem.as_ref());
     close(&mut ep, &mut out);
     Ok(out)
 }
@@ -596,7 +655,9 @@ fn lat_one(
     idle: bool,
     here: &Here,
 ) -> Result<Record, RdmaError> {
-    ep.dst.fill_range(0, size as usize, 0);
+    ep.dst
+        .fill_range(0, size as usize, 0)
+        .map_err(RdmaError::Setup)?;
     ctl.send_test(&Step::Go { size })?;
     expect_step(ctl, timeout, "the agent's go-ahead", "go_ack")?;
     let plan = LatPlan {

@@ -43,12 +43,25 @@ pub struct EndpointInfo {
     pub dst_addr: u64,
     pub dst_rkey: u32,
     pub qps: Vec<QpInfo>,
+    /// The buffers are in GPU memory: which GPU, registered how (absent: host memory, and
+    /// from a fabperf that predates GPU memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem: Option<fabperf_results::GpuMemory>,
 }
 
 impl EndpointInfo {
     /// e.g. `rxe0 port 1, GID index 1 (RoCE v2) ::ffff:10.77.0.1` or
-    /// `mlx5_0 port 1, LID 7`.
+    /// `mlx5_0 port 1, LID 7`, then `, GPU memory GPU0 0000:1a:00.0 (dma-buf, PIX)` when the
+    /// buffers are in GPU memory.
     pub fn describe(&self) -> String {
+        let base = self.describe_port();
+        match &self.mem {
+            Some(m) => format!("{base}, GPU memory {}", m.describe()),
+            None => base,
+        }
+    }
+
+    fn describe_port(&self) -> String {
         if self.use_grh {
             format!(
                 "{} port {}, GID index {} ({}) {}",
@@ -200,6 +213,7 @@ mod tests {
                 qpn: 17,
                 psn: 0xabcdef,
             }],
+            mem: None,
         }
     }
 

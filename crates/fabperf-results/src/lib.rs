@@ -31,7 +31,7 @@ pub use crate::csv::{csv_header, write_csv};
 pub use finding::{Evidence, Finding, Severity};
 pub use json::write_json_lines;
 pub use latency::{HistError, LatencyHistogram, LatencyKind, LatencySummary, V2Bytes};
-pub use placement::Placement;
+pub use placement::{GpuMemory, Placement};
 pub use plausible::BadValue;
 pub use table::Table;
 pub use warnings::{Note, Side, Warning};
