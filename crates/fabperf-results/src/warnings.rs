@@ -121,7 +121,7 @@ pub enum Warning {
     /// RDMA: destroying a queue pair failed (reported, not fatal).
     TeardownFailed { side: Side, text: String },
     /// A run's aggregate of concurrent flows (incast, bisection): the
-    /// flows' bytes over the longest flow's interval.
+    /// bytes every flow received inside the flows' common interval, over it.
     Aggregate { flows: u32, secs: f64 },
     /// `--cpu auto`: the CPUs this end may use hold none of the NIC's NUMA
     /// node, so its threads and buffers sit on another node.
@@ -266,7 +266,7 @@ pub const REGISTRY: &[(&str, &str)] = &[
     ),
     (
         "aggregate",
-        "the sum of a run cell's concurrent flows (incast, bisection) over the longest flow's interval",
+        "the sum of a run cell's concurrent flows (incast, bisection) inside their common interval (when every flow was measuring)",
     ),
     (
         "numa-cpuset-mismatch",
@@ -462,8 +462,8 @@ impl Warning {
             Warning::BufferLeaked { side, text } => format!("{side}: {text}"),
             Warning::TeardownFailed { side, text } => format!("{side}: {text}"),
             Warning::Aggregate { flows, secs } => format!(
-                "aggregate of {flows} concurrent flows: their bytes over the longest flow's \
-                 interval ({secs:.2} s); each flow has its own record"
+                "aggregate of {flows} concurrent flows: the bytes they received in their common \
+                 interval ({secs:.2} s, when every flow was measuring); each flow has its own record"
             ),
             Warning::NumaCpusetMismatch {
                 side,
