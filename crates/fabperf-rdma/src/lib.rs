@@ -37,7 +37,7 @@ mod sys;
 mod verbs;
 
 pub use agent::{kinds, AgentRdmaOpts};
-pub use client::{run_bw, run_lat};
+pub use client::{prepare_bw, run_bw, run_lat, BwPrepared};
 pub use error::{RdmaError, RdmaUnavailable};
 pub use prio::PollPriority;
 pub use verbs::Op;
