@@ -288,7 +288,11 @@ impl TestKind for BwKind {
                 ep.post_recvs(q, rx_depth).map_err(|e| e.to_serve())?;
             }
         }
-        let arm = arm_after(ctx, p.duration.map(|d| p.sizes.len() as f64 * (d + p.warmup_secs())));
+        let arm = arm_after(
+            ctx,
+            p.duration
+                .map(|d| p.sizes.len() as f64 * (d + p.warmup_secs())),
+        );
         let r = size_loop(ctx.ctl, timeout, arm, |ctl, size, start| {
             check_size(size, slot)?;
             ctl.send_test(&Step::GoAck)?;
@@ -374,7 +378,11 @@ impl TestKind for LatKind {
             ep.post_recvs(0, rx_depth).map_err(|e| e.to_serve())?;
         }
         let op = p.op;
-        let arm = arm_after(ctx, p.duration.map(|d| p.sizes.len() as f64 * (d + p.warmup_secs())));
+        let arm = arm_after(
+            ctx,
+            p.duration
+                .map(|d| p.sizes.len() as f64 * (d + p.warmup_secs())),
+        );
         let r = size_loop(ctx.ctl, timeout, arm, |ctl, size, _start| {
             check_size(size, slot)?;
             ep.dst.fill_range(0, size as usize, 0);

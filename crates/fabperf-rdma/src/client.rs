@@ -334,7 +334,9 @@ pub fn prepare_bw(
             done: done_rx,
         }),
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(RdmaError::Setup("the measuring thread ended during set-up".into())),
+        Err(_) => Err(RdmaError::Setup(
+            "the measuring thread ended during set-up".into(),
+        )),
     }
 }
 
@@ -622,14 +624,16 @@ fn bw_records(
             no_interval(&mut r);
             // Both directions' interval (each on its own record with its
             // progress).
-            r.interval = mine.interval.as_ref().zip(t.interval.as_ref()).map(|(a, b)| {
-                fabperf_results::Interval {
+            r.interval = mine
+                .interval
+                .as_ref()
+                .zip(t.interval.as_ref())
+                .map(|(a, b)| fabperf_results::Interval {
                     start_s: a.start_s.min(b.start_s),
                     end_s: a.end_s.max(b.end_s),
                     sent_from_s: a.sent_from_s.zip(b.sent_from_s).map(|(x, y)| x.min(y)),
                     progress: None,
-                }
-            });
+                });
             r
         }
     };

@@ -143,7 +143,11 @@ impl Report {
         }
         if let Some(s) = &self.sent {
             num("sent.secs", s.secs)?;
-            if let Some(m) = s.interval.as_ref().and_then(|i| i.check().into_iter().next()) {
+            if let Some(m) = s
+                .interval
+                .as_ref()
+                .and_then(|i| i.check().into_iter().next())
+            {
                 return Err(format!("sent.interval: {m}"));
             }
             if let Some(p) = s.peak_gbps {

@@ -34,8 +34,7 @@
 
 use crate::plan::{validate_params, Kind};
 use fabperf_proto::{
-    decode_params, ClientConfig, ErrorCode, Msg, ProtoError, ServeCtx, ServeError, Start,
-    TestKind,
+    decode_params, ClientConfig, ErrorCode, Msg, ProtoError, ServeCtx, ServeError, Start, TestKind,
 };
 use fabperf_results::Record;
 use serde::{Deserialize, Serialize};
@@ -301,7 +300,7 @@ fn retry_busy<T>(
 /// node's own services.
 pub fn check_target(target: SocketAddr, via: IpAddr) -> Result<SocketAddr, String> {
     let ip = target.ip().to_canonical();
-    let bad = |why: &str| Err(format!("drive: target {target} {why}"));
+    let bad = |why: &str| Err(format!("target {target} {why}"));
     if target.port() == 0 {
         return bad("has port 0: not an agent address");
     }
@@ -331,8 +330,8 @@ pub fn not_proven(target: SocketAddr, timeout: Duration) -> ServeError {
     ServeError::new(
         ErrorCode::Timeout,
         format!(
-            "drive: {target} did not prove within {:.1} s that it is a fabperf agent of this \
-             cluster (no answer, not a fabperf agent, or another token); nothing was sent to \
+            "{target} did not prove within {:.1} s that it is a fabperf agent of this cluster \
+             (no answer, not a fabperf agent, or another token); no test was started toward \
              it. The driving agent's log says why",
             timeout.as_secs_f64()
         ),
@@ -401,8 +400,8 @@ impl TestKind for DriveKind {
         let wrap = |(code, msg): ClassedError| {
             ServeError::new(code, format!("{} to {target}: {msg}", kind.name()))
         };
-        let prepared = retry_busy(self.timeout, || prepare(kind, target, &cfg, &p.params))
-            .map_err(wrap)?;
+        let prepared =
+            retry_busy(self.timeout, || prepare(kind, target, &cfg, &p.params)).map_err(wrap)?;
         let start = if p.sync {
             ctx.ctl.send_test(&Ready { ready: true })?;
             let go: Go = ctx.ctl.recv_test("the runner's go")?;
@@ -483,7 +482,10 @@ mod tests {
         let r: Result<(), ClassedError> = retry_busy(Duration::from_secs(5), || {
             n += 1;
             if n < 3 {
-                Err((rdma_code(&fabperf_rdma::RdmaError::Proto(busy())), "busy".into()))
+                Err((
+                    rdma_code(&fabperf_rdma::RdmaError::Proto(busy())),
+                    "busy".into(),
+                ))
             } else {
                 Ok(())
             }
@@ -511,7 +513,10 @@ mod tests {
         }
         // Loopback only for an agent reached over loopback, mapped or not.
         for l in ["127.0.0.1:5301", "[::ffff:127.0.0.2]:5301", "[::1]:5301"] {
-            assert!(check_target(t(l), node).is_err(), "{l} accepted via a node address");
+            assert!(
+                check_target(t(l), node).is_err(),
+                "{l} accepted via a node address"
+            );
             assert!(check_target(t(l), lo).is_ok(), "{l} refused via loopback");
         }
         assert_eq!(

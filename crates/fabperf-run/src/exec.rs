@@ -245,6 +245,7 @@ fn probe(addr: SocketAddr, cfg: &ClientConfig) -> Result<Value, String> {
         "auth_required": h.auth_required,
         "tests": h.tests,
         "agent": h.agent,
+        "capacity": h.capacity,
     }))
 }
 
@@ -719,12 +720,8 @@ fn aggregate(
         };
     }
     let first = &flows[0].record;
-    let mut agg = fabperf_results::Record::new(
-        &first.test,
-        first.transport,
-        first.size,
-        flows.len() as u32,
-    );
+    let mut agg =
+        fabperf_results::Record::new(&first.test, first.transport, first.size, flows.len() as u32);
     agg.op = first.op.clone();
     agg.direction = first.direction.clone();
     agg.set_throughput(bytes.round() as u64, len, None);
@@ -1190,7 +1187,12 @@ impl Exec<'_> {
         let ready_wait = Duration::from_secs_f64(3.0 * self.plan.timeout.as_secs_f64() + 5.0);
         let gates: BTreeMap<String, Gate> = plans
             .iter()
-            .map(|(ci, fi, _)| (cells[*ci].flows[*fi].1.clone(), Gate::new(SETUP_PER_RECEIVER)))
+            .map(|(ci, fi, _)| {
+                (
+                    cells[*ci].flows[*fi].1.clone(),
+                    Gate::new(SETUP_PER_RECEIVER),
+                )
+            })
             .collect();
         let gates = &gates;
         let opened: Vec<(usize, usize, Result<Session, CellError>)> = std::thread::scope(|s| {
@@ -1266,7 +1268,8 @@ impl Exec<'_> {
             let at = Instant::now() + margin;
             for s in &mut sessions {
                 let go = !failed.contains_key(&s.cell);
-                let start_in_s = go.then(|| at.saturating_duration_since(Instant::now()).as_secs_f64());
+                let start_in_s =
+                    go.then(|| at.saturating_duration_since(Instant::now()).as_secs_f64());
                 if let Err(e) = s.ctl.send_test(&Go { go, start_in_s }) {
                     if go {
                         failed.entry(s.cell).or_insert(CellError {

@@ -253,7 +253,11 @@ fn a_bidirectional_incast_counts_each_direction_once() {
     let s = Store::open_read_only(&db).unwrap();
     let run = s.latest_run().unwrap().unwrap();
     let ms = s.measurements(run.id, None).unwrap();
-    let flows: Vec<_> = ms.iter().map(|(_, m)| m).filter(|m| m.role == Role::Flow).collect();
+    let flows: Vec<_> = ms
+        .iter()
+        .map(|(_, m)| m)
+        .filter(|m| m.role == Role::Flow)
+        .collect();
     let mut dirs: Vec<&str> = flows
         .iter()
         .map(|m| m.record.direction.as_deref().unwrap())
@@ -277,4 +281,33 @@ fn a_bidirectional_incast_counts_each_direction_once() {
         assert_eq!(a.record.flows.as_ref().unwrap().count, 2);
         assert_eq!(a.dst.as_deref(), Some("n1"));
     }
+}
+
+/// A plan is checked against what the agents announce before anything
+/// runs: an incast with more senders than its receiver admits at once is a
+/// plan error (not a second wave whose bytes would enter the aggregate).
+#[test]
+fn an_incast_larger_than_the_receiver_admits_is_refused_at_plan_time() {
+    let agents = common::start_with_group(4, None, Some(2));
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let plan = common::plan(
+        d.path(),
+        "big",
+        agents.port,
+        4,
+        "[[tests]]\nname = \"in\"\nkind = \"tcp-bw\"\npattern = \"incast\"\nreceivers = [\"n1\"]\nduration = \"0.3s\"\n",
+    );
+    match fabperf_run::run(&common::opts(&plan, &db)) {
+        Err(fabperf_run::exec::RunError::Plan(e)) => {
+            assert!(e.contains("3 senders") && e.contains("admits 2"), "{e}");
+        }
+        other => panic!("expected a plan error, got {other:?}"),
+    }
+    assert!(
+        !db.exists() || {
+            let s = Store::open_read_only(&db).unwrap();
+            s.latest_run().unwrap().is_none()
+        }
+    );
 }
