@@ -301,6 +301,12 @@ mod tests {
                 peak_gbps: None,
                 per_qp_msgs: vec![1],
                 notes: vec![],
+                interval: Some(Interval {
+                    start_s: 1.0e9,
+                    end_s: 1.0e9 + 1.0,
+                    sent_from_s: Some(1.0e9 - 0.5),
+                    progress: None,
+                }),
             }),
         }));
         let back: Step = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();

@@ -81,7 +81,10 @@ fn start_child(port_file: &std::path::Path) -> (Child_, SocketAddr) {
         {
             break p;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "the agent did not start");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the agent did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     (c, SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
@@ -181,7 +184,10 @@ fn admitted_flows_cost_the_receiver() {
     // One connection thread per admitted flow; one more per stream while
     // it runs (and nothing that grows with the message size per flow).
     assert!(per(threads1, threads0) <= 1.1, "{threads1} threads set up");
-    assert!(per(peak_threads, threads0) <= 2.1, "{peak_threads} threads at the peak");
+    assert!(
+        per(peak_threads, threads0) <= 2.1,
+        "{peak_threads} threads at the peak"
+    );
     assert!(per(peak_rss, rss0) < 512.0, "{peak_rss} KiB at the peak");
     assert!(records.iter().all(|r| r[0].bytes > 0));
 }
