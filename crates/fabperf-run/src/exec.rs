@@ -575,6 +575,21 @@ fn headline(ms: &[Measurement]) -> String {
     if !mtus.is_empty() {
         return format!("MTU {}", mtus.join(", "));
     }
+    // Concurrent flows: one aggregate per direction.
+    let aggs: Vec<String> = ms
+        .iter()
+        .filter(|m| m.role == Role::Aggregate)
+        .filter_map(|m| {
+            let bw = m.record.bw_gbps?;
+            Some(match &m.record.direction {
+                Some(d) => format!("{d} {bw:.2} Gbit/s"),
+                None => format!("{bw:.2} Gbit/s"),
+            })
+        })
+        .collect();
+    if aggs.len() > 1 {
+        return aggs.join(", ");
+    }
     let main = ms
         .iter()
         .find(|m| m.role == Role::Aggregate)
@@ -651,6 +666,20 @@ fn measurements_of(
     Ok(out)
 }
 
+/// What the runner stores for a cell whose flows returned `flows` (flow
+/// index, the driving agent's result), or why the cell fails. The records
+/// come from driving agents: hostile values give an error, never a panic
+/// (fuzzed: `fuzz/fuzz_targets/flow_intervals.rs`).
+pub fn cell_measurements(
+    cell: &CellSpec,
+    flows: &[(usize, DriveResult)],
+) -> Result<Vec<Measurement>, String> {
+    if flows.iter().any(|(fi, _)| *fi >= cell.flows.len()) {
+        return Err("a result for a flow the cell does not have".into());
+    }
+    measurements_of(cell, flows).map_err(|e| e.msg)
+}
+
 /// The aggregate of one direction's flows over their common interval.
 fn aggregate(
     cell: &CellSpec,
@@ -679,7 +708,7 @@ fn aggregate(
     let mut intervals = Vec::new();
     for m in flows {
         match (&m.record.interval, m.record.bw_gbps) {
-            (Some(i), Some(_)) if i.len_s() > 0.0 => intervals.push(i),
+            (Some(i), Some(_)) if i.check().is_empty() && i.len_s() > 0.0 => intervals.push(i),
             _ => {
                 return Err(fail(format!(
                     "flow {} ({dir}) measured no interval, so the cell's flows have no common one",

@@ -920,7 +920,10 @@ impl TestKind for TcpBw {
         drop(waiter);
         ctx.ctl.send_test(&BwMsg::Ready)?;
         // Set up: wait for the client's start (concurrent flows start
-        // together), then run from that instant.
+        // together, when the last of them is set up: up to the I/O
+        // timeout), then run from that instant.
+        ctx.clock
+            .arm(io + Duration::from_secs_f64(p.duration_s + p.omit_s));
         let (in_s, progress) = match ctx.ctl.recv_test::<BwMsg>("the client's start")? {
             BwMsg::Go { in_s, progress } => (
                 fabperf_proto::start::check_delay(in_s).map_err(ServeError::bad_request)?,

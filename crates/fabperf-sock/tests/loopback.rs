@@ -243,6 +243,44 @@ fn tcp_bw_prepared_test_starts_at_the_given_instant_on_both_ends() {
     assert!(i.progress.is_none());
 }
 
+/// A hostile client's start delay (an hour, or not a number) is refused
+/// by the agent as a bad request, not slept on.
+#[test]
+fn tcp_bw_agent_refuses_a_start_delay_it_cannot_honour() {
+    use std::io::Write;
+    let a = agent();
+    for bad in [json!(3600.0), json!(-1.0), json!("soon")] {
+        let p = TcpBwParams {
+            duration_s: 0.2,
+            omit_s: 0.0,
+            ..Default::default()
+        };
+        let (mut ctl, info) = connect_test(
+            a.addr(),
+            &cfg(),
+            "tcp-bw",
+            serde_json::to_value(&p).unwrap(),
+        )
+        .unwrap();
+        let cookie = info["cookie"].as_str().unwrap().to_string();
+        let mut d = fabperf_proto::connect_data(a.addr(), &cookie, Duration::from_secs(5)).unwrap();
+        d.write_all(&[0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        let ready: serde_json::Value = ctl.recv_test("ready").unwrap();
+        assert_eq!(ready["t"], "ready");
+        ctl.send_test(&json!({"t": "go", "in_s": bad})).unwrap();
+        let t0 = Instant::now();
+        match ctl.recv_test::<serde_json::Value>("the answer") {
+            // Out of range: a bad request; not a number: a malformed message.
+            Err(ProtoError::Remote { code, .. }) => assert!(
+                matches!(code, ErrorCode::BadRequest | ErrorCode::BadFrame),
+                "{bad}: {code:?}"
+            ),
+            other => panic!("{bad}: {other:?}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+}
+
 /// A start delay no agent accepts is refused before anything is sent.
 #[test]
 fn tcp_bw_refuses_an_absurd_start_delay() {
@@ -739,8 +777,13 @@ mod stalled {
             })?;
             let s = w.accept(Duration::from_secs(10))?;
             ctx.ctl.send_test(&json!({"t": "ready"}))?;
-            // Hold the connection without reading, until the client gives up.
-            let _ = ctx.ctl.recv_within(Duration::from_secs(60), "anything");
+            // Hold the connection without reading, until the client gives up
+            // (its start comes on the control connection: not an end).
+            while ctx
+                .ctl
+                .recv_within(Duration::from_secs(60), "anything")
+                .is_ok()
+            {}
             drop(s);
             Ok(())
         }

@@ -451,6 +451,7 @@ impl TestKind for LyingTcpBw {
             conns.push(w.accept(Duration::from_secs(5))?);
         }
         ctx.ctl.send_test(&json!({"t": "ready"}))?;
+        let _: Value = ctx.ctl.recv_test("go")?;
         for mut c in conns {
             let mut sink = Vec::new();
             let _ = c.read_to_end(&mut sink);
@@ -501,6 +502,15 @@ fn impossible_results_are_a_protocol_error_naming_the_field() {
             json!({"cpu_s": 1e308, "secs": 1e-300}),
             "1",
             "cpu_remote_pct",
+        ),
+        // A measured interval that ends before it starts.
+        (json!({"from_s": 2e9, "to_s": 1e9}), "1", "interval"),
+        // Progress counts that go down.
+        (
+            json!({"from_s": 1e9, "to_s": 1e9 + 1.0, "progress":
+                   {"t0_s": 1e9, "tick_s": 0.05, "bytes": [5, 3], "last_s": 1e9 + 1.0, "last_bytes": 9}}),
+            "1",
+            "progress",
         ),
     ];
     for (spoil, streams, field) in cases {
