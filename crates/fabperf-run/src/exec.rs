@@ -648,17 +648,20 @@ fn measurements_of(
     if !multi {
         return Ok(out);
     }
-    let mut dirs: Vec<Option<String>> = Vec::new();
+    // One aggregate per direction (and message size, for an engine that
+    // ran several).
+    let mut keys: Vec<(Option<String>, u64)> = Vec::new();
     for m in out.iter().filter(|m| m.role == Role::Flow) {
-        if !dirs.contains(&m.record.direction) {
-            dirs.push(m.record.direction.clone());
+        let k = (m.record.direction.clone(), m.record.size);
+        if !keys.contains(&k) {
+            keys.push(k);
         }
     }
     let mut aggs = Vec::new();
-    for d in dirs {
+    for (d, size) in keys {
         let of_dir: Vec<&Measurement> = out
             .iter()
-            .filter(|m| m.role == Role::Flow && m.record.direction == d)
+            .filter(|m| m.role == Role::Flow && m.record.direction == d && m.record.size == size)
             .collect();
         aggs.push(aggregate(cell, &of_dir, d.as_deref())?);
     }
