@@ -112,3 +112,52 @@ fn a_flow_without_an_interval_fails_the_cell() {
     let e = cell_measurements(&cell(), &[(0, a)]).unwrap_err();
     assert!(e.contains("1 of the cell's 2 flows"), "{e}");
 }
+
+/// What a hostile driving agent can put in a record (JSON carries no NaN,
+/// but any finite number): the cell fails with a reason or gives a
+/// consistent aggregate, never a panic.
+#[test]
+fn hostile_intervals_give_an_error_or_a_sound_aggregate() {
+    let extremes = [0.0, -1.0, 1e-300, 1e9, 1.7e9, 1e308, -1e308, f64::MAX];
+    let mut n = 0;
+    for &a in &extremes {
+        for &b in &extremes {
+            for &tick in &[0.0, -0.05, 1e-300, 0.05, 1e308] {
+                let good = flow(100.0, 110.0, |_| L / 2.0);
+                let mut bad = flow(100.0, 110.0, |_| L / 2.0);
+                let i = bad.records[0].interval.as_mut().unwrap();
+                i.start_s = a;
+                i.end_s = b;
+                let p = i.progress.as_mut().unwrap();
+                p.tick_s = tick;
+                p.t0_s = a;
+                p.last_s = b;
+                p.bytes.reverse();
+                match cell_measurements(&cell(), &[(0, good), (1, bad)]) {
+                    Ok(ms) => {
+                        for m in ms.iter().filter(|m| m.role == Role::Aggregate) {
+                            assert!(m.record.check().is_empty(), "{:?}", m.record.check());
+                        }
+                    }
+                    Err(e) => assert!(!e.is_empty()),
+                }
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 8 * 8 * 5);
+    // Counts that go down fail the flow's interval check.
+    let good = flow(100.0, 110.0, |_| L / 2.0);
+    let mut bad = flow(100.0, 110.0, |_| L / 2.0);
+    bad.records[0]
+        .interval
+        .as_mut()
+        .unwrap()
+        .progress
+        .as_mut()
+        .unwrap()
+        .bytes
+        .reverse();
+    let e = cell_measurements(&cell(), &[(0, good), (1, bad)]).unwrap_err();
+    assert!(e.contains("measured no interval"), "{e}");
+}
