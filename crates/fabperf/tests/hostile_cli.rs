@@ -223,6 +223,8 @@ fn tcp_bw_client_that_never_stops_sending() {
     .unwrap();
     d.write_all(&[0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
     let _ready: Value = ctl.recv_test("ready").unwrap();
+    // Start at once, then never stop.
+    ctl.send_test(&json!({"t": "go", "in_s": 0.0})).unwrap();
     let sender = std::thread::spawn(move || {
         let buf = vec![0u8; 65536];
         while d.write_all(&buf).is_ok() {}
