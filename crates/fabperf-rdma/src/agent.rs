@@ -301,7 +301,6 @@ impl TestKind for BwKind {
                 return passive_report(ctl, timeout, &here);
             }
             // This side sends too: from the common start.
-            start.wait();
             let plan = p.bidir.then(|| Plan {
                 op: p.op,
                 size: size as u32,
@@ -317,6 +316,7 @@ impl TestKind for BwKind {
                 cq_mod: p.effective_cq_mod(size),
                 inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
                 progress: start.progress,
+                start_at: Some(start.at),
             });
             let o = with_peer(ctl, timeout, idle, |beat| {
                 bw_side(

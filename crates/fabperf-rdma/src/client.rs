@@ -501,9 +501,6 @@ fn bw_one(
         progress: start.is_some_and(|s| s.progress),
     })?;
     expect_step(ctl, timeout, "the agent's go-ahead", "go_ack")?;
-    if let Some(s) = start {
-        s.wait();
-    }
     let plan = Plan {
         op: p.op,
         size: size as u32,
@@ -519,6 +516,7 @@ fn bw_one(
         cq_mod: p.effective_cq_mod(size),
         inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
         progress: start.is_some_and(|s| s.progress),
+        start_at: start.map(|s| s.at),
     };
     let outcome = with_peer(ctl, timeout, idle, |beat| {
         bw_side(

@@ -289,6 +289,9 @@ pub(crate) struct Plan {
     pub inline: bool,
     /// Record the bytes completed over time (concurrent flows).
     pub progress: bool,
+    /// Start sending at this instant (the common start of concurrent
+    /// flows): after the counters' snapshot, which can take a while.
+    pub start_at: Option<Instant>,
 }
 
 /// Result of one side's bandwidth loop.
@@ -489,6 +492,12 @@ pub(crate) fn bw_side(
     let mut wcs = Vec::with_capacity(64);
     // Read before the clock starts: the counters' snapshot is not inside the interval.
     let mut host = meter(setup);
+    if let Some(at) = plan.and_then(|p| p.start_at) {
+        let left = at.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            std::thread::sleep(left);
+        }
+    }
     let start = Instant::now();
     let clock = WallClock::now();
     let mut progress = plan
@@ -1237,6 +1246,7 @@ mod tests {
             cq_mod,
             inline: false,
             progress: true,
+            start_at: None,
         }
     }
 
@@ -1262,6 +1272,22 @@ mod tests {
         assert!((i.len_s() - st.secs).abs() < 1e-6, "{i:?} vs {}", st.secs);
         let pr = i.progress.expect("progress when asked for");
         assert_eq!(pr.last_bytes, 2100 * 4096);
+    }
+
+    #[test]
+    fn a_sender_starts_at_the_given_instant() {
+        let at = Instant::now() + Duration::from_millis(200);
+        let want = WallClock::now().unix(at);
+        let mut ep = FakeCq::new(1);
+        let p = Plan {
+            start_at: Some(at),
+            ..plan(Some(100), 0, 10, 16)
+        };
+        let o = run(&mut ep, p).unwrap();
+        let i = o.stats.unwrap().interval.unwrap();
+        let sent = i.sent_from_s.unwrap();
+        assert!(sent >= want - 0.002, "started {:.3} s early", want - sent);
+        assert!(sent < want + 0.5, "started {:.3} s late", sent - want);
     }
 
     #[test]
