@@ -1141,7 +1141,7 @@ impl Exec<'_> {
         // A target that was unreachable when the run began is asked again
         // by the runner itself (once per batch): a driving agent answers a
         // target that does not prove itself only after its full timeout.
-        let mut still_down: BTreeMap<SocketAddr, Option<String>> = BTreeMap::new();
+        let mut still_down: BTreeMap<SocketAddr, Option<(String, bool)>> = BTreeMap::new();
         for (ci, c) in cells.iter().enumerate() {
             // A cell whose environment could not be applied runs no flow.
             if failed.contains_key(&ci) {
@@ -1172,16 +1172,18 @@ impl Exec<'_> {
                         });
                     }
                     if !d.reachable {
-                        let down = still_down
-                            .entry(d.test_addr)
-                            .or_insert_with(|| probe(d.test_addr, &self.cfg).err());
-                        if let Some(e) = down {
+                        let down = still_down.entry(d.test_addr).or_insert_with(|| {
+                            fabperf_proto::query_agent(d.test_addr, &self.cfg)
+                                .err()
+                                .map(|e| (e.to_string(), classify(&e)))
+                        });
+                        if let Some((e, transient)) = down {
                             return Err(CellError {
                                 msg: format!(
                                     "agent {} ({}) is unreachable: {e}",
                                     d.name, d.test_addr
                                 ),
-                                transient: true,
+                                transient: *transient,
                             });
                         }
                     }

@@ -181,14 +181,19 @@ fn incast_and_bisection_run_their_flows_at_once() {
         "incast",
         agents.port,
         4,
-        "[[tests]]\nname = \"in\"\nkind = \"tcp-bw\"\npattern = \"incast\"\nreceivers = [\"n1\"]\nduration = \"0.5s\"\nparams = { omit_s = 0.1 }\n\
-         [[tests]]\nname = \"bi\"\nkind = \"tcp-bw\"\npattern = \"bisection\"\nsplits = 1\nduration = \"0.5s\"\nparams = { omit_s = 0.1 }\n",
+        "[[tests]]\nname = \"in\"\nkind = \"tcp-bw\"\npattern = \"incast\"\nreceivers = [\"n1\"]\nduration = \"1s\"\nparams = { omit_s = 0.2 }\n\
+         [[tests]]\nname = \"bi\"\nkind = \"tcp-bw\"\npattern = \"bisection\"\nsplits = 1\nduration = \"1s\"\nparams = { omit_s = 0.2 }\n",
     );
     let out = fabperf_run::run(&common::opts(&plan, &db)).unwrap();
-    assert_eq!((out.cells, out.done, out.failed), (2, 2, 0), "{out:?}");
     let s = Store::open_read_only(&db).unwrap();
     let run = s.latest_run().unwrap().unwrap();
     let cells = s.cells(run.id).unwrap();
+    let errors: Vec<_> = cells.iter().filter_map(|c| c.error.clone()).collect();
+    assert_eq!(
+        (out.cells, out.done, out.failed),
+        (2, 2, 0),
+        "{out:?} {errors:?}"
+    );
     let ms = s.measurements(run.id, None).unwrap();
     let incast = cells.iter().find(|c| c.spec.pattern == "incast").unwrap();
     let mine: Vec<_> = ms
@@ -246,7 +251,7 @@ fn a_bidirectional_incast_counts_each_direction_once() {
         agents.port,
         3,
         "[[tests]]\nname = \"in\"\nkind = \"tcp-bw\"\npattern = \"incast\"\nreceivers = [\"n1\"]\n\
-         directions = [\"bidir\"]\nduration = \"0.5s\"\nparams = { omit_s = 0.1 }\n",
+         directions = [\"bidir\"]\nduration = \"1s\"\nparams = { omit_s = 0.2 }\n",
     );
     let out = fabperf_run::run(&common::opts(&plan, &db)).unwrap();
     assert_eq!((out.done, out.failed), (1, 0), "{out:?}");
