@@ -11,7 +11,7 @@ use crate::verbs::{open_device, Endpoint, EpConfig, Op};
 use crate::{slot_for, BwParams, GpuReg, LatParams, MemSpec};
 use fabperf_proto::cpu::{HostReport, ThreadCpu};
 use fabperf_proto::explain::{CpuSpec, EndSetup, Pinned};
-use fabperf_proto::{Control, Msg, ServeCtx, ServeError, TestKind};
+use fabperf_proto::{Control, Msg, ServeCtx, ServeError, Start, TestKind};
 use fabperf_results::Side;
 use std::time::{Duration, Instant};
 
@@ -204,16 +204,28 @@ fn setup<P: LinkParams>(
     Ok((ep, link, pollers.idle, here))
 }
 
-/// Serve sizes until the client's `Finish`.
+/// Serve sizes until the client's `Finish`. A size with a start delay
+/// re-arms the agent's clock (`arm`: the delay) so the wait for the common
+/// start of concurrent flows is not counted against the test.
 fn size_loop(
     ctl: &mut Control,
     timeout: Duration,
-    mut one: impl FnMut(&mut Control, u64) -> Result<Report, RdmaError>,
+    arm: impl Fn(f64) -> Result<(), ServeError>,
+    mut one: impl FnMut(&mut Control, u64, Start) -> Result<Report, RdmaError>,
 ) -> Result<(), RdmaError> {
     loop {
         match recv_step(ctl, timeout, "the client's next step")? {
-            Step::Go { size } => {
-                let report = one(ctl, size)?;
+            Step::Go {
+                size,
+                start_in_s,
+                progress,
+            } => {
+                let delay_s = fabperf_proto::start::check_delay(start_in_s.unwrap_or(0.0))
+                    .map_err(RdmaError::BadRequest)?;
+                if start_in_s.is_some() {
+                    arm(delay_s)?;
+                }
+                let report = one(ctl, size, Start::after(delay_s, progress))?;
                 ctl.send_test(&Step::Report(Box::new(report)))?;
             }
             Step::Finish => return Ok(()),
@@ -224,6 +236,23 @@ fn size_loop(
                 }))
             }
         }
+    }
+}
+
+/// Re-arms the agent's clock for a test of `length` seconds (duration
+/// mode) starting after a delay.
+fn arm_after<'a>(
+    ctx: &ServeCtx<'a>,
+    length: Option<f64>,
+) -> impl Fn(f64) -> Result<(), ServeError> + 'a {
+    let clock = ctx.clock;
+    let limits = ctx.limits;
+    move |delay| {
+        if let Some(l) = length {
+            limits.check_duration(delay + l)?;
+            clock.arm(Duration::try_from_secs_f64(delay + l).unwrap_or(limits.max_duration));
+        }
+        Ok(())
     }
 }
 
@@ -276,13 +305,19 @@ impl TestKind for BwKind {
                 ep.post_recvs(q, rx_depth).map_err(|e| e.to_serve())?;
             }
         }
-        let r = size_loop(ctx.ctl, timeout, |ctl, size| {
+        let arm = arm_after(
+            ctx,
+            p.duration
+                .map(|d| p.sizes.len() as f64 * (d + p.warmup_secs())),
+        );
+        let r = size_loop(ctx.ctl, timeout, arm, |ctl, size, start| {
             check_size(size, slot)?;
             ctl.send_test(&Step::GoAck)?;
             if !recv && !p.bidir {
                 // Writes land in (or reads come from) our memory: no CPU needed.
                 return passive_report(ctl, timeout, &here);
             }
+            // This side sends too: from the common start.
             let plan = p.bidir.then(|| Plan {
                 op: p.op,
                 size: size as u32,
@@ -297,6 +332,8 @@ impl TestKind for BwKind {
                 tx_depth: p.tx_depth,
                 cq_mod: p.effective_cq_mod(size),
                 inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
+                progress: start.progress,
+                start_at: Some(start.at),
             });
             let o = with_peer(ctl, timeout, idle, |beat| {
                 bw_side(
@@ -354,7 +391,12 @@ impl TestKind for LatKind {
             ep.post_recvs(0, rx_depth).map_err(|e| e.to_serve())?;
         }
         let op = p.op;
-        let r = size_loop(ctx.ctl, timeout, |ctl, size| {
+        let arm = arm_after(
+            ctx,
+            p.duration
+                .map(|d| p.sizes.len() as f64 * (d + p.warmup_secs())),
+        );
+        let r = size_loop(ctx.ctl, timeout, arm, |ctl, size, _start| {
             check_size(size, slot)?;
             ep.dst
                 .fill_range(0, size as usize, 0)

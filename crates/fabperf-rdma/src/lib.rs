@@ -38,7 +38,7 @@ mod sys;
 mod verbs;
 
 pub use agent::{kinds, AgentRdmaOpts};
-pub use client::{run_bw, run_lat};
+pub use client::{prepare_bw, run_bw, run_lat, BwPrepared};
 pub use error::{RdmaError, RdmaUnavailable};
 pub use gpu::{GpuReg, GpuSel, MemSpec};
 pub use prio::PollPriority;

@@ -182,6 +182,28 @@ pub(crate) fn check(r: &Record) -> Vec<String> {
             }
         }
     }
+    if let Some(i) = &r.interval {
+        for m in i.check() {
+            fail(m);
+        }
+    }
+    if let Some(f) = &r.flows {
+        if !(f.overlap_pct.is_finite() && (0.0..=100.0 + 1e-9).contains(&f.overlap_pct)) {
+            fail(format!(
+                "flows.overlap_pct {} is not a percentage",
+                f.overlap_pct
+            ));
+        }
+        if f.start_skew_s.is_some_and(|s| !finite_nonneg(s)) {
+            fail(format!(
+                "flows.start_skew_s {:?} is not a non-negative number",
+                f.start_skew_s
+            ));
+        }
+        if f.count == 0 {
+            fail("flows.count is 0".into());
+        }
+    }
     check_port_rate(r, &mut fail);
     bad
 }

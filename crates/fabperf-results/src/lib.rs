@@ -18,6 +18,7 @@ pub mod csv;
 pub mod escape;
 pub mod files;
 pub mod finding;
+pub mod interval;
 pub mod json;
 mod latency;
 pub mod table;
@@ -29,6 +30,7 @@ mod plausible;
 pub use crate::counters::{CounterDelta, CounterSource, Counters, Unit};
 pub use crate::csv::{csv_header, write_csv};
 pub use finding::{Evidence, Finding, Severity};
+pub use interval::{FlowSet, Interval, Progress, ProgressRecorder, WallClock};
 pub use json::write_json_lines;
 pub use latency::{HistError, LatencyHistogram, LatencyKind, LatencySummary, V2Bytes};
 pub use placement::{GpuMemory, Placement};
@@ -307,6 +309,14 @@ pub struct Record {
     /// [`warnings`] for every id).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Note>,
+    /// The measured interval in absolute time (the measuring end's clock),
+    /// and the bytes received over it: concurrent flows are compared on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Interval>,
+    /// On the aggregate of concurrent flows: how many, how much their
+    /// intervals overlap, how far apart they started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<FlowSet>,
     /// RFC 3339 UTC time at which the measurement started.
     pub started_at: String,
     pub fabperf_version: String,
@@ -359,6 +369,8 @@ impl Record {
             counters: None,
             findings: Vec::new(),
             warnings: Vec::new(),
+            interval: None,
+            flows: None,
             started_at: now_rfc3339(),
             fabperf_version: FABPERF_VERSION.to_string(),
         }

@@ -135,6 +135,56 @@ pub fn env_key(plan: &Plan, dims: &Value) -> Option<Value> {
     Some(e)
 }
 
+/// Open files and threads one test of a group takes on its receiver: its
+/// control connection, and for tcp-bw one data connection per stream and
+/// direction (each with a thread).
+pub fn per_test_need(kind: crate::plan::Kind, params: &Value) -> u64 {
+    match kind {
+        crate::plan::Kind::TcpBw => {
+            let streams = params.get("streams").and_then(Value::as_u64).unwrap_or(1);
+            let dirs = if params.get("direction").and_then(Value::as_str) == Some("bidir") {
+                2
+            } else {
+                1
+            };
+            1 + streams.saturating_mul(dirs)
+        }
+        _ => 1,
+    }
+}
+
+/// Why an incast of `senders` into `receiver` is more than the receiver
+/// announced it can hold (its hello's `capacity`), for some sweep point.
+fn over_capacity(t: &TestDecl, receiver: &RosterAgent, senders: usize) -> Option<String> {
+    let cap: fabperf_proto::AgentCapacity =
+        serde_json::from_value(receiver.hello.get("capacity")?.clone()).ok()?;
+    let n = senders as u64;
+    let fix = "raise its open-file limit (LimitNOFILE=, ulimit -n) or its threads (the pod's                pids limit), or give the test fewer agents or streams";
+    if n > u64::from(cap.group_tests) {
+        return Some(format!(
+            "test {:?}: the incast into {} (path {:?}) has {senders} senders, but that agent              admits {} tests of a group at once (its hello says so); {fix}",
+            t.name, receiver.name, receiver.path, cap.group_tests
+        ));
+    }
+    let need = t
+        .points
+        .iter()
+        .map(|p| n.saturating_mul(per_test_need(t.kind, &p.params)))
+        .max()
+        .unwrap_or(0);
+    let (have, what) = if cap.group_fds <= cap.group_threads {
+        (cap.group_fds, "open files")
+    } else {
+        (cap.group_threads, "threads")
+    };
+    (need > have).then(|| {
+        format!(
+            "test {:?}: the incast into {} (path {:?}) needs {need} {what} there ({senders}              senders, each a control connection and its data connections), but that agent can              give a group {have}; {fix}",
+            t.name, receiver.name, receiver.path
+        )
+    })
+}
+
 fn names(nodes: &[&RosterAgent], flows: &[(usize, usize)]) -> Vec<(String, String)> {
     flows
         .iter()
@@ -234,6 +284,11 @@ pub fn expand(plan: &Plan, roster: &Roster) -> Result<Vec<CellSpec>, String> {
                         };
                         for r in rx {
                             let flows = schedule::incast(nodes.len(), r);
+                            if repeat == 0 {
+                                if let Some(p) = over_capacity(t, nodes[r], flows.len()) {
+                                    problems.push(p);
+                                }
+                            }
                             let senders: Vec<&str> =
                                 flows.iter().map(|&(s, _)| nodes[s].name.as_str()).collect();
                             batches.push(vec![(

@@ -1000,6 +1000,19 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
         let per_point = repeats as usize * path_names.len().max(1);
         let points = sweep(cx, t, kind, &name, per_point, &mut budget);
         let points = env_dims(cx, t, &name, base_dir, &mut profiles, points);
+        if matches!(pattern, Pattern::Incast { .. }) {
+            if let Some(why) = points.iter().find_map(|p| outcast(&p.params)) {
+                cx.at(
+                    pspan.clone(),
+                    format!(
+                        "test {name:?}: pattern \"incast\" sends into one receiver, but {why}: the \
+                         data would leave the receiver (an outcast, which is not what an incast \
+                         measures); use directions = [\"forward\"] or [\"bidir\"] (each direction \
+                         is aggregated on its own), or write/send for RDMA"
+                    ),
+                );
+            }
+        }
         let cell_secs = points
             .iter()
             .map(|p| expected_secs(kind, &p.params))
@@ -1064,6 +1077,18 @@ fn join_host_port(host: &str, port: u16) -> String {
     } else {
         format!("{host}:{port}")
     }
+}
+
+/// Why a sweep point's data flows from the agent to the client (the
+/// receiver of an incast to its senders): `reverse`, or an RDMA read.
+fn outcast(params: &Value) -> Option<String> {
+    if params.get("direction").and_then(Value::as_str) == Some("reverse") {
+        return Some("its direction is reverse".into());
+    }
+    if params.get("op").and_then(Value::as_str) == Some("read") {
+        return Some("an RDMA read pulls from the receiver".into());
+    }
+    None
 }
 
 /// Seconds one cell is expected to take (measured interval + warm-up).

@@ -209,3 +209,35 @@ fn a_huge_sweep_is_counted_before_it_is_built() {
         "{e:?}"
     );
 }
+
+/// An incast whose data flows out of the receiver (reverse, RDMA read) is
+/// an outcast: refused where the pattern is written. Forward and bidir
+/// incasts (each direction aggregated on its own) pass.
+#[test]
+fn an_incast_of_reverse_or_read_flows_is_refused_as_an_outcast() {
+    let e = errors(&format!(
+        "{AGENTS}[[tests]]\nkind = \"tcp-bw\"\npattern = \"incast\"\ndirections = [\"forward\", \"reverse\"]\nduration = 1\n"
+    ));
+    has(&e, "11:11", "outcast");
+    assert!(e.iter().any(|x| x.contains("reverse")), "{e:?}");
+    let e = errors(&format!(
+        "{AGENTS}[[tests]]\nkind = \"tcp-bw\"\npattern = \"incast\"\nparams = {{ direction = \"reverse\" }}\nduration = 1\n"
+    ));
+    has(&e, "11:11", "outcast");
+    let e = errors(&format!(
+        "{AGENTS}[[tests]]\nkind = \"rdma-bw\"\npattern = \"incast\"\nops = [\"write\", \"read\"]\nduration = 1\n"
+    ));
+    has(&e, "11:11", "RDMA read");
+    for ok in [
+        "kind = \"tcp-bw\"\npattern = \"incast\"\ndirections = [\"forward\", \"bidir\"]\n",
+        "kind = \"rdma-bw\"\npattern = \"incast\"\nops = [\"write\", \"send\"]\n",
+        "kind = \"tcp-bw\"\npattern = \"bisection\"\ndirections = [\"reverse\"]\n",
+    ] {
+        parse(
+            &format!("{AGENTS}[[tests]]\n{ok}duration = 1\n"),
+            "p.toml",
+            Path::new("/plans"),
+        )
+        .unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+}
