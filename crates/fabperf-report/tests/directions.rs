@@ -1,0 +1,341 @@
+//! Cells of concurrent flows judged one direction at a time, on the
+//! fixture's bidir incast and bidir bisection (stored through the runner's
+//! own `cell_measurements`): one aggregate per direction against the port
+//! that carries it one way, Jain's index over that direction's flows, each
+//! flow once, a failed cell named and never averaged, and the start skew
+//! and overlap the records carry. Read through the report's JSON, text,
+//! gates and OpenMetrics.
+
+mod common;
+
+use fabperf_report::openmetrics::{self, Flavor};
+use fabperf_report::{build, gate, html, text, Options, Report};
+use fabperf_store::Store;
+use serde_json::Value;
+
+fn fixture() -> (tempfile::TempDir, Report, Value) {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("fixture.db");
+    common::build(&db);
+    let r = build(&Store::open_read_only(&db).unwrap(), &Options::default()).unwrap();
+    let j = serde_json::to_value(&r).unwrap();
+    (d, r, j)
+}
+
+fn close(a: f64, b: f64, eps: f64) -> bool {
+    (a - b).abs() <= eps
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn rows<'a>(j: &'a Value, test: &str) -> Vec<&'a Value> {
+    j["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["test"] == test)
+        .collect()
+}
+
+fn entries<'a>(j: &'a Value, list: &str, cell: &str) -> Vec<&'a Value> {
+    j[list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["cell"] == cell)
+        .collect()
+}
+
+/// Jain's index by hand.
+fn jain(x: &[f64]) -> f64 {
+    let s: f64 = x.iter().sum();
+    s * s / (x.len() as f64 * x.iter().map(|v| v * v).sum::<f64>())
+}
+
+#[test]
+fn a_bidir_incast_is_two_directions_each_against_the_receivers_port() {
+    let (_d, _r, j) = fixture();
+    // One row per direction, each the mean of its own aggregate, against
+    // the receiver's 10 Gbit/s port one way (not twice it).
+    let ic = rows(&j, "incast-bidir");
+    assert_eq!(ic.len(), 2, "{ic:#?}");
+    let dir = |d: &str| *ic.iter().find(|r| r["direction"] == d).unwrap();
+    let (fw, rv) = (dir("forward"), dir("reverse"));
+    assert!(close(f(&fw["stats"]["mean"]), 8.0, 1e-6), "{fw}");
+    assert!(close(f(&rv["stats"]["mean"]), 8.5, 1e-6), "{rv}");
+    assert!(close(f(&fw["port_rate_gbps"]), 10.0, 1e-12), "{fw}");
+    assert!(close(f(&fw["pct_port"]), 80.0, 1e-4), "{fw}");
+    assert!(close(f(&rv["pct_port"]), 85.0, 1e-4), "{rv}");
+    assert_eq!(fw["of_bidir"], true);
+    // The failed repeat is named, not averaged: one repeat each.
+    assert_eq!(fw["stats"]["n"], 1);
+    for r in [fw, rv] {
+        let w = r["warnings"].to_string();
+        assert!(
+            w.contains("repeat 2 (incast-bidir-n1-r1) has no")
+                && w.contains("not averaged")
+                && w.contains("overlap for 67 %"),
+            "{w}"
+        );
+        assert_eq!(r["failed"][0]["cell"], "incast-bidir-n1-r1", "{r}");
+    }
+    // The start skew and overlap the aggregates carry: senders 0-4 ms
+    // apart into n1, 0-6 ms out of it, each flow measuring 3 s (to the
+    // precision of Unix seconds in an f64, ~0.2 µs).
+    let c = &fw["concurrency"];
+    assert!(close(f(&c["start_skew_s_max"]), 0.004, 1e-6), "{c}");
+    assert!(
+        close(f(&c["overlap_pct_min"]), 2.996 / 3.0 * 100.0, 1e-4),
+        "{c}"
+    );
+    let c = &rv["concurrency"];
+    assert!(close(f(&c["start_skew_s_max"]), 0.006, 1e-6), "{c}");
+    assert!(
+        close(f(&c["overlap_pct_min"]), 2.994 / 3.0 * 100.0, 1e-4),
+        "{c}"
+    );
+    assert!(
+        fw["warnings"]
+            .to_string()
+            .contains("start skew 4.0 ms, common interval 99.9 %"),
+        "{fw}"
+    );
+
+    // The incast table: one entry per direction, each flow once, Jain's
+    // index over that direction's flows only.
+    let e = entries(&j, "incasts", "incast-bidir-n1-r0");
+    assert_eq!(e.len(), 2, "{e:#?}");
+    let want = [
+        ("forward", [3.0, 3.0, 2.0], ["n2", "n3", "n4"], 8.0),
+        ("reverse", [4.0, 3.5, 1.0], ["n2", "n3", "n4"], 8.5),
+    ];
+    for (x, (d, gbps, peers, agg)) in e.iter().zip(want) {
+        assert_eq!(x["direction"], d);
+        let fl = x["flows"].as_array().unwrap();
+        assert_eq!(fl.len(), 3, "each flow once: {x}");
+        let mut sum = 0.0;
+        for ((flow, g), peer) in fl.iter().zip(gbps).zip(peers) {
+            assert!(close(f(&flow["gbps"]), g, 1e-6), "{flow}");
+            assert!(close(f(&flow["share"]), g / agg, 1e-6), "{flow}");
+            // Where the data went: into n1, or out of it.
+            let (src, dst) = if d == "forward" {
+                (peer, "n1")
+            } else {
+                ("n1", peer)
+            };
+            assert_eq!(
+                (flow["src"].as_str(), flow["dst"].as_str()),
+                (Some(src), Some(dst))
+            );
+            sum += f(&flow["gbps"]);
+        }
+        // Over the common interval the shares add up to the aggregate.
+        assert!(close(sum, f(&x["aggregate_gbps"]), 1e-6), "{x}");
+        assert!(close(f(&x["jain"]), jain(&gbps), 1e-6), "{x}");
+        assert!(close(f(&x["pct_port"]), agg * 10.0, 1e-4), "{x}");
+    }
+    // The failed repeat: one entry, its reason, no figure.
+    let e = entries(&j, "incasts", "incast-bidir-n1-r1");
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(e[0]["aggregate_gbps"].is_null() && e[0]["jain"].is_null());
+    assert!(
+        e[0]["failed"]
+            .as_str()
+            .unwrap()
+            .contains("overlap for 67 % of the longest, below 90 %"),
+        "{}",
+        e[0]
+    );
+}
+
+#[test]
+fn a_bidir_bisection_is_two_directions_and_a_failed_cut_is_not_in_the_minimum() {
+    let (_d, _r, j) = fixture();
+    let bi = rows(&j, "bisection-bidir");
+    assert_eq!(bi.len(), 2, "{bi:#?}");
+    for (r, mean, pct) in [(bi[0], 7.0, 35.0), (bi[1], 8.0, 40.0)] {
+        assert!(close(f(&r["stats"]["mean"]), mean, 1e-6), "{r}");
+        // The cut's flows' port rates one way: 2 × 10 Gbit/s.
+        assert!(close(f(&r["pct_port"]), pct, 1e-4), "{r}");
+        // The other cut failed: named, and not part of the minimum.
+        assert_eq!(r["unmeasured"][0], "n1→n4, n2→n3", "{r}");
+        assert!(
+            r["warnings"]
+                .to_string()
+                .contains("a cut not measured may be slower"),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        (bi[0]["direction"].as_str(), bi[1]["direction"].as_str()),
+        (Some("forward"), Some("reverse"))
+    );
+    let e = entries(&j, "bisections", "bisect-bidir-0");
+    assert_eq!(e.len(), 2);
+    assert!(close(f(&e[0]["jain"]), jain(&[4.0, 3.0]), 1e-6), "{}", e[0]);
+    assert!(close(f(&e[1]["jain"]), jain(&[4.5, 3.5]), 1e-6), "{}", e[1]);
+    // A reverse flow's data goes from the agent end back to the client.
+    assert_eq!(e[1]["flows"][0]["src"], "n3");
+    assert_eq!(e[1]["flows"][0]["dst"], "n1");
+}
+
+#[test]
+fn gates_and_verdicts_go_by_direction() {
+    let (_d, r, _j) = fixture();
+    let run = |g: &str| gate::evaluate(&gate::parse(g).unwrap(), &r, None);
+    // 82 % of the receiver's port: the reverse holds (8.5), the forward
+    // not (8.0); the failed repeat is named, not checked.
+    let o = run("test:incast-bidir incast bw >= 82% port_rate");
+    assert_eq!(o.checked, 2, "{o:?}");
+    assert_eq!(o.violations.len(), 1, "{o:?}");
+    assert!(
+        o.violations[0].subject.contains("forward of bidir"),
+        "{o:?}"
+    );
+    assert!(
+        o.violations[0]
+            .required
+            .contains(">= 8.20 Gbit/s (82 % of the receiver's 10.0 Gbit/s port)"),
+        "{o:?}"
+    );
+    assert!(
+        o.notes
+            .iter()
+            .any(|n| n.contains("repeat 2") && n.contains("not checked")),
+        "{o:?}"
+    );
+    // Jain's index per direction: n4 gets an eighth of what n1 sends back.
+    let o = run("test:incast-bidir direction:reverse incast jain >= 0.9");
+    assert_eq!((o.checked, o.violations.len()), (1, 1), "{o:?}");
+    assert_eq!(o.violations[0].measured, "0.823", "{o:?}");
+    assert!(run("test:incast-bidir direction:forward incast jain >= 0.95").passed());
+    assert!(run("direction:bidir incast min-share >= 0.35").passed());
+    assert!(!run("direction:bidir incast min-share >= 0.36").passed());
+    // The bisection bandwidth per direction: 7 one way, 8 the other.
+    let o = run("test:bisection-bidir bisection bw >= 7.5Gbps");
+    assert_eq!((o.checked, o.violations.len()), (2, 1), "{o:?}");
+    assert!(
+        o.violations[0].subject.contains("forward of bidir"),
+        "{o:?}"
+    );
+    assert!(o.notes.iter().any(|n| n.contains("n1→n4, n2→n3")), "{o:?}");
+    // Node verdict: n4's share of what n1 sent back, in words.
+    let v = r.verdicts.iter().find(|v| v.subject == "n4").unwrap();
+    assert!(
+        v.text.contains(
+            "got 12 % of the bandwidth out of n1 as one of its 3 incast peers (reverse of bidir"
+        ),
+        "{}",
+        v.text
+    );
+    let host = r.verdicts.iter().find(|v| v.subject == "host").unwrap();
+    assert!(
+        host.text
+            .contains("bisection (forward of bidir): 7.00 Gbit/s"),
+        "{}",
+        host.text
+    );
+}
+
+#[test]
+fn tables_and_html_show_each_direction_its_skew_and_overlap() {
+    let (_d, r, _j) = fixture();
+    let t = text::render(&r, false);
+    // The incast table: from its heading to the next one.
+    let incast: Vec<&str> = t
+        .lines()
+        .skip_while(|l| !l.contains("Incast (N−1 senders"))
+        .take_while(|l| !l.contains("Bisection ("))
+        .collect();
+    let line = |needle: &str| {
+        incast
+            .iter()
+            .find(|l| l.starts_with("incast-bidir") && l.contains(needle))
+            .unwrap_or_else(|| panic!("no incast line with {needle:?}:\n{t}"))
+            .to_string()
+    };
+    let fw = line("forward of bidir");
+    assert!(
+        fw.contains("8.00") && fw.contains(" 4.0 ") && fw.contains("99.9"),
+        "{fw}"
+    );
+    let rv = line("reverse of bidir");
+    assert!(rv.contains("n4 12% (1.00)") && rv.contains("0.823"), "{rv}");
+    let failed = line("FAILED");
+    assert!(failed.contains("overlap for 67 %"), "{failed}");
+    // The bandwidth table's sweep column names the direction.
+    assert!(
+        t.contains("bidir: forward") || t.contains("forward of bidir"),
+        "{t}"
+    );
+    let md = text::render(&r, true);
+    assert!(md.contains("| reverse of bidir |"), "{md}");
+    let csv = text::csv(&r).unwrap();
+    assert!(
+        csv.lines()
+            .any(|l| l.contains(",incast-bidir,tcp-bw,host,incast,") && l.contains(",reverse,")),
+        "{csv}"
+    );
+    let page = html::render(&r);
+    assert!(page.contains("reverse of bidir") && page.contains("overlap%"));
+}
+
+#[test]
+fn openmetrics_per_direction_with_overlap_skew_and_fairness() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("fixture.db");
+    common::build(&db);
+    let runs = openmetrics::load_runs(&Store::open_read_only(&db).unwrap(), None).unwrap();
+    let (om, _) = openmetrics::exposition(&runs, Flavor::OpenMetrics);
+    let series = |family: &str, test: &str, dir: &str, role: &str| -> Vec<f64> {
+        om.lines()
+            .filter(|l| {
+                l.starts_with(&format!("{family}{{"))
+                    && l.contains(&format!("test=\"{test}\""))
+                    && l.contains(&format!("direction=\"{dir}\""))
+                    && l.contains(&format!("role=\"{role}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let bw = "fabperf_bandwidth_bytes_per_second";
+    // One aggregate per direction, in bytes per second.
+    let a = series(bw, "incast-bidir", "forward", "aggregate");
+    assert_eq!(a.len(), 1, "{om}");
+    assert!(close(a[0], 8.0e9 / 8.0, 1e3), "{a:?}");
+    let a = series(bw, "incast-bidir", "reverse", "aggregate");
+    assert!(a.len() == 1 && close(a[0], 8.5e9 / 8.0, 1e3), "{a:?}");
+    // Each flow once per direction, never as a bidir total.
+    assert_eq!(series(bw, "incast-bidir", "forward", "flow").len(), 3);
+    assert_eq!(series(bw, "incast-bidir", "reverse", "flow").len(), 3);
+    assert!(
+        series(bw, "incast-bidir", "bidir", "flow").is_empty(),
+        "{om}"
+    );
+    let j = series(
+        "fabperf_flows_jain_index",
+        "incast-bidir",
+        "reverse",
+        "aggregate",
+    );
+    assert!(
+        j.len() == 1 && close(j[0], jain(&[4.0, 3.5, 1.0]), 1e-6),
+        "{j:?}"
+    );
+    let o = series(
+        "fabperf_flows_overlap_ratio",
+        "incast-bidir",
+        "forward",
+        "aggregate",
+    );
+    assert!(o.len() == 1 && close(o[0], 2.996 / 3.0, 1e-6), "{o:?}");
+    let k = series(
+        "fabperf_flows_start_skew_seconds",
+        "bisection-bidir",
+        "reverse",
+        "aggregate",
+    );
+    assert!(k.len() == 1 && close(k[0], 0.003, 1e-6), "{k:?}");
+}
