@@ -174,15 +174,31 @@ pub fn legs_of(cell: &CellRow, samples: &[Sample]) -> Vec<Leg> {
         _ => return Vec::new(),
     }
     // A flow's `bidir` total (stored by older writers next to its two
-    // directions) would count the flow twice: never used.
+    // directions) would count the flow twice: never used. In a cell that
+    // measured both directions a record that names none could be either:
+    // it is not attributed, and each direction says so.
+    let undirected = |m: &&Sample| bidir && m.rec.direction.is_none();
     let flows: Vec<&Sample> = samples
         .iter()
         .filter(|m| m.role == Role::Flow && dir_of(m) != "bidir")
+        .filter(|m| !undirected(m))
         .collect();
     let aggs: Vec<&Sample> = samples
         .iter()
         .filter(|m| m.role == Role::Aggregate)
+        .filter(|m| !undirected(m))
         .collect();
+    let unnamed = Unnamed {
+        flows: samples
+            .iter()
+            .filter(|m| m.role == Role::Flow && undirected(m))
+            .count(),
+        aggregates: samples
+            .iter()
+            .filter(|m| m.role == Role::Aggregate && undirected(m))
+            .count(),
+        old_total: false,
+    };
     // One leg per direction and message size: the planned directions
     // first, then any other a record names.
     let mut keys: Vec<(String, Option<u64>)> = Vec::new();
@@ -206,15 +222,27 @@ pub fn legs_of(cell: &CellRow, samples: &[Sample]) -> Vec<Leg> {
             keys.extend(sizes.into_iter().map(|z| (d.clone(), z)));
         }
     }
-    let old_total = aggs.iter().any(|a| dir_of(a) == "bidir");
+    let unnamed = Unnamed {
+        old_total: aggs.iter().any(|a| dir_of(a) == "bidir"),
+        ..unnamed
+    };
     keys.into_iter()
         .map(|(d, size)| {
             let same = |m: &&&Sample| dir_of(m) == d && (size.is_none() || m.rec.size == size);
             let fl: Vec<&Sample> = flows.iter().filter(same).copied().collect();
             let ag: Vec<&Sample> = aggs.iter().filter(same).copied().collect();
-            leg(s, &d, bidir, size, &fl, &ag, old_total)
+            leg(s, &d, bidir, size, &fl, &ag, unnamed)
         })
         .collect()
+}
+
+/// What is odd about a cell's records as a whole: records of a bidir cell
+/// that name no direction, an older writer's total of both directions.
+#[derive(Clone, Copy)]
+struct Unnamed {
+    flows: usize,
+    aggregates: usize,
+    old_total: bool,
 }
 
 fn leg(
@@ -224,13 +252,19 @@ fn leg(
     size: Option<u64>,
     flows: &[&Sample],
     aggs: &[&Sample],
-    old_total: bool,
+    unnamed: Unnamed,
 ) -> Leg {
     let mut l = Leg::empty(d, bidir, size);
     let n = s.flows.len();
     let a = match aggs {
         [] => {
-            l.failed = Some(if old_total {
+            l.failed = Some(if unnamed.aggregates > 0 {
+                format!(
+                    "no {d} aggregate: {} aggregate(s) of this bidir cell name no direction, \
+                     so which one measured {d} is unknown",
+                    unnamed.aggregates
+                )
+            } else if unnamed.old_total {
                 format!(
                     "no {d} aggregate: the cell's one aggregate is of both directions at once \
                      (an older fabperf summed every flow record), so no direction has a figure; \
@@ -285,18 +319,51 @@ fn leg(
         return l;
     }
     l.aggregate_gbps = a.rec.bw_gbps;
-    // Each flow once: the first record of a (client, agent) flow.
+    // Each flow once: a (client, agent) flow with two records of one
+    // direction is not a share of anything.
     let mut seen: Vec<(String, String)> = Vec::new();
     let mut once: Vec<&Sample> = Vec::new();
+    let mut twice: Vec<String> = Vec::new();
     for f in flows {
         let k = (
             f.src.clone().unwrap_or_default(),
             f.dst.clone().unwrap_or_default(),
         );
-        if !seen.contains(&k) {
+        if seen.contains(&k) {
+            let w = format!("{} -> {}", k.0, k.1);
+            if !twice.contains(&w) {
+                twice.push(w);
+            }
+        } else {
             seen.push(k);
             once.push(f);
         }
+    }
+    if !twice.is_empty() {
+        l.note = Some(format!(
+            "flow(s) {} have more than one {d} record: no shares and no fairness",
+            twice.join(", ")
+        ));
+        return l;
+    }
+    let strangers: Vec<String> = seen
+        .iter()
+        .filter(|k| !s.flows.contains(k))
+        .map(|(c, t)| format!("{c} -> {t}"))
+        .collect();
+    if !strangers.is_empty() {
+        l.note = Some(format!(
+            "{d} record(s) of flow(s) the cell does not have ({}): no shares and no fairness",
+            strangers.join(", ")
+        ));
+        return l;
+    }
+    if unnamed.flows > 0 {
+        l.note = Some(format!(
+            "{} flow record(s) of this bidir cell name no direction: no shares and no fairness",
+            unnamed.flows
+        ));
+        return l;
     }
     // Each flow's rate over the common interval, so that the shares add up
     // to the aggregate; a flow without progress counts: its own rate.

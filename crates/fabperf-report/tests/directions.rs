@@ -339,3 +339,361 @@ fn openmetrics_per_direction_with_overlap_skew_and_fairness() {
     );
     assert!(k.len() == 1 && close(k[0], 0.003, 1e-6), "{k:?}");
 }
+
+// ---- Odd and hostile stores -------------------------------------------
+
+/// A store with one bidir incast into n1 (into it 3 + 3 + 2 Gbit/s, out of
+/// it 4 + 3.5 + 1) and one one-way incast into n2, stored as `fabperf run`
+/// stores them, then changed with `sql` (each statement run in turn).
+fn odd_store<S: AsRef<str>>(sql: &[S]) -> (tempfile::TempDir, Report) {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("odd.db");
+    let agents: Vec<_> = ["n1", "n2", "n3", "n4"]
+        .iter()
+        .map(|n| common::agent(n, "host", Some(10.0), 9000))
+        .collect();
+    let mut b = common::open(&db, "name = \"custom\"\n", &agents);
+    let t = common::T0;
+    let bidir = |f: f64, r: f64| {
+        common::drive_result(
+            "tcp-bw",
+            131072,
+            &[("forward", f, t), ("reverse", r, t)],
+            3.0,
+        )
+    };
+    b.concurrent(
+        "ic-bidir",
+        "incast-bidir",
+        "tcp-bw",
+        "host",
+        "incast",
+        &[("n2", "n1"), ("n3", "n1"), ("n4", "n1")],
+        serde_json::json!({"direction": "bidir"}),
+        0,
+        vec![bidir(3.0, 4.0), bidir(3.0, 3.5), bidir(2.0, 1.0)],
+    )
+    .unwrap();
+    let one = |g: f64| common::drive_result("tcp-bw", 131072, &[("forward", g, t + 10.0)], 3.0);
+    b.concurrent(
+        "ic-n2",
+        "incast",
+        "tcp-bw",
+        "host",
+        "incast",
+        &[("n1", "n2"), ("n3", "n2")],
+        serde_json::json!({}),
+        0,
+        vec![one(4.0), one(4.0)],
+    )
+    .unwrap();
+    b.finish(&db);
+    let c = rusqlite::Connection::open(&db).unwrap();
+    for q in sql {
+        let q = q.as_ref();
+        c.execute(q, []).unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    drop(c);
+    let r = build(&Store::open_read_only(&db).unwrap(), &Options::default()).unwrap();
+    (d, r)
+}
+
+/// SQL that stores a second copy of the measurements `filter` selects,
+/// changed by `set` (an UPDATE's assignments, or nothing).
+fn copy(filter: &str, set: &str) -> Vec<String> {
+    let mut q = vec![
+        format!("CREATE TEMP TABLE dup AS SELECT * FROM measurements WHERE {filter}"),
+        "UPDATE dup SET id = (SELECT max(id) FROM measurements) + rowid".to_string(),
+    ];
+    if !set.is_empty() {
+        q.push(format!("UPDATE dup SET {set}"));
+    }
+    q.push("INSERT INTO measurements SELECT * FROM dup".into());
+    q.push("DROP TABLE dup".into());
+    q
+}
+
+fn leg<'a>(r: &'a Report, cell: &str, dir: &str) -> &'a fabperf_report::flows::Leg {
+    &r.incasts
+        .iter()
+        .find(|i| i.cell == cell && i.leg.direction == dir)
+        .unwrap_or_else(|| panic!("no {dir} entry of {cell}: {:#?}", r.incasts))
+        .leg
+}
+
+fn row_of<'a>(r: &'a Report, test: &str, dir: &str) -> &'a fabperf_report::analysis::Row {
+    r.rows
+        .iter()
+        .find(|x| x.test == test && x.direction.as_deref() == Some(dir))
+        .unwrap_or_else(|| panic!("no {dir} row of {test}"))
+}
+
+#[test]
+fn the_unchanged_odd_store_has_both_directions() {
+    // The control for the tests below: every figure is there.
+    let (_d, r) = odd_store::<&str>(&[]);
+    for (d, agg) in [("forward", 8.0), ("reverse", 8.5)] {
+        let l = leg(&r, "ic-bidir", d);
+        assert!(l.failed.is_none() && l.note.is_none(), "{l:?}");
+        assert!(close(l.aggregate_gbps.unwrap(), agg, 1e-6), "{l:?}");
+        assert_eq!(l.flows.len(), 3);
+        assert!(l.jain.is_some());
+    }
+    let l = leg(&r, "ic-n2", "forward");
+    assert!(close(l.jain.unwrap(), 1.0, 1e-9), "{l:?}");
+}
+
+#[test]
+fn a_flow_record_without_a_direction_in_a_bidir_cell_is_not_guessed() {
+    // n4's reverse record loses its direction: it could be either, so
+    // neither direction's shares or fairness are given; the aggregates,
+    // which name theirs, still are.
+    let (_d, r) = odd_store(&[
+        "UPDATE measurements SET record = json_remove(record, '$.direction'), direction = NULL \
+         WHERE cell_id = 'ic-bidir' AND role = 'flow' AND src = 'n4' AND json_extract(record, '$.direction') = 'reverse'",
+    ]);
+    for (d, agg) in [("forward", 8.0), ("reverse", 8.5)] {
+        let l = leg(&r, "ic-bidir", d);
+        assert!(close(l.aggregate_gbps.unwrap(), agg, 1e-6), "{l:?}");
+        assert!(l.jain.is_none() && l.flows.is_empty(), "{l:?}");
+        assert!(
+            l.note
+                .as_deref()
+                .unwrap_or_default()
+                .contains("1 flow record(s) of this bidir cell name no direction"),
+            "{l:?}"
+        );
+    }
+    // A gate on the fairness has no figure to pass with.
+    let o = gate::evaluate(
+        &gate::parse("test:incast-bidir incast jain >= 0.5").unwrap(),
+        &r,
+        None,
+    );
+    assert!(!o.passed(), "{o:?}");
+    assert!(
+        format!("{o:?}").contains("name no direction"),
+        "the reason is given: {o:?}"
+    );
+    // In a one-way cell a record without a direction is the forward one
+    // (older writers named none).
+    let (_d, r) = odd_store(&[
+        "UPDATE measurements SET record = json_remove(record, '$.direction'), direction = NULL WHERE cell_id = 'ic-n2'",
+    ]);
+    let l = leg(&r, "ic-n2", "forward");
+    assert!(
+        close(l.aggregate_gbps.unwrap(), 8.0, 1e-6) && l.jain.is_some(),
+        "{l:?}"
+    );
+}
+
+#[test]
+fn an_aggregate_without_a_direction_in_a_bidir_cell_is_no_figure() {
+    let (_d, r) = odd_store(&[
+        "UPDATE measurements SET record = json_remove(record, '$.direction'), direction = NULL \
+         WHERE cell_id = 'ic-bidir' AND role = 'aggregate' AND json_extract(record, '$.direction') = 'reverse'",
+    ]);
+    let l = leg(&r, "ic-bidir", "reverse");
+    assert!(l.aggregate_gbps.is_none(), "{l:?}");
+    assert!(
+        l.failed
+            .as_deref()
+            .unwrap_or_default()
+            .contains("name no direction"),
+        "{l:?}"
+    );
+    // The forward direction is untouched; the reverse row has no figure
+    // and names why.
+    assert!(close(
+        leg(&r, "ic-bidir", "forward").aggregate_gbps.unwrap(),
+        8.0,
+        1e-6
+    ));
+    let rv = row_of(&r, "incast-bidir", "reverse");
+    assert!(rv.mean().is_none(), "{rv:?}");
+    assert_eq!(rv.failed.len(), 1, "{rv:?}");
+}
+
+#[test]
+fn an_aggregate_without_its_flows_keeps_its_figure_but_no_fairness() {
+    let (_d, r) =
+        odd_store(&["DELETE FROM measurements WHERE cell_id = 'ic-n2' AND role = 'flow'"]);
+    let l = leg(&r, "ic-n2", "forward");
+    assert!(close(l.aggregate_gbps.unwrap(), 8.0, 1e-6), "{l:?}");
+    assert!(l.jain.is_none() && l.flows.is_empty(), "{l:?}");
+    assert!(
+        l.note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("0 of the cell's 2 flows have a forward figure"),
+        "{l:?}"
+    );
+    let o = gate::evaluate(
+        &gate::parse("test:incast incast min-share >= 0.1").unwrap(),
+        &r,
+        None,
+    );
+    assert!(!o.passed(), "{o:?}");
+    assert!(gate::evaluate(
+        &gate::parse("test:incast incast bw >= 7Gbps").unwrap(),
+        &r,
+        None
+    )
+    .passed());
+    // The table says so rather than showing an empty share list.
+    let t = text::render(&r, false);
+    assert!(
+        t.contains("0 of the cell's 2 flows have a forward figure"),
+        "{t}"
+    );
+}
+
+#[test]
+fn flows_the_cell_does_not_have_or_counted_twice_give_no_shares() {
+    // A second copy of n3's forward record: one flow twice.
+    let (_d, r) = odd_store(&copy(
+        "cell_id = 'ic-n2' AND role = 'flow' AND src = 'n3'",
+        "",
+    ));
+    let l = leg(&r, "ic-n2", "forward");
+    assert!(l.jain.is_none(), "{l:?}");
+    assert!(
+        l.note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("n3 -> n2 have more than one forward record"),
+        "{l:?}"
+    );
+    // n3's record said to come from n4, a node the cell has no flow from.
+    let (_d, r) = odd_store(&[
+        "UPDATE measurements SET src = 'n4' WHERE cell_id = 'ic-n2' AND role = 'flow' AND src = 'n3'",
+    ]);
+    let l = leg(&r, "ic-n2", "forward");
+    assert!(l.jain.is_none(), "{l:?}");
+    assert!(
+        l.note.as_deref().unwrap_or_default().contains("(n4 -> n2)"),
+        "{l:?}"
+    );
+}
+
+#[test]
+fn non_finite_and_out_of_range_figures_are_no_figure() {
+    // A record that is not JSON (NaN is not a JSON number) is skipped by
+    // the store: the reverse direction then has no aggregate.
+    let (_d, r) = odd_store(&[
+        "UPDATE measurements SET record = replace(record, '\"bw_gbps\":', '\"bw_gbps\":NaN,\"x\":') \
+         WHERE cell_id = 'ic-bidir' AND role = 'aggregate' AND json_extract(record, '$.direction') = 'reverse'",
+    ]);
+    let l = leg(&r, "ic-bidir", "reverse");
+    assert!(l.aggregate_gbps.is_none(), "{l:?}");
+    assert!(
+        l.failed
+            .as_deref()
+            .unwrap_or_default()
+            .contains("no reverse aggregate stored"),
+        "{l:?}"
+    );
+    assert!(close(
+        leg(&r, "ic-bidir", "forward").aggregate_gbps.unwrap(),
+        8.0,
+        1e-6
+    ));
+    // An overlap that is no percentage, a negative skew, a negative
+    // figure: the aggregate is not used, the skew not shown.
+    let (_d, r) = odd_store(&[
+        "UPDATE measurements SET record = json_set(record, '$.flows.overlap_pct', 1e300) \
+         WHERE cell_id = 'ic-bidir' AND role = 'aggregate' AND json_extract(record, '$.direction') = 'forward'",
+        "UPDATE measurements SET record = json_set(record, '$.flows.start_skew_s', -0.5) \
+         WHERE cell_id = 'ic-bidir' AND role = 'aggregate' AND json_extract(record, '$.direction') = 'reverse'",
+        "UPDATE measurements SET record = json_set(record, '$.bw_gbps', -8.0) WHERE cell_id = 'ic-n2' AND role = 'aggregate'",
+    ]);
+    let l = leg(&r, "ic-bidir", "forward");
+    assert!(l.aggregate_gbps.is_none(), "{l:?}");
+    assert!(
+        l.failed
+            .as_deref()
+            .unwrap_or_default()
+            .contains("does not say how its flows overlapped"),
+        "{l:?}"
+    );
+    let l = leg(&r, "ic-bidir", "reverse");
+    assert!(
+        l.aggregate_gbps.is_some() && l.start_skew_s.is_none(),
+        "{l:?}"
+    );
+    assert!(
+        row_of(&r, "incast-bidir", "reverse")
+            .warnings
+            .iter()
+            .any(|w| w.contains("start skew not recorded")),
+        "{:?}",
+        row_of(&r, "incast-bidir", "reverse").warnings
+    );
+    let l = leg(&r, "ic-n2", "forward");
+    assert!(
+        l.failed
+            .as_deref()
+            .unwrap_or_default()
+            .contains("has no bandwidth figure"),
+        "{l:?}"
+    );
+    // Progress counts that go nowhere (a zero tick): the flows fall back
+    // to their own interval's rate, never a NaN share.
+    let (_d, r) = odd_store(&[
+        "UPDATE measurements SET record = json_set(record, '$.interval.progress.tick_s', 0) WHERE cell_id = 'ic-n2' AND role = 'flow'",
+    ]);
+    let l = leg(&r, "ic-n2", "forward");
+    for f in &l.flows {
+        assert!(f.gbps.is_finite() && f.share.is_finite(), "{l:?}");
+    }
+    assert!(l.jain.is_none_or(|j| j.is_finite()), "{l:?}");
+    // Every output renders without a NaN or an inf.
+    for out in [
+        text::render(&r, false),
+        text::render(&r, true),
+        text::csv(&r).unwrap(),
+        html::render(&r),
+        serde_json::to_string(&r).unwrap(),
+    ] {
+        assert!(!out.contains("NaN") && !out.contains("inf"), "{out}");
+    }
+}
+
+#[test]
+fn an_older_writers_total_of_both_directions_is_not_counted_twice() {
+    // The store as an older fabperf wrote a bidir incast: each flow's
+    // bidir total next to its two directions, one aggregate over all
+    // three (2x the traffic) and no common interval.
+    let (_d, r) = odd_store(&[
+        "DELETE FROM measurements WHERE cell_id = 'ic-bidir' AND role = 'aggregate' AND json_extract(record, '$.direction') = 'reverse'",
+        "UPDATE measurements SET record = json_remove(json_set(record, '$.direction', 'bidir', '$.bw_gbps', 33.0), '$.flows'), direction = 'bidir' \
+         WHERE cell_id = 'ic-bidir' AND role = 'aggregate'",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain(copy(
+        "cell_id = 'ic-bidir' AND role = 'flow' AND json_extract(record, '$.direction') = 'forward'",
+        "direction = 'bidir', record = json_set(record, '$.direction', 'bidir', '$.bw_gbps', 7.0)",
+    ))
+    .collect::<Vec<_>>());
+    for d in ["forward", "reverse"] {
+        let l = leg(&r, "ic-bidir", d);
+        assert!(l.aggregate_gbps.is_none(), "{l:?}");
+        assert!(
+            l.failed
+                .as_deref()
+                .unwrap_or_default()
+                .contains("of both directions at once"),
+            "{l:?}"
+        );
+        let row = row_of(&r, "incast-bidir", d);
+        assert!(row.mean().is_none(), "{row:?}");
+    }
+    assert!(!r.incasts.iter().any(|i| i.leg.aggregate_gbps == Some(33.0)));
+    let o = gate::evaluate(
+        &gate::parse("test:incast-bidir incast bw >= 1Gbps").unwrap(),
+        &r,
+        None,
+    );
+    assert!(!o.passed() && o.checked == 0, "{o:?}");
+}
