@@ -44,6 +44,10 @@ pub(crate) struct StreamReport {
     /// Bytes inside the measured interval.
     pub bytes: u64,
     pub messages: u64,
+    /// System calls that moved bytes in the measured interval (sends or
+    /// receives).
+    #[serde(default)]
+    pub calls: u64,
     /// Measured interval, seconds.
     pub secs: f64,
     /// Thread CPU seconds during the measured interval (`None`: unknown).
@@ -92,6 +96,8 @@ struct Plan {
     copy: bool,
     /// Pace each sender to this many bytes per second (SO_MAX_PACING_RATE).
     pacing: Option<u64>,
+    /// A peer that moves no byte for this long is dead.
+    timeout: Duration,
 }
 
 /// How a sender hands bytes to the kernel.
@@ -147,8 +153,9 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
     let mut total: u64 = 0;
     let mut messages: u64 = 0;
     let mut measuring = false;
-    let (mut m_bytes, mut m_msgs, mut m_t0, mut m_cpu0, mut m_retr0) =
-        (0u64, 0u64, start, ThreadCpu::start(), None);
+    let mut calls: u64 = 0;
+    let (mut m_bytes, mut m_msgs, mut m_calls, mut m_t0, mut m_cpu0, mut m_retr0) =
+        (0u64, 0u64, 0u64, start, ThreadCpu::start(), None);
     let mut off = 0usize;
     let mut since_drain = 0u32;
     loop {
@@ -157,6 +164,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
             measuring = true;
             m_bytes = total;
             m_msgs = messages;
+            m_calls = calls;
             m_t0 = now;
             m_cpu0 = ThreadCpu::start();
             m_retr0 = net::tcp_total_retrans(fd);
@@ -174,6 +182,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         match sent {
             Ok(n) => {
                 total += n as u64;
+                calls += 1;
                 off += n;
                 if off == plan.size {
                     off = 0;
@@ -215,6 +224,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         total_bytes: total,
         bytes: total - m_bytes,
         messages: messages - m_msgs,
+        calls: calls - m_calls,
         secs: t_end.duration_since(m_t0).as_secs_f64(),
         cpu_s: cpu,
         retrans,
@@ -223,17 +233,50 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
     })
 }
 
+/// The discarding receiver (the default) asks the kernel to wake it only
+/// once this many bytes are queued (SO_RCVLOWAT). Woken for every segment
+/// that arrives (64 KiB on a veth, or less), a receiver that has nothing to
+/// copy goes back to sleep at once, and every wake-up is a cross-CPU
+/// interrupt paid by the CPU that runs the receive path: on a veth pair or
+/// loopback, the sender's. Measured on both (docs/sockets.md): 64 KiB to
+/// 256 KiB is as good as it gets for one stream; from 512 KiB two
+/// unpinned streams on loopback stall on delayed ACKs while the reader
+/// waits for its mark.
+pub(crate) const DISCARD_LOWAT: usize = 128 << 10;
+/// ... or this long after it went to sleep, with whatever has arrived by
+/// then (SO_RCVTIMEO), so a slow stream is still read every few
+/// milliseconds and its interval still ends at its last byte.
+pub(crate) const DISCARD_WAKE: Duration = Duration::from_millis(5);
+/// Bytes one discarding receive may take: more than the low-water mark, so
+/// one call takes everything queued. The buffer is never written (the
+/// kernel drops the bytes), so its pages are never allocated.
+const DISCARD_READ: usize = 1 << 20;
+
 /// Read until end of stream. The warm-up boundary is `omit` after the
-/// first byte; the interval ends at the last byte.
+/// first byte; the interval ends at the last byte. The bytes of a receive
+/// arrived after the previous receive (which took everything queued) or
+/// the previous empty wait, so the interval of the first counted receive
+/// starts there, not at its own return.
 fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
     let fd = c.stream.as_fd();
-    let mut buf = vec![0u8; plan.size];
-    if plan.copy {
+    let discard = !plan.copy;
+    let mut buf = if discard {
+        vec![0u8; DISCARD_READ.max(plan.size)]
+    } else {
+        let mut b = vec![0u8; plan.size];
         // Place the pages now, on this (pinned) thread's node.
-        explain::first_touch(&mut buf);
+        explain::first_touch(&mut b);
+        b
+    };
+    if discard {
+        net::set_rcvlowat(fd, DISCARD_LOWAT)
+            .map_err(|e| SockError::data("setting SO_RCVLOWAT", e))?;
+        c.stream
+            .set_read_timeout(Some(DISCARD_WAKE))
+            .map_err(|e| SockError::data("setting the receive timeout", e))?;
     }
     // Without --copy the kernel discards the bytes (no copy to user space).
-    let rflags = if plan.copy { 0 } else { libc::MSG_TRUNC };
+    let rflags = if discard { libc::MSG_TRUNC } else { 0 };
     let mut total: u64 = 0;
     let mut reads: u64 = 0;
     let mut first: Option<Instant> = None;
@@ -241,15 +284,30 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
     let mut measuring = false;
     let (mut m_bytes, mut m_reads, mut m_t0) = (0u64, 0u64, boundary);
     let mut m_cpu0 = ThreadCpu::start();
+    // The last byte, and the latest moment at which nothing was queued.
     let mut last = boundary;
+    let mut drained = boundary;
     loop {
-        let n = match net::recv(fd, &mut buf, rflags) {
+        let got = net::recv(fd, &mut buf, rflags);
+        let now = Instant::now();
+        let n = match got {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if discard && net::is_timeout(&e) => {
+                // A short wait that found nothing: the peer is dead only
+                // after the whole timeout without a byte.
+                if now.duration_since(last) >= plan.timeout {
+                    return Err(SockError::data(
+                        format!("stream {} receive", c.idx),
+                        net::timed_out(),
+                    ));
+                }
+                drained = now;
+                continue;
+            }
             Err(e) => return Err(SockError::data(format!("stream {} receive", c.idx), e)),
         };
-        let now = Instant::now();
         if first.is_none() {
             first = Some(now);
             boundary = now + plan.omit;
@@ -258,12 +316,13 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
             measuring = true;
             m_bytes = total;
             m_reads = reads;
-            m_t0 = now;
+            m_t0 = drained.max(first.unwrap_or(now));
             m_cpu0 = ThreadCpu::start();
         }
         total += n as u64;
         reads += 1;
         last = now;
+        drained = now;
     }
     let cpu = if measuring {
         m_cpu0.used_secs()
@@ -288,13 +347,14 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
         } else {
             reads - m_reads
         },
+        calls: reads - m_reads,
         secs,
         cpu_s: cpu,
         retrans: None,
-        buf_node: if plan.copy {
-            explain::buffer_node(&buf)
-        } else {
+        buf_node: if discard {
             None
+        } else {
+            explain::buffer_node(&buf)
         },
         pin_error: None,
     })
@@ -400,7 +460,7 @@ fn prepare(stream: &TcpStream, window: Option<u64>, timeout: Duration) -> std::i
     Ok(())
 }
 
-fn plan_of(p: &TcpBwParams) -> Plan {
+fn plan_of(p: &TcpBwParams, timeout: Duration) -> Plan {
     Plan {
         size: p.size as usize,
         omit: Duration::from_secs_f64(p.omit_s),
@@ -408,6 +468,7 @@ fn plan_of(p: &TcpBwParams) -> Plan {
         zerocopy: p.zerocopy,
         copy: p.copy,
         pacing: p.rate_bps.map(|r| (r / 8).max(1)),
+        timeout,
     }
 }
 
@@ -461,7 +522,7 @@ pub fn run_tcp_bw(
             )))
         }
     }
-    let plan = plan_of(p);
+    let plan = plan_of(p, cfg.timeout);
     let mine = match run_streams(&conns, &plan, &setup) {
         Ok(r) => r,
         Err(e) => {
@@ -745,7 +806,7 @@ impl TestKind for TcpBw {
         }
         drop(waiter);
         ctx.ctl.send_test(&BwMsg::Ready)?;
-        let plan = plan_of(&p);
+        let plan = plan_of(&p, io);
         let mine = run_streams(&conns, &plan, &setup)?;
         // The client reports when its threads are done; they end at most
         // one timeout after ours.
@@ -762,5 +823,97 @@ impl TestKind for TcpBw {
             host: Box::new(mine.host),
         })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn plan(size: usize, copy: bool) -> Plan {
+        Plan {
+            size,
+            omit: Duration::from_millis(100),
+            duration: Duration::from_secs(1),
+            zerocopy: false,
+            copy,
+            pacing: None,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// A receiver on one end of a loopback connection whose other end
+    /// writes `bytes` in `chunk`-byte writes, pausing `pause` between
+    /// bursts of `burst` writes, then closes.
+    fn receive(p: &Plan, bytes: usize, chunk: usize, pause: Duration) -> StreamReport {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let tx = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let buf = vec![7u8; chunk];
+            let mut left = bytes;
+            while left > 0 {
+                let n = left.min(chunk);
+                s.write_all(&buf[..n]).unwrap();
+                left -= n;
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
+            }
+        });
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(p.timeout)).unwrap();
+        let c = Conn {
+            idx: 0,
+            dir: C2A,
+            sender: false,
+            stream: s,
+        };
+        let r = run_receiver(&c, p).unwrap();
+        tx.join().unwrap();
+        r
+    }
+
+    /// The discarding receiver waits for its low-water mark and takes
+    /// everything queued: its receives return more than one message (`-l`)
+    /// on average, which a receive of `-l` bytes never can.
+    #[test]
+    fn discarding_receiver_reads_in_large_gulps() {
+        let size = 16 << 10;
+        let r = receive(&plan(size, false), 256 << 20, 256 << 10, Duration::ZERO);
+        assert_eq!(r.total_bytes, 256 << 20);
+        assert!(r.calls > 0 && r.bytes > 0, "{r:?}");
+        let per_call = r.bytes / r.calls;
+        assert!(
+            per_call > 2 * size as u64,
+            "{per_call} bytes per receive with {size}-byte messages: {r:?}"
+        );
+        // --copy reads `-l` bytes per call, like an application.
+        let r = receive(&plan(size, true), 64 << 20, 256 << 10, Duration::ZERO);
+        assert_eq!(r.total_bytes, 64 << 20);
+        assert!(r.bytes / r.calls.max(1) <= size as u64, "{r:?}");
+    }
+
+    /// A slow stream (far below the low-water mark per wake-up) is still
+    /// read as it arrives: the measured rate matches what the sender wrote
+    /// per unit of time, and no read waits for the mark.
+    #[test]
+    fn discarding_receiver_keeps_up_with_a_slow_stream() {
+        // 32 KiB every 10 ms: ~3.3 MB/s, a quarter of the mark per wake-up.
+        let chunk = 32 << 10;
+        let pause = Duration::from_millis(10);
+        let t = Instant::now();
+        let r = receive(&plan(128 << 10, false), 100 * chunk, chunk, pause);
+        let wall = t.elapsed().as_secs_f64();
+        assert_eq!(r.total_bytes, 100 * chunk as u64);
+        let sent_rate = (100 * chunk) as f64 / wall;
+        let got = r.bytes as f64 / r.secs;
+        assert!(
+            got > sent_rate * 0.8 && got < sent_rate * 1.25,
+            "measured {got:.0} B/s, the writer averaged {sent_rate:.0} B/s: {r:?}"
+        );
+        // Read about as often as written, never batched up to the mark.
+        assert!(r.calls * chunk as u64 >= r.bytes / 2, "{r:?}");
     }
 }
