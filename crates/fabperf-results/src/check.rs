@@ -156,6 +156,26 @@ pub(crate) fn check(r: &Record) -> Vec<String> {
     } else if r.lat_hist.is_some() {
         fail("lat_hist without lat_us".into());
     }
+    if let Some(g) = &r.send_lag_us {
+        let order = [g.p50, g.p90, g.p99, g.max];
+        if g.samples == 0
+            || !order.windows(2).all(|w| w[0] <= w[1])
+            || !finite_nonneg(g.p50)
+            || !(g.mean.is_finite() && g.mean >= 0.0 && g.mean <= g.max)
+        {
+            fail(format!(
+                "send_lag_us {g:?}: no samples, or figures out of order"
+            ));
+        }
+        if let Some(n) = r.iterations {
+            if g.samples > n {
+                fail(format!(
+                    "send_lag_us.samples {} > iterations {n}",
+                    g.samples
+                ));
+            }
+        }
+    }
     if let Some(u) = &r.udp {
         if u.received <= u.sent && u.lost != u.sent - u.received {
             fail(format!(

@@ -28,7 +28,7 @@ pub use crate::counters::{CounterDelta, CounterSource, Counters, Unit};
 pub use crate::csv::{csv_header, write_csv};
 pub use finding::{Evidence, Finding, Severity};
 pub use json::write_json_lines;
-pub use latency::{HistError, LatencyHistogram, LatencyKind, LatencySummary, V2Bytes};
+pub use latency::{HistError, LatencyHistogram, LatencyKind, LatencySummary, SendLag, V2Bytes};
 pub use placement::Placement;
 pub use plausible::BadValue;
 pub use table::Table;
@@ -223,6 +223,10 @@ pub struct Record {
     /// Failed requests by kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errors: Option<RequestErrors>,
+    /// http-load at a rate (open loop): how late the generator sent the
+    /// requests that came due on an idle connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag_us: Option<SendLag>,
     /// CPU time of the local (client) side's test threads over the measured
     /// time, percent of one core.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -329,6 +333,7 @@ impl Record {
             lat_hist: None,
             requests_per_s: None,
             errors: None,
+            send_lag_us: None,
             cpu_local_pct: None,
             cpu_remote_pct: None,
             host_cpu_local: None,
