@@ -238,7 +238,8 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
 /// that arrives (64 KiB on a veth, or less), a receiver that has nothing to
 /// copy goes back to sleep at once, and every wake-up is a cross-CPU
 /// interrupt paid by the CPU that runs the receive path: on a veth pair or
-/// loopback, the sender's. Measured on both (docs/sockets.md): 64 KiB to
+/// loopback, the sender's (docs/sockets.md, "One stream across a veth
+/// pair"). Measured on both: 64 KiB to
 /// 256 KiB is as good as it gets for one stream; from 512 KiB two
 /// unpinned streams on loopback stall on delayed ACKs while the reader
 /// waits for its mark.
