@@ -343,6 +343,21 @@ mod tests {
         has(&l, "lat_hist does not give lat_us");
         l.lat_hist = Some("garbage".into());
         has(&l, "lat_hist");
+        // http-load's send lag: ordered, and over at most the counted requests.
+        let mut r = Record::new("http-load", Transport::Tcp, 1024, 10);
+        r.iterations = Some(2);
+        let mut g = LatencyHistogram::new(LatencyKind::Rtt);
+        g.record_rtt_ns(1_000_000);
+        g.record_rtt_ns(2_000_000);
+        r.send_lag_us = crate::SendLag::from_hist(&g);
+        assert_eq!(r.check(), Vec::<String>::new());
+        r.iterations = Some(1);
+        has(&r, "send_lag_us.samples 2 > iterations 1");
+        r.iterations = Some(2);
+        if let Some(x) = r.send_lag_us.as_mut() {
+            x.p50 = x.max + 1.0;
+        }
+        has(&r, "send_lag_us");
     }
 
     #[test]
