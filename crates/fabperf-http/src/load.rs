@@ -349,7 +349,16 @@ async fn connection(id: u32, plan: &Plan, stats: &RefCell<Stats>) {
             // or when it is sent (closed loop); and whether it came due on
             // an idle connection (open loop; otherwise it is late).
             let (from, idle_due) = match plan.interval {
-                None => (Instant::now(), false),
+                None => {
+                    // Closed loop: let the thread's other connections whose
+                    // responses are in read them first, so the requests go
+                    // out together, as wrk's event loop sends them (one
+                    // wake-up of a server thread for several requests).
+                    if held == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                    (Instant::now(), false)
+                }
                 Some(iv) => {
                     let this = due;
                     due += iv;
