@@ -158,11 +158,13 @@ pub(crate) fn check(r: &Record) -> Vec<String> {
     }
     if let Some(g) = &r.send_lag_us {
         let order = [g.p50, g.p90, g.p99, g.max];
-        if g.samples == 0
-            || !order.windows(2).all(|w| w[0] <= w[1])
-            || !finite_nonneg(g.p50)
-            || !(g.mean.is_finite() && g.mean >= 0.0 && g.mean <= g.max)
-        {
+        let sane = g.samples > 0
+            && order.windows(2).all(|w| w[0] <= w[1])
+            && finite_nonneg(g.p50)
+            && g.mean.is_finite()
+            && g.mean >= 0.0
+            && g.mean <= g.max;
+        if !sane {
             fail(format!(
                 "send_lag_us {g:?}: no samples, or figures out of order"
             ));
