@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every relative link in the tracked Markdown files resolves, and every docs/<name>.md that
+# Every relative link in the Markdown files (tracked, or new and not ignored) resolves, and every docs/<name>.md that
 # code under crates/ names exists.
 #   ./ci/doc-links.sh            # exit 0: all resolve; 1: each broken link listed as FILE:LINE
 # A link resolves when its file or directory exists (relative to the Markdown file; a leading
@@ -19,7 +19,7 @@ import urllib.parse
 ROOT = os.getcwd()
 
 def tracked(pattern):
-    out = subprocess.run(["git", "ls-files", "-z", "--", pattern], check=True,
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", pattern], check=True,
                          capture_output=True).stdout.decode()
     return sorted(p for p in out.split("\0") if p)
 
