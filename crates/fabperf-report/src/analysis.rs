@@ -826,6 +826,8 @@ struct Acc {
     skews: Vec<Option<f64>>,
     /// Repeats without a figure.
     failed: Vec<FailedRepeat>,
+    /// An incast whose data left the receiver: why.
+    outcast: Option<String>,
 }
 
 fn cpu_per_gbps(rec: &RecView, host: bool) -> (Option<f64>, Option<f64>) {
@@ -1185,6 +1187,11 @@ fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
     if let Some(c) = &concurrency {
         warnings.push(c.words());
     }
+    if let Some(o) = &acc.outcast {
+        warnings.push(format!(
+            "outcast: {o}; its figure is what left the receiver"
+        ));
+    }
     let figure = match (&stats, &spread) {
         (Some(st), _) => Some(st.mean),
         (None, Some(sp)) => Some(sp.median),
@@ -1395,6 +1402,9 @@ fn add_multi(
                 .or(flow_rec.and_then(|r| r.op.clone()));
             acc.direction = Some(d.clone());
             acc.of_bidir = l.of_bidir;
+            if acc.outcast.is_none() {
+                acc.outcast = l.outcast.clone();
+            }
             acc.mtu = acc.mtu.or(dim_u64(&s.dims, "mtu"));
             acc.ports.push((inst.clone(), port));
             match (l.aggregate_gbps, &l.failed) {
@@ -2221,7 +2231,7 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                 "incast: Jain's index {:.2} at worst (into {}{}){}",
                 l.jain.unwrap_or(1.0),
                 worst.receiver,
-                if l.direction == "forward" && !l.of_bidir {
+                if l.is_plain() {
                     String::new()
                 } else {
                     format!(", {}", l.direction_words())
@@ -2230,6 +2240,16 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                     .map(|p| format!(", {p:.0} % of its port"))
                     .unwrap_or_default()
             ));
+        }
+        let mut outcasts: Vec<(&str, &str)> = Vec::new();
+        for ic in &ics {
+            if let Some(o) = &ic.leg.outcast {
+                if !outcasts.contains(&(ic.test.as_str(), o.as_str())) {
+                    outcasts.push((&ic.test, o));
+                    parts.push(format!("incast {} into {}: {o}", ic.test, ic.receiver));
+                    level = level.max(Level::Warn);
+                }
+            }
         }
         for ic in &ics {
             let l = &ic.leg;
@@ -2400,7 +2420,7 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
             if k < 2 {
                 continue;
             }
-            let reverse = l.direction == "reverse";
+            let reverse = l.to_clients;
             let mine = l
                 .flows
                 .iter()

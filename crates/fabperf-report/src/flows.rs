@@ -74,6 +74,15 @@ pub struct Leg {
     /// What else limits it (flows missing from the fairness figures).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// An incast whose data left the receiver (run `reverse`, or an RDMA
+    /// read pulling from it; the plan check refuses both now, an older
+    /// store may hold one): why it is an outcast.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcast: Option<String>,
+    /// This direction's data went from the flows' agent ends to their
+    /// clients (`reverse`, or an RDMA read): out of an incast's receiver.
+    #[serde(skip)]
+    pub to_clients: bool,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -98,15 +107,27 @@ impl Leg {
             port_finding: None,
             failed: None,
             note: None,
+            outcast: None,
+            to_clients: false,
         }
     }
 
-    /// `forward`, `reverse`, `forward of bidir`, ….
+    /// Plain `forward` (no direction worth naming).
+    pub fn is_plain(&self) -> bool {
+        self.direction == "forward" && !self.of_bidir && self.outcast.is_none()
+    }
+
+    /// `forward`, `reverse`, `forward of bidir`, `reverse (outcast)`, ….
     pub fn direction_words(&self) -> String {
-        if self.of_bidir && self.direction != "bidir" {
+        let d = if self.of_bidir && self.direction != "bidir" {
             format!("{} of bidir", self.direction)
         } else {
             self.direction.clone()
+        };
+        if self.outcast.is_some() {
+            format!("{d} (outcast)")
+        } else {
+            d
         }
     }
 
@@ -157,6 +178,46 @@ fn dir_of(m: &Sample) -> String {
 /// failed cell gives one leg with its error. Ports are left to the caller
 /// (they need the agents' inventories).
 pub fn legs_of(cell: &CellRow, samples: &[Sample]) -> Vec<Leg> {
+    let mut legs = legs(cell, samples);
+    if let Some(why) = outcast(cell, samples) {
+        for l in &mut legs {
+            l.outcast = Some(why.clone());
+        }
+    }
+    legs
+}
+
+/// Is the data of an RDMA read: it flows from the agent end to the client.
+fn is_read(s: &CellSpec, samples: &[Sample]) -> bool {
+    [&s.dims, &s.params]
+        .iter()
+        .any(|v| v.get("op").and_then(Value::as_str) == Some("read"))
+        || samples
+            .iter()
+            .any(|m| m.role == Role::Flow && m.rec.op.as_deref() == Some("read"))
+}
+
+/// Why an incast cell is an outcast (its data left the receiver).
+fn outcast(cell: &CellRow, samples: &[Sample]) -> Option<String> {
+    let s = &cell.spec;
+    if s.pattern != "incast" {
+        return None;
+    }
+    if planned_direction(s) == "reverse" {
+        return Some(
+            "its direction is reverse: the receiver sent to the senders, so this is an \
+             outcast, not an incast"
+                .into(),
+        );
+    }
+    is_read(s, samples).then(|| {
+        "an RDMA read: the senders pulled from the receiver, so this is an outcast, not an \
+         incast"
+            .into()
+    })
+}
+
+fn legs(cell: &CellRow, samples: &[Sample]) -> Vec<Leg> {
     let s = &cell.spec;
     let planned = planned_direction(s);
     let bidir = planned == "bidir";
@@ -198,6 +259,7 @@ pub fn legs_of(cell: &CellRow, samples: &[Sample]) -> Vec<Leg> {
             .filter(|m| m.role == Role::Aggregate && undirected(m))
             .count(),
         old_total: false,
+        read: is_read(s, samples),
     };
     // One leg per direction and message size: the planned directions
     // first, then any other a record names.
@@ -236,13 +298,17 @@ pub fn legs_of(cell: &CellRow, samples: &[Sample]) -> Vec<Leg> {
         .collect()
 }
 
-/// What is odd about a cell's records as a whole: records of a bidir cell
-/// that name no direction, an older writer's total of both directions.
+/// What holds for a cell's records as a whole: records of a bidir cell
+/// that name no direction, an older writer's total of both directions,
+/// RDMA read.
 #[derive(Clone, Copy)]
 struct Unnamed {
     flows: usize,
     aggregates: usize,
     old_total: bool,
+    /// RDMA read: each direction's data went from the agent end to the
+    /// client.
+    read: bool,
 }
 
 fn leg(
@@ -255,6 +321,7 @@ fn leg(
     unnamed: Unnamed,
 ) -> Leg {
     let mut l = Leg::empty(d, bidir, size);
+    l.to_clients = (d == "reverse") != unnamed.read;
     let n = s.flows.len();
     let a = match aggs {
         [] => {
@@ -389,7 +456,7 @@ fn leg(
             f.dst.clone().unwrap_or_default(),
         );
         match g.filter(|g| g.is_finite() && *g >= 0.0) {
-            Some(g) if d == "reverse" => rates.push((t, c, g)),
+            Some(g) if l.to_clients => rates.push((t, c, g)),
             Some(g) => rates.push((c, t, g)),
             None => missing += 1,
         }

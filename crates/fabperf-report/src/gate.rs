@@ -1070,7 +1070,7 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                     ic.receiver,
                     ic.path,
                     ic.repeat + 1,
-                    if l.direction == "forward" && !l.of_bidir {
+                    if l.is_plain() {
                         String::new()
                     } else {
                         format!(", {}", l.direction_words())
@@ -1102,11 +1102,7 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                                 " ({:.0} % of the receiver's {} Gbit/s port{})",
                                 f * 100.0,
                                 fmt_num(p),
-                                if l.direction == "reverse" {
-                                    ", sending"
-                                } else {
-                                    ""
-                                }
+                                if l.to_clients { ", sending" } else { "" }
                             ),
                         )),
                         None => Err(format!(

@@ -593,7 +593,7 @@ pub fn incast_table(rep: &Report) -> Option<Table> {
             (ic.repeat + 1).to_string(),
         ];
         row.extend(leg_cells(l, false));
-        let reverse = l.direction == "reverse";
+        let reverse = l.to_clients;
         row.push(leg_flows(l, |f| {
             format!(
                 "{} {:.0}% ({})",

@@ -697,3 +697,168 @@ fn an_older_writers_total_of_both_directions_is_not_counted_twice() {
     );
     assert!(!o.passed() && o.checked == 0, "{o:?}");
 }
+
+#[test]
+fn a_direction_above_the_port_one_way_is_a_finding_in_that_direction_only() {
+    // 12 Gbit/s back out of n1 through its 10 Gbit/s port: a finding (the
+    // port one way, not twice it for a bidir test), never a percentage;
+    // the forward direction keeps its share.
+    let (_d, r) = odd_store(&[
+        "UPDATE measurements SET record = json_set(record, '$.bw_gbps', 12.0) \
+         WHERE cell_id = 'ic-bidir' AND role = 'aggregate' AND json_extract(record, '$.direction') = 'reverse'",
+    ]);
+    let rv = leg(&r, "ic-bidir", "reverse");
+    assert!(rv.pct_port.is_none(), "{rv:?}");
+    assert!(
+        rv.port_finding
+            .as_deref()
+            .unwrap_or_default()
+            .contains("above the 10.0 Gbit/s port rate"),
+        "{rv:?}"
+    );
+    let fw = leg(&r, "ic-bidir", "forward");
+    assert!(
+        fw.port_finding.is_none() && close(fw.pct_port.unwrap(), 80.0, 1e-4),
+        "{fw:?}"
+    );
+    let host = r.verdicts.iter().find(|v| v.subject == "host").unwrap();
+    assert!(
+        host.text
+            .contains("incast into n1 (repeat 1, reverse of bidir): 12.0 Gbit/s measured is above"),
+        "{}",
+        host.text
+    );
+    let o = gate::evaluate(
+        &gate::parse("test:incast-bidir direction:reverse incast bw >= 50% port_rate").unwrap(),
+        &r,
+        None,
+    );
+    assert!(!o.passed(), "{o:?}");
+    assert!(gate::evaluate(
+        &gate::parse("test:incast-bidir direction:forward incast bw >= 50% port_rate").unwrap(),
+        &r,
+        None
+    )
+    .passed());
+}
+
+#[test]
+fn an_outcast_from_an_older_store_is_labelled_and_its_shares_go_out_of_the_receiver() {
+    // The plan check now refuses an incast whose data leaves the
+    // receiver; a store written before may hold one: a reverse incast out
+    // of n1 (n4 gets 1 of 8 Gbit/s) and an RDMA read incast pulling from n2.
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("outcast.db");
+    let agents: Vec<_> = ["n1", "n2", "n3", "n4"]
+        .iter()
+        .map(|n| common::agent(n, "host", Some(10.0), 9000))
+        .collect();
+    let mut b = common::open(&db, "name = \"custom\"\n", &agents);
+    let t = common::T0;
+    let rev = |g: f64| common::drive_result("tcp-bw", 131072, &[("reverse", g, t)], 3.0);
+    b.concurrent(
+        "out-n1",
+        "outcast-rev",
+        "tcp-bw",
+        "host",
+        "incast",
+        &[("n2", "n1"), ("n3", "n1"), ("n4", "n1")],
+        serde_json::json!({"direction": "reverse"}),
+        0,
+        vec![rev(4.0), rev(3.0), rev(1.0)],
+    )
+    .unwrap();
+    let read = |g: f64| common::drive_result("rdma-bw", 131072, &[("forward", g, t + 10.0)], 3.0);
+    b.concurrent(
+        "read-n2",
+        "outcast-read",
+        "rdma-bw",
+        "host",
+        "incast",
+        &[("n1", "n2"), ("n3", "n2"), ("n4", "n2")],
+        serde_json::json!({}),
+        0,
+        vec![read(4.0), read(4.0), read(0.5)],
+    )
+    .unwrap();
+    b.finish(&db);
+    let c = rusqlite::Connection::open(&db).unwrap();
+    c.execute(
+        "UPDATE measurements SET record = json_set(record, '$.op', 'read'), op = 'read' WHERE cell_id = 'read-n2'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let r = build(&Store::open_read_only(&db).unwrap(), &Options::default()).unwrap();
+    let l = leg(&r, "out-n1", "reverse");
+    assert!(
+        l.outcast
+            .as_deref()
+            .unwrap_or_default()
+            .contains("its direction is reverse"),
+        "{l:?}"
+    );
+    assert_eq!(l.direction_words(), "reverse (outcast)");
+    // Where the data went: out of n1.
+    assert!(l.flows.iter().all(|f| f.src == "n1"), "{l:?}");
+    let l = leg(&r, "read-n2", "forward");
+    assert!(
+        l.outcast
+            .as_deref()
+            .unwrap_or_default()
+            .contains("RDMA read"),
+        "{l:?}"
+    );
+    assert!(
+        l.flows.iter().all(|f| f.src == "n2"),
+        "an RDMA read's data leaves n2: {l:?}"
+    );
+    // The row, the table and the verdicts say so.
+    let row = r.rows.iter().find(|x| x.test == "outcast-read").unwrap();
+    assert!(
+        row.warnings
+            .iter()
+            .any(|w| w.starts_with("outcast: an RDMA read")),
+        "{:?}",
+        row.warnings
+    );
+    let t = text::render(&r, false);
+    assert!(
+        t.contains("forward (outcast)") && t.contains("reverse (outcast)"),
+        "{t}"
+    );
+    let host = r.verdicts.iter().find(|v| v.subject == "host").unwrap();
+    assert!(
+        host.text
+            .contains("incast outcast-rev into n1: its direction is reverse"),
+        "{}",
+        host.text
+    );
+    assert_eq!(
+        host.level,
+        fabperf_report::analysis::Level::Warn,
+        "{}",
+        host.text
+    );
+    // n4 is named as the peer that got little of what left n1 and n2, not
+    // as a sender into them.
+    let n4 = r.verdicts.iter().find(|v| v.subject == "n4").unwrap();
+    assert!(
+        n4.text.contains("out of n1 as one of its 3 incast peers"),
+        "{}",
+        n4.text
+    );
+    assert!(
+        n4.text.contains("out of n2 as one of its 3 incast peers"),
+        "{}",
+        n4.text
+    );
+    assert!(!n4.text.contains("into n"), "{}", n4.text);
+    // A gate against the port says the receiver was sending.
+    let o = gate::evaluate(
+        &gate::parse("test:outcast-rev incast bw >= 90% port_rate").unwrap(),
+        &r,
+        None,
+    );
+    assert!(o.violations[0].required.contains("port, sending"), "{o:?}");
+}
