@@ -169,8 +169,18 @@ pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn dir_of(m: &Sample) -> String {
-    m.rec.direction.clone().unwrap_or_else(|| "forward".into())
+/// The direction a record of a cell with concurrent flows measured: the
+/// one it names; one that names none, the cell's planned direction (older
+/// writers named none for a one-way test), or `None` in a `bidir` cell,
+/// where it could be either.
+pub fn record_direction(s: &CellSpec, m: &Sample) -> Option<String> {
+    match &m.rec.direction {
+        Some(d) => Some(d.clone()),
+        None => match planned_direction(s) {
+            p if p == "bidir" => None,
+            p => Some(p),
+        },
+    }
 }
 
 /// The directions of a cell with concurrent flows, each with its
@@ -238,7 +248,8 @@ fn legs(cell: &CellRow, samples: &[Sample]) -> Vec<Leg> {
     // directions) would count the flow twice: never used. In a cell that
     // measured both directions a record that names none could be either:
     // it is not attributed, and each direction says so.
-    let undirected = |m: &&Sample| bidir && m.rec.direction.is_none();
+    let undirected = |m: &&Sample| record_direction(s, m).is_none();
+    let dir_of = |m: &Sample| record_direction(s, m).unwrap_or_default();
     let flows: Vec<&Sample> = samples
         .iter()
         .filter(|m| m.role == Role::Flow && dir_of(m) != "bidir")

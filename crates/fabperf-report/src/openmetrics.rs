@@ -249,7 +249,18 @@ fn families(data: &RunData, series: Series) -> Vec<Family> {
             if !detail && m.role == fabperf_store::Role::Stream {
                 continue;
             }
-            let dir = m.rec.direction.as_deref().unwrap_or("forward");
+            // A record of concurrent flows by the direction it measured;
+            // one that cannot be attributed (no direction in a bidir cell)
+            // or a flow's bidir total is not exported.
+            let dir = if multi && m.role != fabperf_store::Role::Stream {
+                match flows::record_direction(s, m) {
+                    Some(d) => d,
+                    None => continue,
+                }
+            } else {
+                m.rec.direction.clone().unwrap_or_else(|| "forward".into())
+            };
+            let dir = dir.as_str();
             if multi && m.role == fabperf_store::Role::Flow && dir == "bidir" {
                 continue;
             }

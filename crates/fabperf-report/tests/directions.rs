@@ -861,4 +861,33 @@ fn an_outcast_from_an_older_store_is_labelled_and_its_shares_go_out_of_the_recei
         None,
     );
     assert!(o.violations[0].required.contains("port, sending"), "{o:?}");
+    // Records that name no direction in a one-way cell measured the
+    // cell's planned one (here reverse), in the report and the export.
+    let c = rusqlite::Connection::open(&db).unwrap();
+    c.execute(
+        "UPDATE measurements SET record = json_remove(record, '$.direction'), direction = NULL WHERE cell_id = 'out-n1'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let s = Store::open_read_only(&db).unwrap();
+    let r = build(&s, &Options::default()).unwrap();
+    assert_eq!(r.incasts.iter().filter(|i| i.cell == "out-n1").count(), 1);
+    let l = leg(&r, "out-n1", "reverse");
+    assert!(
+        close(l.aggregate_gbps.unwrap(), 8.0, 1e-6) && l.jain.is_some(),
+        "{l:?}"
+    );
+    let runs = openmetrics::load_runs(&s, None).unwrap();
+    let (om, _) = openmetrics::exposition(&runs, Flavor::OpenMetrics);
+    let jain_lines: Vec<&str> = om
+        .lines()
+        .filter(|l| {
+            l.starts_with("fabperf_flows_jain_index{") && l.contains("test=\"outcast-rev\"")
+        })
+        .collect();
+    assert!(
+        jain_lines.len() == 1 && jain_lines[0].contains("direction=\"reverse\""),
+        "{jain_lines:?}"
+    );
 }
