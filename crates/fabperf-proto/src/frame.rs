@@ -11,7 +11,9 @@ pub const MAGIC: [u8; 4] = *b"FBPF";
 pub const DATA_MAGIC: [u8; 4] = *b"FBPD";
 /// Control protocol version. Bump on any incompatible change.
 /// v2: mutual authentication (`Auth` / `AuthOk` before `Start`).
-pub const PROTO_VERSION: u16 = 2;
+/// v3: the agent answers every data connection (`FBPA`, or `FBPR` and why:
+/// [`crate::data`]); cookies name their agent; UDP hellos carry the cookie.
+pub const PROTO_VERSION: u16 = 3;
 /// Largest frame either side accepts.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Largest frame an agent reads from a peer that has not authenticated

@@ -39,6 +39,8 @@ pub mod auth;
 pub mod clock;
 mod control;
 pub mod cpu;
+pub mod data;
+mod door;
 mod error;
 pub mod explain;
 mod frame;
@@ -46,6 +48,7 @@ mod plugin;
 pub mod text;
 
 pub use control::{connect_test, query_agent, resolve, AgentHello, ClientConfig, Control};
+pub use door::{DoorGuard, DoorLog};
 pub use error::{ErrorCode, ProtoError};
 pub use frame::{
     decode_body, encode_frame, read_frame, read_preamble, write_frame, write_preamble,
@@ -53,6 +56,6 @@ pub use frame::{
     PRE_AUTH_FRAME, PROTO_VERSION,
 };
 pub use plugin::{
-    connect_data, decode_params, Cookie, DataHub, DataWaiter, Limits, ServeCtx, ServeError,
-    TestClock, TestKind,
+    connect_data, control_has_news, decode_params, open_data, read_data_answer, Cookie, DataHub,
+    DataWaiter, Limits, Routed, ServeCtx, ServeError, TestClock, TestKind,
 };

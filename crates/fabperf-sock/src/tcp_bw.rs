@@ -16,9 +16,7 @@ use crate::net;
 use crate::params::{Direction, TcpBwParams};
 use fabperf_proto::cpu::{HostMeter, ThreadCpu};
 use fabperf_proto::explain::{self, EndSetup};
-use fabperf_proto::{
-    connect_data, connect_test, ClientConfig, Msg, ServeCtx, ServeError, TestKind,
-};
+use fabperf_proto::{connect_test, open_data, ClientConfig, Msg, ServeCtx, ServeError, TestKind};
 use fabperf_results::{Record, Side, Transport, Warning};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
@@ -436,7 +434,7 @@ pub fn run_tcp_bw(
     let mut local = None;
     for &dir in &plan_dirs {
         for idx in 0..p.streams {
-            let mut s = connect_data(addr, &info.cookie, cfg.timeout)?;
+            let mut s = open_data(&mut ctl, &info.cookie, cfg.timeout)?;
             prepare(&s, p.window, cfg.timeout)
                 .map_err(|e| SockError::data("setting data socket options", e))?;
             let mut hdr = [0u8; 8];
@@ -720,7 +718,7 @@ impl TestKind for TcpBw {
         })?;
         let mut conns: Vec<Conn> = Vec::with_capacity(nconn as usize);
         for _ in 0..nconn {
-            let mut s = waiter.accept(io)?;
+            let mut s = waiter.accept_watching(io, ctx.ctl)?;
             ctx.watch(&s);
             prepare(&s, p.window, io)
                 .map_err(|e| ServeError::failed(format!("data socket options: {e}")))?;
