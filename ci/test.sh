@@ -61,6 +61,8 @@ step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/t
   ./sim/testbed-test.sh
 step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay, HTTP via the overlay and a service address (sim/testbed-run-test.sh)" \
   ./sim/testbed-run-test.sh
+step "pod-to-service on the testbed: each kind through a single-endpoint service 10 of 10, the balancing pitfall named, the pod-vs-service plan (sim/testbed-service-test.sh)" \
+  ./sim/testbed-service-test.sh
 step "tuning levels and policy rules on the testbed, restore verified (sim/testbed-tune-test.sh)" \
   ./sim/testbed-tune-test.sh
 step "fabperf mtu on the testbed: plain and VXLAN paths, a switch port below the interfaces' MTU, doctor's mtu-mismatch (sim/testbed-mtu-test.sh)" \
