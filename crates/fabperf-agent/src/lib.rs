@@ -86,6 +86,9 @@ impl AgentConfig {
     /// Authentication is required when binding to a non-loopback address,
     /// unless `insecure` is set.
     pub fn check_security(&self) -> Result<(), String> {
+        if let Some(t) = &self.token {
+            auth::refuse_public_token(t).map_err(|e| format!("refusing to serve: {e}"))?;
+        }
         let ip = self.bind.ip();
         if self.token.is_none() && !self.insecure && !ip.is_loopback() {
             return Err(format!(

@@ -617,3 +617,20 @@ fn udp_door_answers_hellos_for_other_agents_tests() {
     s.send_to(&[0u8; UDP_HELLO_LEN], b.addr()).unwrap();
     assert!(s.recv_from(&mut buf).is_err());
 }
+
+#[test]
+fn a_published_token_is_refused_with_how_to_rotate_it() {
+    let e = Agent::bind(AgentConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        token: Some(b"fabperf-example-token-change-me".to_vec()),
+        insecure: false,
+        limits: Limits::default(),
+        kinds: vec![Box::new(Sink)],
+        quiet: true,
+        identity: None,
+    })
+    .err()
+    .expect("refused");
+    assert!(e.starts_with("refusing to serve: the token is"), "{e}");
+    assert!(e.contains("Rotate it"), "{e}");
+}
