@@ -398,3 +398,219 @@ mod tests {
         assert!(holder_of(&lease(Some("run-b"), 60, None), t).is_some());
     }
 }
+
+/// A stand-in Kubernetes API server for tests: plain HTTP/1.1 on loopback,
+/// Leases (with resourceVersion conflicts, as the API server answers a
+/// stale update) and NetworkPolicies in memory. Not for anything else.
+pub mod test_support {
+    use serde_json::{json, Value};
+    use std::collections::BTreeMap;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::sync::{Arc, Mutex};
+
+    /// What the fake holds and what it was asked.
+    #[derive(Default)]
+    pub struct State {
+        pub leases: BTreeMap<String, Value>,
+        pub policies: BTreeMap<String, Value>,
+        /// "METHOD PATH" of every request, in order.
+        pub requests: Vec<String>,
+        version: u64,
+        /// Answer every request with this status (e.g. 403).
+        pub refuse: Option<u16>,
+    }
+
+    pub struct FakeApiServer {
+        pub addr: SocketAddr,
+        pub state: Arc<Mutex<State>>,
+    }
+
+    impl FakeApiServer {
+        pub fn start() -> FakeApiServer {
+            let l = TcpListener::bind("127.0.0.1:0").expect("binding the fake API server");
+            let addr = l.local_addr().unwrap();
+            let state: Arc<Mutex<State>> = Arc::default();
+            let st = state.clone();
+            std::thread::spawn(move || {
+                for c in l.incoming().flatten() {
+                    let st = st.clone();
+                    std::thread::spawn(move || serve(c, &st));
+                }
+            });
+            FakeApiServer { addr, state }
+        }
+
+        pub fn url(&self) -> String {
+            format!("http://{}", self.addr)
+        }
+
+        /// Put a Lease in (as another runner would have), in the namespace
+        /// its metadata names. Leases are kept as "NAMESPACE/NAME".
+        pub fn put_lease(&self, name: &str, lease: Value) {
+            let mut s = self.state.lock().unwrap();
+            s.version += 1;
+            let mut l = lease;
+            l["metadata"]["resourceVersion"] = json!(s.version.to_string());
+            l["metadata"]["name"] = json!(name);
+            let ns = l["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string();
+            s.leases.insert(format!("{ns}/{name}"), l);
+        }
+    }
+
+    fn status(code: u16, reason: &str, msg: &str) -> (u16, Value) {
+        (
+            code,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                   "message": msg, "reason": reason, "code": code}),
+        )
+    }
+
+    fn handle(st: &Mutex<State>, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+        let mut s = st.lock().unwrap_or_else(|p| p.into_inner());
+        s.requests.push(format!("{method} {path}"));
+        if let Some(code) = s.refuse {
+            return status(code, "Forbidden", "refused by the test");
+        }
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        match parts.as_slice() {
+            ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", name] => {
+                let key = format!("{ns}/{name}");
+                match method {
+                    "GET" => match s.leases.get(&key) {
+                        Some(l) => (200, l.clone()),
+                        None => status(404, "NotFound", "leases not found"),
+                    },
+                    "PUT" => {
+                        let cur = s
+                            .leases
+                            .get(&key)
+                            .map(|l| l["metadata"]["resourceVersion"].clone());
+                        if cur.as_ref() != Some(&body["metadata"]["resourceVersion"]) {
+                            return status(409, "Conflict", "the object has been modified");
+                        }
+                        s.version += 1;
+                        let mut l = body;
+                        l["metadata"]["resourceVersion"] = json!(s.version.to_string());
+                        s.leases.insert(key, l.clone());
+                        (200, l)
+                    }
+                    _ => status(405, "MethodNotAllowed", "no"),
+                }
+            }
+            ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"]
+                if method == "POST" =>
+            {
+                let name = format!(
+                    "{ns}/{}",
+                    body["metadata"]["name"].as_str().unwrap_or_default()
+                );
+                if s.leases.contains_key(&name) {
+                    return status(409, "AlreadyExists", "leases already exists");
+                }
+                s.version += 1;
+                let mut l = body;
+                l["metadata"]["resourceVersion"] = json!(s.version.to_string());
+                s.leases.insert(name, l.clone());
+                (201, l)
+            }
+            ["apis", "networking.k8s.io", "v1", "namespaces", _, "networkpolicies"] => match method
+            {
+                "GET" => {
+                    let want = query.contains("fabperf.io%2Fpolicy-scale%3Dtrue")
+                        || query.contains("fabperf.io/policy-scale=true");
+                    let items: Vec<Value> = s
+                        .policies
+                        .values()
+                        .filter(|p| {
+                            !want || p["metadata"]["labels"]["fabperf.io/policy-scale"] == "true"
+                        })
+                        .cloned()
+                        .collect();
+                    (
+                        200,
+                        json!({"kind": "NetworkPolicyList", "apiVersion": "networking.k8s.io/v1",
+                               "metadata": {"resourceVersion": "1"}, "items": items}),
+                    )
+                }
+                "POST" => {
+                    let name = body["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    if s.policies.contains_key(&name) {
+                        return status(409, "AlreadyExists", "networkpolicies already exists");
+                    }
+                    s.policies.insert(name, body.clone());
+                    (201, body)
+                }
+                _ => status(405, "MethodNotAllowed", "no"),
+            },
+            ["apis", "networking.k8s.io", "v1", "namespaces", _, "networkpolicies", name]
+                if method == "DELETE" =>
+            {
+                match s.policies.remove(*name) {
+                    Some(p) => (200, p),
+                    None => status(404, "NotFound", "networkpolicies not found"),
+                }
+            }
+            _ => status(404, "NotFound", "the fake API server has no such path"),
+        }
+    }
+
+    fn serve(c: TcpStream, st: &Mutex<State>) {
+        let mut w = match c.try_clone() {
+            Ok(w) => w,
+            Err(_) => return,
+        };
+        let mut r = BufReader::new(c);
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let mut it = line.split_whitespace();
+            let (method, path) = (
+                it.next().unwrap_or_default().to_string(),
+                it.next().unwrap_or_default().to_string(),
+            );
+            let mut len = 0usize;
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 {
+                    return;
+                }
+                let h = h.trim_end();
+                if h.is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = h.split_once(':') {
+                    if k.eq_ignore_ascii_case("content-length") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+            }
+            let mut body = vec![0u8; len];
+            if r.read_exact(&mut body).is_err() {
+                return;
+            }
+            let (code, v) = handle(st, &method, &path, &body);
+            let b = serde_json::to_vec(&v).unwrap();
+            let head = format!(
+                "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                b.len()
+            );
+            if w.write_all(head.as_bytes())
+                .and_then(|_| w.write_all(&b))
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+}

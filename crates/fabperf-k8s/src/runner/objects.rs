@@ -260,8 +260,9 @@ fn container(plan: &Plan, r: &RunnerPlan) -> Container {
             "metadata.labels['batch.kubernetes.io/controller-uid']",
         ),
         field_env("NODE_NAME", "spec.nodeName"),
-        // Who holds the run Lease.
+        // Who holds the run Lease, and where.
         field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
         value_env("FABPERF_LEASE_WAIT", &r.lease_wait_s.to_string()),
         value_env("FABPERF_RUN_PLAN", &format!("{PLAN_DIR}/{PLAN_KEY}")),
         value_env("FABPERF_DATA", DATA_DIR),

@@ -44,14 +44,19 @@ pub struct PolicyScaleArgs {
     #[arg(long)]
     apply: bool,
     /// With --apply: the namespace (default: the plan's, else the pod's own).
-    #[arg(long, value_name = "NS")]
+    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
     namespace: Option<String>,
     /// With --apply: the agents' port (default: the plan's, else 5301).
     #[arg(long, value_name = "PORT")]
     port: Option<u16>,
     /// The API server, e.g. http://127.0.0.1:8001 behind `kubectl proxy`
     /// (default: the pod's in-cluster configuration).
-    #[arg(long, value_name = "URL", requires = "namespace")]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "FABPERF_K8S_API",
+        requires = "namespace"
+    )]
     api_server: Option<String>,
 }
 
@@ -61,7 +66,7 @@ pub struct LeaseArgs {
     #[arg(long, default_value = fabperf_k8s::api::RUN_LEASE)]
     name: String,
     /// Its namespace (default: the pod's own).
-    #[arg(long, value_name = "NS")]
+    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
     namespace: Option<String>,
     /// Who holds it (default: $POD_NAME, else the host name).
     #[arg(long, value_name = "ID", env = "POD_NAME")]
@@ -74,7 +79,12 @@ pub struct LeaseArgs {
     #[arg(long, value_name = "SECS", default_value = "0", value_parser = parse_secs)]
     wait: f64,
     /// The API server (default: the pod's in-cluster configuration).
-    #[arg(long, value_name = "URL", requires = "namespace")]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "FABPERF_K8S_API",
+        requires = "namespace"
+    )]
     api_server: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
