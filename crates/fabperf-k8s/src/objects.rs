@@ -903,7 +903,11 @@ pub fn standalone_ipoib_cni(tolerations: &[Toleration]) -> DaemonSet {
 pub fn standalone_rdma_shared_dp(tolerations: &[Toleration]) -> DaemonSet {
     let sel = BTreeMap::from([("name".to_string(), "rdma-shared-dp-ds".to_string())]);
     DaemonSet {
-        metadata: meta("rdma-shared-dp-ds", Some("kube-system"), BTreeMap::new()),
+        metadata: ObjectMeta {
+            name: Some("rdma-shared-dp-ds".into()),
+            namespace: Some("kube-system".into()),
+            ..Default::default()
+        },
         spec: DaemonSetSpec {
             selector: LabelSelector {
                 match_labels: Some(sel.clone()),

@@ -291,6 +291,14 @@ fn the_job_exit_statuses() {
     let o = spawn_job(&p, &dir, &rp).wait_with_output().unwrap();
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    // Said at the start, before any cell: which agent, and why.
+    let warn = err
+        .lines()
+        .position(|l| l.contains("127.0.0.3") && l.contains("is unreachable"))
+        .unwrap_or_else(|| panic!("{err}"));
+    let first_cell = err.lines().position(|l| l.contains("] running ")).unwrap();
+    assert!(warn < first_cell, "{err}");
+    assert!(err.lines().nth(warn).unwrap().contains("refused"), "{err}");
     assert!(out.contains("==> measurements"), "{out}");
     assert!(out.lines().any(|l| l.starts_with('{')), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
