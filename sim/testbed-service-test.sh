@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pod-to-service on the 4-node testbed (needs root), up with --service:
 # - every test kind (tcp-bw with 4 streams, tcp-lat, udp-bw, udp-lat,
-#   http-load) from fp-node1 through fp-node2's own service address (its
+#   http-load, mtu) from fp-node1 through fp-node2's own service address (its
 #   overlay agent the only endpoint) measures fp-node2's agent and no other,
 #   10 runs of 10 each: every run succeeds, fp-node2's agent logs each test,
 #   fp-node3 and fp-node4 accept no TCP connection (their namespaces' kernel
@@ -64,8 +64,9 @@ declare -A args=(
     [udp-bw]="-b 100M -t 0.2 --omit 0"
     [udp-lat]="-n 300 --warmup 50"
     [http-load]="-c 8 -t 0.2 --warmup 0"
+    [mtu]="--no-icmp"
 )
-for kind in tcp-bw tcp-lat udp-bw udp-lat http-load; do
+for kind in tcp-bw tcp-lat udp-bw udp-lat http-load mtu; do
     good=0
     for ((i = 1; i <= RUNS; i++)); do
         tok=("${TOK[@]}")
@@ -94,8 +95,8 @@ for k in 3 4; do
     check "$(tb_node_ns "$k")'s overlay agent logged nothing ($d lines)" test "$d" = 0
 done
 d=$(($(passive_opens 2) - ${before[open2]}))
-# tcp-bw: a control and 4 data connections; tcp-lat 2; udp 1; http 8.
-want=$((RUNS * (5 + 2 + 1 + 1 + 8)))
+# tcp-bw: a control and 4 data connections; tcp-lat 2; udp 1; http 8; mtu 1.
+want=$((RUNS * (5 + 2 + 1 + 1 + 8 + 1)))
 check "fp-node2 accepted every connection ($d of at least $want)" test "$d" -ge "$want"
 check "no refusal in fp-node2's agent log" bash -c "! grep -q refused '$(log_of 2)'"
 

@@ -31,7 +31,10 @@
 //! Data connections are separate sockets. TCP data connections go to the
 //! agent's same port and start with `FBPD` + a 16-byte cookie the agent
 //! handed out in `Accept`, so only one port has to be reachable (firewalls,
-//! Kubernetes Services). A test kind is a [`TestKind`] plug-in: the agent
+//! Kubernetes Services); the agent answers `FBPA`, or a refusal saying why
+//! (the cookie is another agent's: the address balanced the connection to
+//! another agent, see [`data`]). UDP tests say hello with the cookie on the
+//! same port number. A test kind is a [`TestKind`] plug-in: the agent
 //! looks it up by name and hands it the control channel; the protocol code
 //! never changes when a kind is added.
 
