@@ -130,6 +130,10 @@ fn drain(fd: &OwnedFd) {
 fn run(d: &Door, answer: &dyn Fn(&[u8; 16]) -> Option<DataRefusal>, log: &dyn Fn(&str)) {
     let mut sock: Option<UdpSocket> = None;
     let mut bind_failed_logged = false;
+    // When the last UDP test gave the port back: its socket may close a
+    // moment after its guard, so a bind failure right then is retried
+    // quietly.
+    let mut reopened: Option<Instant> = None;
     let mut window = Instant::now();
     let mut answered = 0u32;
     let mut dropped = 0u64;
@@ -150,6 +154,7 @@ fn run(d: &Door, answer: &dyn Fn(&[u8; 16]) -> Option<DataRefusal>, log: &dyn Fn
                 let _st =
                     d.cv.wait_while(st, |s| s.users > 0 && !s.stop)
                         .unwrap_or_else(|p| p.into_inner());
+                reopened = Some(Instant::now());
                 continue;
             }
         }
@@ -159,6 +164,10 @@ fn run(d: &Door, answer: &dyn Fn(&[u8; 16]) -> Option<DataRefusal>, log: &dyn Fn
                     sock = Some(s);
                     bind_failed_logged = false;
                     d.state().open = true;
+                }
+                Err(_) if reopened.is_some_and(|t| t.elapsed() < Duration::from_secs(3)) => {
+                    wait_wake(d, None, Duration::from_millis(20));
+                    continue;
                 }
                 Err(e) => {
                     if !bind_failed_logged {

@@ -292,4 +292,27 @@ fn through_an_address_with_one_agent_every_kind_measures_it() {
         },
     )
     .unwrap();
+    // After its UDP tests the agent holds its UDP port again: a hello for
+    // another agent's test is answered (at once, not after a retry delay).
+    let other = fabperf_proto::data::CookieMint::new(Some(TOKEN)).issue();
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let t0 = Instant::now();
+    let answer = loop {
+        s.send_to(&fabperf_proto::data::udp_hello(9, &other), a.addr())
+            .unwrap();
+        if let Ok((n, _)) = s.recv_from(&mut buf) {
+            break fabperf_proto::data::DataRefusal::decode_udp(&buf[..n]);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "the door stayed shut"
+        );
+    };
+    let (_, r) = answer.expect("a refusal");
+    assert_eq!(r.reason, fabperf_proto::data::RefusalReason::OtherAgent);
+    assert_eq!(r.node.as_deref(), Some("node-a"));
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
 }
