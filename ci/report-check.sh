@@ -91,6 +91,9 @@ expect 2 "no such store" "$FP" report --db "$tmp/missing.db"
 expect 2 "an HTML path that cannot be written" "$FP" report --db "$tmp/fx.db" --html "$tmp/no/such/dir/r.html"
 printf 'not sqlite\n' >"$tmp/junk.db"
 expect 2 "a file that is not a store" "$FP" report --db "$tmp/junk.db"
+expect 0 "--compare-unlike" "$FP" report --db "$tmp/fx.db" --compare-unlike
+has "$tmp/out" "== HTTP load" "http-load table"
+has "$tmp/out" "50 B less than host" "MTU table names the overlay overhead"
 expect 0 "markdown" "$FP" report --db "$tmp/fx.db" --format markdown
 has "$tmp/out" "| test | size |" "markdown table"
 expect 0 "csv to a file" "$FP" report --db "$tmp/fx.db" --format csv -o "$tmp/r.csv"
@@ -137,6 +140,8 @@ fi
 echo "== OpenMetrics"
 expect 0 "export --format openmetrics" "$FP" export --db "$tmp/fx.db" --format openmetrics -o "$tmp/fx.om"
 if "$PY" ci/report/check.py openmetrics "$tmp/fx.om"; then ok "strict OpenMetrics parser accepts it"; else bad "OpenMetrics parser"; fi
+expect 0 "export --per-measurement" "$FP" export --db "$tmp/fx.db" --format openmetrics --per-measurement -o "$tmp/full.om"
+has "$tmp/full.om" 'cell="bw-host-16384-r0"' "per-measurement series carry the cell"
 head -n -1 "$tmp/fx.om" >"$tmp/noeof.om"
 if "$PY" ci/report/check.py openmetrics "$tmp/noeof.om" 2>/dev/null; then bad "negative control: a truncated exposition passed"; else ok "negative control: a truncated exposition is rejected"; fi
 if "$PY" ci/report/check.py dashboard dashboards/fabperf.json "$tmp/fx.om"; then ok "dashboard queries exported families"; else bad "dashboard"; fi

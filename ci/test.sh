@@ -57,12 +57,18 @@ step "Kubernetes manifests against upstream schemas" ./ci/k8s-validate.sh
 step "fabperf report: HTML in headless Chromium, OpenMetrics through a real parser, gates (ci/report-check.sh)" \
   ./ci/report-check.sh
 step "real ConnectX pair (hw-tests; SKIPPED unless FABPERF_HW_PEER is set)" ./hw-tests/connectx.sh
+step "GPU + ConnectX pairs, fabperf vs perftest --use_cuda per rail (hw-tests; SKIPPED unless FABPERF_HW_GPU_RAILS is set)" \
+  ./hw-tests/gpu.sh
 step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/testbed-test.sh)" \
   ./sim/testbed-test.sh
 step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay, HTTP via the overlay and a service address (sim/testbed-run-test.sh)" \
   ./sim/testbed-run-test.sh
 step "pod-to-service on the testbed: each kind through a single-endpoint service 10 of 10, the balancing pitfall named, the pod-vs-service plan (sim/testbed-service-test.sh)" \
   ./sim/testbed-service-test.sh
+step "mesh verdicts on the testbed: an edited plan's stale cells left out, a transmit-only fault named, failed re-tests unconfirmed until --retry-failed (sim/testbed-mesh-test.sh)" \
+  ./sim/testbed-mesh-test.sh
+step "6-node bidirectional incast on the testbed: one start, per-direction aggregates over the common interval within the shaped link (sim/testbed-incast-test.sh, ~15 s)" \
+  ./sim/testbed-incast-test.sh
 step "tuning levels and policy rules on the testbed, restore verified (sim/testbed-tune-test.sh)" \
   ./sim/testbed-tune-test.sh
 step "fabperf mtu on the testbed: plain and VXLAN paths, a switch port below the interfaces' MTU, doctor's mtu-mismatch (sim/testbed-mtu-test.sh)" \

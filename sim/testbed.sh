@@ -62,9 +62,10 @@ Usage: $PROG COMMAND [ARGS]
   exec NODE CMD [ARGS...]
         Run CMD inside NODE (${TB_NODE_PREFIX}K, nodeK, K, or 'switch'), with the
         testbed's fabperf first on PATH; exits with CMD's status.
-  degrade NODE [--rate R] [--delay D] [--loss P]
+  degrade NODE [--rate R] [--delay D] [--loss P] [--egress-only]
         Shape NODE's fabric link in both directions: R bits/s (e.g. 200mbit),
         D added one way in each direction (e.g. 2ms), P percent lost per packet.
+        --egress-only shapes only what NODE transmits (a transmit-side fault).
   restore NODE
         Remove what degrade applied.
 
@@ -757,8 +758,8 @@ cmd_exec() {
 # ------------------------------------------------------------------ degrade
 
 cmd_degrade() {
-    [[ $# -ge 1 ]] || die 2 "degrade needs a node: $PROG degrade ${TB_NODE_PREFIX}2 --rate 200mbit [--delay 1ms] [--loss 0.5]"
-    local node=$1 rate='' delay='' loss=''
+    [[ $# -ge 1 ]] || die 2 "degrade needs a node: $PROG degrade ${TB_NODE_PREFIX}2 --rate 200mbit [--delay 1ms] [--loss 0.5] [--egress-only]"
+    local node=$1 rate='' delay='' loss='' egress_only=0
     shift
     while [[ $# -gt 0 ]]; do
         case $1 in
@@ -777,7 +778,11 @@ cmd_degrade() {
                 loss=$(tb_parse_loss "$2") || exit 2
                 shift 2
                 ;;
-            *) die 2 "degrade: unknown argument '$1' (give --rate, --delay and/or --loss)" ;;
+            --egress-only)
+                egress_only=1
+                shift
+                ;;
+            *) die 2 "degrade: unknown argument '$1' (give --rate, --delay and/or --loss, and --egress-only)" ;;
         esac
     done
     [[ -n $rate$delay$loss ]] || die 2 "degrade needs at least one of --rate R, --delay D, --loss P"
@@ -789,17 +794,27 @@ cmd_degrade() {
     take_lock
     local ns sw=$TB_SWITCH_NS
     ns=$(tb_node_ns "$k")
+    # The node's end shapes what it transmits, the switch's end what it
+    # receives; --egress-only leaves the switch's end unshaped.
+    if [[ $egress_only -eq 1 ]]; then
+        tc -n "$sw" qdisc del dev "f-node$k" root 2>/dev/null || true
+    fi
     if ! degrade_dev "$ns" fab0 "$rate" "$delay" "$loss" ||
-        ! degrade_dev "$sw" "f-node$k" "$rate" "$delay" "$loss"; then
+        { [[ $egress_only -eq 0 ]] && ! degrade_dev "$sw" "f-node$k" "$rate" "$delay" "$loss"; }; then
         undegrade "$k"
         die 1 "could not degrade $ns (see above); its fabric link is now not degraded at all"
     fi
-    local desc=()
+    local desc=() way="each way" both="both ways"
+    if [[ $egress_only -eq 1 ]]; then
+        way="on transmit"
+        both="on transmit only"
+    fi
     [[ -z $rate ]] || desc+=("rate $(tb_fmt_rate "$rate")")
-    [[ -z $delay ]] || desc+=("delay ${delay}us each way")
-    [[ -z $loss ]] || desc+=("loss $(tb_fmt_loss "$loss") each way")
+    [[ -z $delay ]] || desc+=("delay ${delay}us $way")
+    [[ -z $loss ]] || desc+=("loss $(tb_fmt_loss "$loss") $way")
+    [[ $egress_only -eq 0 ]] || desc+=("(transmit only)")
     echo "${desc[*]}" >"$STATE/degraded/$ns"
-    log "$ns fabric link degraded both ways: ${desc[*]} (undo: $PROG restore $ns)"
+    log "$ns fabric link degraded $both: ${desc[*]} (undo: $PROG restore $ns)"
 }
 
 # NODE's fabric link is shaped on the egress of both veth ends:

@@ -15,12 +15,15 @@ import re
 import sys
 
 EXPECTED = {
-    "fabperf_bandwidth_bits_per_second",
+    "fabperf_bandwidth_bytes_per_second",
     "fabperf_latency_seconds",
     "fabperf_cpu_ratio",
     "fabperf_udp_loss_ratio",
     "fabperf_duration_seconds",
-    "fabperf_port_rate_bits_per_second",
+    "fabperf_http_requests_per_second",
+    "fabperf_http_failed_requests",
+    "fabperf_path_mtu_bytes",
+    "fabperf_port_rate_bytes_per_second",
     "fabperf_run_cells",
 }
 LABELS = {"run", "test", "kind", "size", "path", "src_node", "dst_node"}
@@ -59,6 +62,12 @@ def check_exposition(path, strict):
     lacking = LABELS - set(bw[0].labels)
     if lacking:
         fail(f"{path}: bandwidth samples lack labels {sorted(lacking)}")
+    lat = [s for s in samples if s.name.startswith("fabperf_latency")]
+    if not lat or any(s.labels.get("latency_kind") not in ("half_rtt", "rtt") for s in lat):
+        fail(f"{path}: latency samples without latency_kind=half_rtt|rtt")
+    per = {"cell", "repeat", "stream"} & {k for s in samples for k in s.labels}
+    if per:
+        fail(f"{path}: per-measurement labels {sorted(per)} in a default export")
     keys = [(s.name, tuple(sorted(s.labels.items()))) for s in samples]
     if len(keys) != len(set(keys)):
         fail(f"{path}: duplicate series")

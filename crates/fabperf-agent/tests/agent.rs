@@ -231,6 +231,56 @@ fn client_reports_agent_version_mismatch() {
     t.join().unwrap();
 }
 
+/// v4 is the one version after the two incompatible v3s (one start for
+/// concurrent flows; data connections and UDP hellos answered): a peer of
+/// either v3, or older, gets both versions named on both sides.
+#[test]
+fn older_peers_are_refused_with_both_versions() {
+    assert_eq!(PROTO_VERSION, 4);
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    for old in [3u16, 2, 1] {
+        // An older client: the agent's preamble, then the error in words.
+        let mut s = TcpStream::connect(h.addr()).unwrap();
+        s.write_all(&fabperf_proto::Preamble { version: old }.encode())
+            .unwrap();
+        let mut pre = [0u8; 8];
+        s.read_exact(&mut pre).unwrap();
+        assert_eq!(u16::from_be_bytes([pre[4], pre[5]]), 4);
+        match fabperf_proto::read_frame(&mut s, fabperf_proto::MAX_FRAME, None, "error").unwrap() {
+            Msg::Error { code, message } => {
+                assert_eq!(code, ErrorCode::VersionMismatch);
+                assert!(
+                    message.starts_with(&format!("client speaks protocol v{old}, this agent"))
+                        && message.contains(") v4; run the same fabperf version on both ends"),
+                    "{message}"
+                );
+            }
+            m => panic!("{m:?}"),
+        }
+        // An older agent: the client stops at its preamble.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(&fabperf_proto::Preamble { version: old }.encode())
+                .unwrap();
+            let mut b = [0u8; 8];
+            let _ = s.read_exact(&mut b);
+        });
+        let e = connect_test(addr, &cfg(None), "echo", json!({})).unwrap_err();
+        assert!(
+            matches!(e, ProtoError::VersionMismatch { local: 4, remote } if remote == old),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("protocol version mismatch: this side speaks v4, the peer v{old}; run the same fabperf version on both ends")
+        );
+        t.join().unwrap();
+    }
+    echo_once(h.addr(), &cfg(None)).unwrap();
+}
+
 #[test]
 fn not_fabperf_peer() {
     let (h, _tx) = start(None, Duration::from_secs(5));
@@ -633,4 +683,88 @@ fn a_published_token_is_refused_with_how_to_rotate_it() {
     .expect("refused");
     assert!(e.starts_with("refusing to serve: the token is"), "{e}");
     assert!(e.contains("Rotate it"), "{e}");
+}
+
+/// The agent admits the senders of a cluster-size incast at once — far more
+/// than 64 — up to what it announces in its hello, and a sender beyond a
+/// full group is told the agent is busy.
+#[test]
+fn a_group_holds_what_the_hello_announces_and_no_more() {
+    let (h, _tx) = start(None, Duration::from_secs(20));
+    let addr = h.addr();
+    let hello = fabperf_proto::query_agent(addr, &cfg(None)).unwrap();
+    let cap = hello.capacity.expect("the hello says what the agent holds");
+    assert!(cap.group_tests >= 100, "{cap:?}");
+    assert!(cap.group_fds >= 2 * u64::from(cap.group_tests), "{cap:?}");
+    let grouped = ClientConfig {
+        group: Some("00112233aabbccdd".into()),
+        ..cfg(None)
+    };
+    // 200 tests of one group at once (each holds its test until pinged).
+    let n = 200.min(cap.group_tests as usize);
+    let mut held = Vec::new();
+    for i in 0..n {
+        let (ctl, _) = connect_test(addr, &grouped, "echo", json!({"n": i}))
+            .unwrap_or_else(|e| panic!("sender {i} of the group: {e}"));
+        held.push(ctl);
+    }
+    for (i, ctl) in held.iter_mut().enumerate() {
+        ctl.send_test(&json!(i)).unwrap();
+        let v: serde_json::Value = ctl.recv_test("reply").unwrap();
+        assert_eq!(v["n"], i as u64);
+    }
+    drop(held);
+    // An agent that admits 3: the fourth sender is busy, with the reason.
+    let (tx, rx) = mpsc::channel::<()>();
+    drop(tx);
+    let mut a = Agent::bind(AgentConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        token: None,
+        insecure: false,
+        limits: Limits::default(),
+        kinds: vec![Box::new(Echo {
+            hold: Arc::new(Mutex::new(Some(rx))),
+        })],
+        quiet: true,
+        identity: None,
+    })
+    .unwrap();
+    a.limit_group(3).unwrap();
+    assert_eq!(a.capacity().group_tests, 3);
+    let h3 = a.spawn();
+    let hello = fabperf_proto::query_agent(h3.addr(), &cfg(None)).unwrap();
+    assert_eq!(hello.capacity.unwrap().group_tests, 3);
+    let mut three = Vec::new();
+    for i in 0..3 {
+        three.push(connect_test(h3.addr(), &grouped, "echo", json!({"n": i})).unwrap());
+    }
+    match connect_test(h3.addr(), &grouped, "echo", json!({"n": 4})).unwrap_err() {
+        ProtoError::Remote { code, message } => {
+            assert_eq!(code, ErrorCode::Busy);
+            assert!(message.contains("3 tests of this group"), "{message}");
+        }
+        e => panic!("{e:?}"),
+    }
+}
+
+#[test]
+fn capacity_follows_open_files_and_threads() {
+    use fabperf_agent::{capacity, MAX_GROUP_TESTS, PER_GROUP_TEST};
+    // Plenty of both: the cap.
+    let c = capacity(1 << 20, 8192, None);
+    assert_eq!(c.group_tests as usize, MAX_GROUP_TESTS);
+    // A small open-file limit holds fewer tests, each at least two files.
+    let c = capacity(1024, 512, None);
+    assert!(c.group_tests >= 64 && c.group_tests < 1024, "{c:?}");
+    assert!(
+        u64::from(c.group_tests) * PER_GROUP_TEST <= c.group_fds,
+        "{c:?}"
+    );
+    // Few threads left: fewer tests.
+    let c = capacity(1 << 20, 8192, Some(500));
+    assert!(
+        u64::from(c.group_tests) * PER_GROUP_TEST <= c.group_threads.max(2),
+        "{c:?}"
+    );
+    assert!(c.group_tests < 256, "{c:?}");
 }

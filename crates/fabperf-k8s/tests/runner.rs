@@ -156,13 +156,14 @@ fn default_run_plan_parses_and_expands_over_every_agent_path() {
         ]
     );
     let cells = fabperf_run::expand(&rp, &roster(&rp)).unwrap();
-    // 3 nodes: 3 pairs per mesh, per path: tcp 2 tests x 3 paths, rdma 2 x 1;
-    // the service path has the example's 2 nodes: 1 pair per test.
-    assert_eq!(cells.len(), 3 * (2 * 3 + 2) + 2);
+    // 3 nodes: 6 ordered pairs per mesh (both directions, the default), per
+    // path: tcp 2 tests x 3 paths, rdma 2 x 1; the service path has the
+    // example's 2 nodes: 2 ordered pairs per test.
+    assert_eq!(cells.len(), 6 * (2 * 3 + 2) + 2 * 2);
     for c in &cells {
         assert_eq!(c.kind.starts_with("rdma"), c.path == "roce", "{c:?}");
     }
-    assert_eq!(cells.iter().filter(|c| c.path == "service").count(), 2);
+    assert_eq!(cells.iter().filter(|c| c.path == "service").count(), 4);
     assert!(r.mesh);
     // The ConfigMap holds exactly that plan.
     let cm = plan_configmap(&plan, r);
@@ -182,9 +183,10 @@ fn custom_tests_parse_and_expand() {
     let cells = fabperf_run::expand(&rp, &roster(&rp)).unwrap();
     let n = |t: &str| cells.iter().filter(|c| c.test == t).count();
     assert_eq!(n("tcp-bw"), 2 * 3 * 6);
-    assert_eq!(n("tcp-lat"), 2 * 3);
-    assert_eq!(n("rdma-bw"), 2 * 3);
-    assert_eq!(n("rdma-lat"), 3);
+    // The others: meshes measure both directions by default.
+    assert_eq!(n("tcp-lat"), 2 * 6);
+    assert_eq!(n("rdma-bw"), 2 * 6);
+    assert_eq!(n("rdma-lat"), 6);
     // The user's keys in the user's order, copied as written.
     assert!(
         r.run_plan.contains(

@@ -48,6 +48,7 @@ mod error;
 pub mod explain;
 mod frame;
 mod plugin;
+pub mod start;
 pub mod text;
 
 pub use control::{connect_test, query_agent, resolve, AgentHello, ClientConfig, Control};
@@ -55,10 +56,11 @@ pub use door::{DoorGuard, DoorLog};
 pub use error::{ErrorCode, ProtoError};
 pub use frame::{
     decode_body, encode_frame, read_frame, read_preamble, write_frame, write_preamble,
-    AgentIdentity, Msg, Preamble, DATA_MAGIC, DEFAULT_PORT, MAGIC, MAX_FRAME, OPEN_START_FRAME,
-    PRE_AUTH_FRAME, PROTO_VERSION,
+    AgentCapacity, AgentIdentity, Msg, Preamble, DATA_MAGIC, DEFAULT_PORT, MAGIC, MAX_FRAME,
+    OPEN_START_FRAME, PRE_AUTH_FRAME, PROTO_VERSION,
 };
 pub use plugin::{
     connect_data, control_has_news, decode_params, open_data, read_data_answer, Cookie, DataHub,
     DataWaiter, Limits, Routed, ServeCtx, ServeError, TestClock, TestKind,
 };
+pub use start::Start;

@@ -24,14 +24,29 @@ pub enum Family {
     Udp,
     /// tcp-lat, udp-lat, rdma-lat: µs.
     Latency,
+    /// http-load: requests per second, latency, errors by kind.
+    Http,
+    /// mtu: the largest packet that crosses, per method.
+    Mtu,
 }
 
 impl Family {
+    /// Every family, in the order a report shows them.
+    pub const ALL: [Family; 5] = [
+        Family::Bandwidth,
+        Family::Udp,
+        Family::Latency,
+        Family::Http,
+        Family::Mtu,
+    ];
+
     pub fn of_kind(kind: &str) -> Option<Family> {
         match kind {
             "tcp-bw" | "rdma-bw" => Some(Family::Bandwidth),
             "udp-bw" => Some(Family::Udp),
             "tcp-lat" | "udp-lat" | "rdma-lat" => Some(Family::Latency),
+            "http-load" => Some(Family::Http),
+            "mtu" => Some(Family::Mtu),
             _ => None,
         }
     }
@@ -41,6 +56,8 @@ impl Family {
             Family::Bandwidth => "Bandwidth (Gbit/s)",
             Family::Udp => "UDP at a target rate (Gbit/s, loss)",
             Family::Latency => "Latency (µs, p50 per repeat; p50/p99 over every sample)",
+            Family::Http => "HTTP load (requests/s; latency over every request; errors by kind)",
+            Family::Mtu => "Path MTU (bytes, the largest packet that crosses, per method)",
         }
     }
 
@@ -48,7 +65,14 @@ impl Family {
         match self {
             Family::Bandwidth | Family::Udp => "Gbit/s",
             Family::Latency => "us",
+            Family::Http => "req/s",
+            Family::Mtu => "bytes",
         }
+    }
+
+    /// Is a larger figure better (bandwidth, requests) or worse (latency)?
+    pub fn higher_is_better(self) -> bool {
+        !matches!(self, Family::Latency)
     }
 }
 
@@ -97,17 +121,97 @@ pub struct Delta {
     pub path: String,
     pub kind: String,
     pub test: String,
-    /// The baseline row's mean (Gbit/s or µs p50).
+    /// The baseline row's figure (Gbit/s, µs p50, requests/s, bytes).
     pub base_mean: f64,
     pub d_gbps: Option<f64>,
     pub d_pct: Option<f64>,
+    /// Latency (and http-load): the difference of the rows' p50 figures —
+    /// the mean of the repeats' p50, the statistic the noise test judges.
     pub d_p50_us: Option<f64>,
+    /// The difference of the p99 over every sample (merged histograms).
     pub d_p99_us: Option<f64>,
     /// Loss-rate change, percentage points.
     pub d_loss_pp: Option<f64>,
-    /// The difference is smaller than the two 95 % intervals together
-    /// (`None` when either side has a single repeat).
+    /// http-load: failed requests per 100 attempted, change in percentage
+    /// points.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub d_error_pp: Option<f64>,
+    /// mtu: bytes fewer than the baseline path (the overhead it adds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub d_bytes: Option<i64>,
+    /// Welch's two-sample t-test of the two rows' repeats (the same figure
+    /// the difference is taken of); `None` when either has one repeat, or
+    /// the row's instances are not repeats (a mesh's pairs).
+    pub welch: Option<stats::Welch>,
+    /// The difference is not significant (Welch's p ≥ 0.05): noise.
     pub within_noise: Option<bool>,
+    /// How the baseline row differs from this one (rate, streams, op, MTU,
+    /// kind); empty for a like-with-like comparison. Only with
+    /// [`Options::unlike`]: without it an unlike row is never compared.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unlike: Vec<String>,
+}
+
+/// One instance of a row (a mesh pair, a bisection cut): its repeats.
+#[derive(Debug, Clone, Serialize)]
+pub struct Instance {
+    /// `n1 -> n2` (a pair), `n1→n3, n2→n4` (a cut's flows).
+    pub key: String,
+    pub cells: Vec<String>,
+    pub values: Vec<f64>,
+    /// Over this instance's repeats only.
+    pub stats: Option<Stats>,
+    pub port_rate_gbps: Option<f64>,
+}
+
+/// A row's instances side by side: they are different links or cuts, not
+/// repeats, so they get a range, not an interval.
+#[derive(Debug, Clone, Serialize)]
+pub struct Spread {
+    /// `pairs` or `cuts`.
+    pub of: &'static str,
+    pub count: usize,
+    /// Over the instances' means.
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    /// The worst and the best instance (lowest bandwidth, highest latency).
+    pub worst: String,
+    pub best: String,
+    /// Which figure stands for the row: `median` (a mesh: the typical pair)
+    /// or `min` (a bisection: the slowest cut is the bisection bandwidth).
+    pub headline: &'static str,
+    /// Repeats per instance, fewest and most.
+    pub repeats_min: usize,
+    pub repeats_max: usize,
+}
+
+/// http-load figures of a row, summed over its repeats.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HttpFigures {
+    /// Failed requests by kind (connect, write, read, timeout, status, parse).
+    pub errors: BTreeMap<String, u64>,
+    pub errors_total: u64,
+    /// Successful requests over the measured intervals.
+    pub ok: Option<u64>,
+    /// Failed requests per 100 attempted.
+    pub error_pct: Option<f64>,
+}
+
+/// mtu figures of a row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MtuFigures {
+    /// forward, reverse, icmp.
+    pub method: String,
+    /// The smallest and largest MTU its repeats found.
+    pub mtu_min: u64,
+    pub mtu_max: u64,
+    /// The payload of the largest packet that crossed.
+    pub payload: Option<u64>,
+    /// The interface the probes left through, as the record names it.
+    pub interface: Option<String>,
+    /// The encapsulation the record names (`VXLAN: 50 bytes (outer …)`).
+    pub encapsulation: Option<String>,
 }
 
 /// One test × sweep point × path × pattern instance.
@@ -135,8 +239,12 @@ pub struct Row {
     pub variant: Option<String>,
     pub nodes: Vec<String>,
     pub cells: Vec<String>,
-    /// One figure per cell in run order: Gbit/s, or p50 µs for latency.
+    /// One figure per cell in run order: Gbit/s, p50 µs for latency,
+    /// requests/s for http-load, bytes for mtu.
     pub values: Vec<f64>,
+    /// Statistics over repeats of one instance: the row's only one, or the
+    /// headline instance of a bisection (its slowest cut). `None` for a
+    /// mesh of several pairs (see `spread`).
     pub stats: Option<Stats>,
     pub warnings: Vec<String>,
     pub port_rate_gbps: Option<f64>,
@@ -145,6 +253,20 @@ pub struct Row {
     pub retransmits: Option<f64>,
     pub loss_pct: Option<f64>,
     pub lat: Option<LatFigures>,
+    /// The instances of a row that holds several (a mesh's pairs, a
+    /// bisection's cuts), each with the statistics of its own repeats.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<Instance>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spread: Option<Spread>,
+    /// The figure is above the real port rate: the rate is wrong or the
+    /// traffic was counted twice (no share of the port is given then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port_finding: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpFigures>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu_path: Option<MtuFigures>,
     pub base: Option<Delta>,
 }
 
@@ -175,8 +297,26 @@ impl Row {
         s
     }
 
+    /// The row's figure: the mean over its repeats; for a mesh the median
+    /// over its pairs, for a bisection the slowest cut's mean.
     pub fn mean(&self) -> Option<f64> {
-        self.stats.as_ref().map(|s| s.mean)
+        match (&self.stats, &self.spread) {
+            (Some(s), _) => Some(s.mean),
+            (None, Some(sp)) => Some(sp.median),
+            _ => None,
+        }
+    }
+
+    /// Repeats per instance in words: `3`, or `1-3` when they differ.
+    pub fn repeats_label(&self) -> String {
+        match (&self.spread, &self.stats) {
+            (Some(sp), _) if sp.repeats_min != sp.repeats_max => {
+                format!("{}-{}", sp.repeats_min, sp.repeats_max)
+            }
+            (Some(sp), _) => sp.repeats_min.to_string(),
+            (None, Some(s)) => s.n.to_string(),
+            _ => String::new(),
+        }
     }
 }
 
@@ -204,6 +344,9 @@ pub struct Incast {
     /// The receiver's port rate (the bottleneck of an incast).
     pub port_rate_gbps: Option<f64>,
     pub pct_port: Option<f64>,
+    /// The aggregate is above the port rate: a finding, not a share.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port_finding: Option<String>,
 }
 
 /// One bisection split: half the nodes into the other half at once.
@@ -211,15 +354,24 @@ pub struct Incast {
 pub struct Bisection {
     pub test: String,
     pub path: String,
+    /// Which cut (1, 2, …: the same flows in every repeat), in the order
+    /// the run measured them.
+    pub cut: usize,
     pub repeat: u32,
     pub cell: String,
     pub dims: Value,
     pub flows: Vec<(String, String, f64)>,
+    /// The cell's planned flows (the cut).
+    #[serde(skip)]
+    pub cell_flows: Vec<(String, String)>,
     pub aggregate_gbps: Option<f64>,
     /// Sum over the flows of the slower end's port rate.
     pub port_sum_gbps: Option<f64>,
     pub pct_port: Option<f64>,
     pub jain: Option<f64>,
+    /// The aggregate is above the flows' port rates: a finding.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port_finding: Option<String>,
 }
 
 /// How bad a verdict is.
@@ -313,9 +465,6 @@ impl Report {
         v
     }
 
-    /// The row on `path` that best matches `row` (same family, size,
-    /// direction and pattern instance; the same kind, streams, op, MTU and
-    /// rate preferred).
     /// The row `row` is compared with under a `KEY=VALUE` baseline: the same
     /// test, path, pattern instance and other dimensions, with `key` at
     /// `val`.
@@ -326,15 +475,28 @@ impl Report {
                 && b.test == row.test
                 && b.family == row.family
                 && b.scope_key == row.scope_key
-                && b.stats.is_some()
+                && b.mean().is_some()
                 && dim_is(&b.dims, key, val)
                 && dims_without(&b.dims, key) == mine
         })
     }
 
+    /// The row on `path` that `row` is compared with: like with like — the
+    /// same family, environment, size, direction, pattern instance, streams,
+    /// op, MTU and rate. The same test kind is taken when the path measured
+    /// it; else another kind of the family (an `rdma-bw` row against the
+    /// host's `tcp-bw`: the transport is what the comparison is about), the
+    /// TCP one when there are several, and then the op is the kind's own.
     pub fn counterpart(&self, row: &Row, path: &str) -> Option<&Row> {
+        self.matching(row, path, false).map(|(b, _)| b)
+    }
+
+    /// [`Report::counterpart`], or with `unlike` the closest row that
+    /// differs in streams, op, MTU or rate, with the differences in words.
+    pub fn matching(&self, row: &Row, path: &str, unlike: bool) -> Option<(&Row, Vec<String>)> {
         let dir = |r: &Row| r.direction.clone().unwrap_or_else(|| "forward".into());
-        self.rows
+        let cands: Vec<(usize, &Row)> = self
+            .rows
             .iter()
             .enumerate()
             .filter(|(_, b)| {
@@ -344,21 +506,55 @@ impl Report {
                     && b.size == row.size
                     && dir(b) == dir(row)
                     && b.scope_key == row.scope_key
-                    && b.stats.is_some()
+                    && b.mean().is_some()
             })
-            // max_by_key keeps the last of equals: the reversed index keeps
-            // the plan's first on ties.
-            .max_by_key(|(i, b)| {
-                (
-                    4 * (b.kind == row.kind) as u32
-                        + 2 * (b.streams == row.streams) as u32
-                        + (b.op == row.op) as u32
-                        + (b.mtu == row.mtu) as u32
-                        + (b.rate == row.rate) as u32,
-                    std::cmp::Reverse(*i),
-                )
-            })
-            .map(|(_, b)| b)
+            .collect();
+        let same_kind = cands.iter().any(|(_, b)| b.kind == row.kind);
+        let kind_ok = |b: &Row| {
+            if same_kind {
+                b.kind == row.kind
+            } else {
+                let others: BTreeSet<&str> = cands.iter().map(|(_, c)| c.kind.as_str()).collect();
+                others.len() == 1 || b.kind.starts_with("tcp-")
+            }
+        };
+        let diffs = |b: &Row| -> Vec<String> {
+            let mut d = Vec::new();
+            let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
+            if b.streams != row.streams {
+                let n = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+                d.push(format!("streams {} vs {}", n(row.streams), n(b.streams)));
+            }
+            if b.kind == row.kind && b.op != row.op {
+                d.push(format!("op {} vs {}", show(&row.op), show(&b.op)));
+            }
+            if b.mtu != row.mtu {
+                let n = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+                d.push(format!("MTU {} vs {}", n(row.mtu), n(b.mtu)));
+            }
+            if b.rate != row.rate {
+                d.push(format!("rate {} vs {}", show(&row.rate), show(&b.rate)));
+            }
+            if b.kind != row.kind && !kind_ok(b) {
+                d.push(format!("kind {} vs {}", row.kind, b.kind));
+            }
+            d
+        };
+        if let Some((_, b)) = cands
+            .iter()
+            .find(|(_, b)| kind_ok(b) && diffs(b).is_empty())
+        {
+            return Some((b, Vec::new()));
+        }
+        if !unlike {
+            return None;
+        }
+        // The closest unlike row: fewest differences, the plan's first on ties.
+        cands
+            .iter()
+            .map(|(i, b)| (diffs(b), *i, *b))
+            .min_by_key(|(d, i, _)| (d.len(), *i))
+            .map(|(d, _, b)| (b, d))
     }
 }
 
@@ -368,6 +564,10 @@ pub struct Options {
     pub run: Option<i64>,
     /// Overrides the plan's baseline path.
     pub baseline: Option<String>,
+    /// Compare a row with the closest baseline row even when it differs in
+    /// rate, streams, op or MTU, and say how (`--compare-unlike`). Without
+    /// it such a row has no difference, and a note says why.
+    pub unlike: bool,
 }
 
 /// Build the report of a run.
@@ -526,13 +726,16 @@ fn cell_port(data: &RunData, cell: &CellRow, direction: Option<&str>) -> Option<
     })
 }
 
-/// Test order, dims, path, pattern instance key, its words.
-type GroupKey = (usize, String, String, String, String);
+/// Test order, dims, path, pattern instance key, its words, method (mtu).
+type GroupKey = (usize, String, String, String, String, String);
 
 #[derive(Default)]
 struct Acc {
     cells: Vec<String>,
-    values: Vec<f64>,
+    /// (instance, cell, figure) per cell with a figure, in run order.
+    vals: Vec<(String, String, f64)>,
+    /// The instance of each cell, in run order.
+    inst_cells: Vec<(String, String)>,
     nodes: BTreeSet<String>,
     pairs: BTreeSet<(String, String)>,
     size: Option<u64>,
@@ -540,7 +743,8 @@ struct Acc {
     op: Option<String>,
     direction: Option<String>,
     mtu: Option<u64>,
-    ports: Vec<Option<f64>>,
+    /// Port rate per instance (every cell's; `None` when one is unknown).
+    ports: Vec<(String, Option<f64>)>,
     cpu_client: Vec<Option<f64>>,
     cpu_agent: Vec<Option<f64>>,
     cpu_host: bool,
@@ -551,6 +755,12 @@ struct Acc {
     stored: Vec<crate::data::LatView>,
     per_cell_hist_p50: Vec<Option<f64>>,
     lat_kind: Option<String>,
+    errors: BTreeMap<String, u64>,
+    errors_seen: bool,
+    ok_requests: Option<u64>,
+    mtu_payload: Option<u64>,
+    mtu_iface: Option<String>,
+    mtu_encap: Option<String>,
 }
 
 fn cpu_per_gbps(rec: &RecView, host: bool) -> (Option<f64>, Option<f64>) {
@@ -580,6 +790,384 @@ fn all_some(v: &[Option<f64>]) -> Option<f64> {
     x.and_then(|x| mean_of(&x))
 }
 
+/// An mtu record's interface and encapsulation, from the notes fabperf mtu
+/// writes (`interface vxlan0 (MTU 1450, vxlan), 50 bytes of encapsulation
+/// (outer Ethernet 14 + ...)`).
+fn mtu_interface(rec: &RecView) -> (Option<String>, Option<String>) {
+    for w in &rec.warnings {
+        let Some(rest) = w.strip_prefix("interface ") else {
+            continue;
+        };
+        let (iface, encap) = match rest.split_once("), ") {
+            Some((a, b)) => (&rest[..a.len() + 1], Some(b)),
+            None => (rest, None),
+        };
+        let encap = encap.and_then(|e| {
+            let (bytes, parts) = e.split_once(" bytes of encapsulation")?;
+            let parts = parts.trim().trim_start_matches('(').trim_end_matches(')');
+            let kind = iface
+                .rsplit_once(", ")
+                .map(|(_, k)| k.trim_end_matches(')'))
+                .unwrap_or("encapsulation");
+            Some(format!("{kind} {} B ({parts})", bytes.trim()))
+        });
+        return (Some(iface.to_string()), encap);
+    }
+    (None, None)
+}
+
+/// How a pattern's cells are told apart: (row key, row words, instance).
+/// Pairs and incast receivers are rows of their own; a mesh's pairs and a
+/// bisection's cuts are instances of one row.
+fn instance_of(s: &fabperf_store::CellSpec) -> (String, String, String) {
+    let pair = |(a, b): &(String, String)| format!("{a} -> {b}");
+    match s.pattern.as_str() {
+        "pairs" => match s.flows.first() {
+            Some((a, b)) => (
+                format!("pair:{a}>{b}"),
+                format!("{a} -> {b}"),
+                format!("{a} -> {b}"),
+            ),
+            None => ("pair:".into(), "pair".into(), String::new()),
+        },
+        "mesh" => (
+            "mesh".into(),
+            "mesh".into(),
+            s.flows.first().map(pair).unwrap_or_default(),
+        ),
+        "incast" => {
+            let r = s.flows.first().map(|f| f.1.clone()).unwrap_or_default();
+            (format!("incast:{r}"), format!("incast into {r}"), r)
+        }
+        "bisection" => {
+            let mut f: Vec<String> = s.flows.iter().map(|(a, b)| format!("{a}→{b}")).collect();
+            f.sort();
+            ("bisection".into(), "bisection".into(), f.join(", "))
+        }
+        p => (p.to_string(), p.to_string(), String::new()),
+    }
+}
+
+/// Merge a record's histogram into the row's; the repeat's p50 (from its
+/// histogram, else its stored percentile).
+fn add_latency(acc: &mut Acc, rec: &RecView, cell: &str, notes: &mut Vec<String>) -> Option<f64> {
+    acc.lat_kind = acc
+        .lat_kind
+        .clone()
+        .or(rec.lat.as_ref().and_then(|l| l.kind.clone()));
+    let decoded = rec.lat_hist.as_deref().map(hist::decode);
+    let mut hp50 = None;
+    match decoded {
+        Some(Ok(h)) if !h.is_empty() => {
+            let mut one = Merged::new();
+            let _ = one.add(&h);
+            hp50 = one.quantile_us(0.5);
+            if let Err(e) = acc.hists.add(&h) {
+                notes.push(format!("cell {cell}: {e}"));
+                acc.hist_missing += 1;
+            }
+        }
+        Some(Err(e)) => {
+            notes.push(format!("cell {cell}: {e}; its stored percentiles are used"));
+            acc.hist_missing += 1;
+        }
+        _ => acc.hist_missing += 1,
+    }
+    acc.per_cell_hist_p50.push(hp50);
+    let stored = rec.lat.clone().unwrap_or_default();
+    let p50 = hp50.or(stored.p50);
+    acc.stored.push(stored);
+    p50
+}
+
+/// The instances of a row in run order, each with its repeats' statistics.
+fn instances(acc: &Acc) -> Vec<Instance> {
+    let mut out: Vec<Instance> = Vec::new();
+    for (inst, cell) in &acc.inst_cells {
+        let i = match out.iter().position(|x| x.key == *inst) {
+            Some(i) => i,
+            None => {
+                out.push(Instance {
+                    key: inst.clone(),
+                    cells: Vec::new(),
+                    values: Vec::new(),
+                    stats: None,
+                    port_rate_gbps: None,
+                });
+                out.len() - 1
+            }
+        };
+        if !out[i].cells.contains(cell) {
+            out[i].cells.push(cell.clone());
+        }
+    }
+    for x in &mut out {
+        x.values = acc
+            .vals
+            .iter()
+            .filter(|(i, ..)| *i == x.key)
+            .map(|v| v.2)
+            .collect();
+        x.stats = Stats::of(&x.values);
+        let p: Option<Vec<f64>> = acc
+            .ports
+            .iter()
+            .filter(|(i, _)| *i == x.key)
+            .map(|p| p.1)
+            .collect();
+        x.port_rate_gbps = p
+            .map(|p| p.iter().copied().fold(f64::INFINITY, f64::min))
+            .filter(|v| v.is_finite());
+    }
+    out
+}
+
+/// The range over a row's instances; `None` for fewer than two with a
+/// figure. `headline` is `min` for a bisection, else `median`.
+fn spread_of(
+    insts: &[Instance],
+    family: Family,
+    of: &'static str,
+    headline: &'static str,
+) -> Option<Spread> {
+    let with: Vec<(&Instance, f64)> = insts
+        .iter()
+        .filter_map(|i| Some((i, i.stats.as_ref()?.mean)))
+        .collect();
+    if with.len() < 2 {
+        return None;
+    }
+    let means: Vec<f64> = with.iter().map(|w| w.1).collect();
+    let lo = with.iter().min_by(|a, b| a.1.total_cmp(&b.1)).expect("two");
+    let hi = with.iter().max_by(|a, b| a.1.total_cmp(&b.1)).expect("two");
+    let (worst, best) = if family.higher_is_better() {
+        (lo, hi)
+    } else {
+        (hi, lo)
+    };
+    let reps: Vec<usize> = with.iter().map(|w| w.0.values.len()).collect();
+    Some(Spread {
+        of,
+        count: with.len(),
+        min: lo.1,
+        median: stats::median(&means),
+        max: hi.1,
+        worst: worst.0.key.clone(),
+        best: best.0.key.clone(),
+        headline,
+        repeats_min: reps.iter().copied().min().unwrap_or(0),
+        repeats_max: reps.iter().copied().max().unwrap_or(0),
+    })
+}
+
+/// Is `v` above the real port rate `p` (beyond rounding)?
+fn above_port(v: f64, p: f64) -> bool {
+    p > 0.0 && v > p * (1.0 + 1e-9)
+}
+
+/// The finding for a figure above the port rate, in words.
+pub fn port_finding_text(v: f64, p: f64) -> String {
+    format!(
+        "{} Gbit/s measured is above the {} Gbit/s port rate: the rate is wrong (a virtual link's \
+         label, a cap not seen) or the traffic was counted twice; no share of the port is given",
+        fmt_num(v),
+        fmt_num(p)
+    )
+}
+
+/// One row from its group's cells.
+fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
+    let s = &cell.spec;
+    let family = Family::of_kind(&s.kind).expect("grouped by known kinds");
+    let values: Vec<f64> = acc.vals.iter().map(|v| v.2).collect();
+    let insts = instances(&acc);
+    let multi = insts.len() > 1;
+    let unit = family.unit();
+    let mut warnings: Vec<String> = Vec::new();
+    let (stats, spread, headline_port) = if !multi {
+        let st = Stats::of(&values);
+        if let Some(st) = &st {
+            warnings.extend(stats::warnings(&values, st).iter().map(|w| w.text(unit)));
+        }
+        let port = insts.first().and_then(|i| i.port_rate_gbps);
+        (st, None, port)
+    } else if s.pattern == "bisection" {
+        // The bisection bandwidth is the slowest cut's.
+        let sp = spread_of(&insts, family, "cuts", "min");
+        let slow = sp
+            .as_ref()
+            .and_then(|sp| insts.iter().find(|i| i.key == sp.worst));
+        if let (Some(sp), Some(i)) = (&sp, slow) {
+            warnings.push(format!(
+                "bisection bandwidth: the slowest of {} cuts ({}); cuts range {}–{} {unit} (median {}); \
+                 the interval is over that cut's repeats",
+                sp.count,
+                sp.worst,
+                fmt_num(sp.min),
+                fmt_num(sp.max),
+                fmt_num(sp.median)
+            ));
+            if let Some(st) = &i.stats {
+                warnings.extend(stats::warnings(&i.values, st).iter().map(|w| w.text(unit)));
+            }
+        }
+        // Fewer than two cuts with a figure: the one that has one.
+        let slow = slow.or_else(|| insts.iter().find(|i| i.stats.is_some()));
+        let st = slow.and_then(|i| i.stats.clone());
+        let port = slow.and_then(|i| i.port_rate_gbps);
+        (st, sp, port)
+    } else {
+        let sp = spread_of(&insts, family, "pairs", "median");
+        if let Some(sp) = &sp {
+            warnings.push(format!(
+                "{} pairs, {} repeat(s) each: worst {} ({}), median {}, best {} ({}) {unit}; \
+                 the figure is the median pair and there is no interval across pairs (they are \
+                 different links, not repeats); the matrix below has each pair",
+                sp.count,
+                if sp.repeats_min == sp.repeats_max {
+                    sp.repeats_min.to_string()
+                } else {
+                    format!("{}-{}", sp.repeats_min, sp.repeats_max)
+                },
+                fmt_num(if family.higher_is_better() {
+                    sp.min
+                } else {
+                    sp.max
+                }),
+                sp.worst,
+                fmt_num(sp.median),
+                fmt_num(if family.higher_is_better() {
+                    sp.max
+                } else {
+                    sp.min
+                }),
+                sp.best
+            ));
+        }
+        let ports: Option<Vec<f64>> = insts.iter().map(|i| i.port_rate_gbps).collect();
+        let port = ports
+            .map(|p| p.iter().copied().fold(f64::INFINITY, f64::min))
+            .filter(|x| x.is_finite());
+        // Fewer than two pairs with a figure: the one that has one.
+        let st = if sp.is_none() {
+            insts.iter().find_map(|i| i.stats.clone())
+        } else {
+            None
+        };
+        (st, sp, port)
+    };
+    let scope = match s.pattern.as_str() {
+        "pairs" | "incast" => first,
+        "mesh" => format!("mesh, {} pairs", acc.pairs.len()),
+        "bisection" => match insts.len() {
+            1 => "bisection, 1 cut".into(),
+            k => format!("bisection, min of {k} cuts"),
+        },
+        p => p.to_string(),
+    };
+    let figure = match (&stats, &spread) {
+        (Some(st), _) => Some(st.mean),
+        (None, Some(sp)) => Some(sp.median),
+        _ => None,
+    };
+    let bw_family = matches!(family, Family::Bandwidth | Family::Udp);
+    let port = if bw_family { headline_port } else { None };
+    let mut port_finding = None;
+    let pct_port = match (figure, port) {
+        (Some(v), Some(p)) if bw_family && p > 0.0 => {
+            // The best instance must fit too: a mesh pair above the port
+            // is as wrong as a pair row.
+            let top = spread.as_ref().map_or(v, |sp| sp.max.max(v));
+            if above_port(top, p) {
+                port_finding = Some(port_finding_text(top, p));
+                None
+            } else {
+                Some(v / p * 100.0)
+            }
+        }
+        _ => None,
+    };
+    if let Some(f) = &port_finding {
+        warnings.push(f.clone());
+    }
+    let cpu = (!acc.cpu_client.is_empty()).then(|| CpuPerGbps {
+        client: all_some(&acc.cpu_client),
+        agent: all_some(&acc.cpu_agent),
+        source: if acc.cpu_host { "host" } else { "threads" },
+    });
+    let cpu = cpu.filter(|c| c.client.is_some() || c.agent.is_some());
+    let lat = matches!(family, Family::Latency | Family::Http).then(|| lat_figures(&acc));
+    if let Some(l) = &lat {
+        if l.source == LatSource::StoredPercentiles && !acc.stored.is_empty() {
+            warnings.push(
+                "no latency histogram stored: p50/p99 are the mean of the repeats' own percentiles, not percentiles over every sample".into(),
+            );
+        }
+    }
+    let http = (family == Family::Http).then(|| {
+        let total: u64 = acc.errors.values().fold(0u64, |a, v| a.saturating_add(*v));
+        HttpFigures {
+            errors: acc.errors.clone(),
+            errors_total: total,
+            ok: acc.ok_requests,
+            error_pct: acc
+                .ok_requests
+                .filter(|ok| ok.saturating_add(total) > 0 && acc.errors_seen)
+                .map(|ok| total as f64 * 100.0 / (ok as f64 + total as f64)),
+        }
+    });
+    let mtu_path = (family == Family::Mtu && !values.is_empty()).then(|| MtuFigures {
+        method: acc.op.clone().unwrap_or_default(),
+        mtu_min: values.iter().copied().fold(f64::INFINITY, f64::min) as u64,
+        mtu_max: values.iter().copied().fold(0.0, f64::max) as u64,
+        payload: acc.mtu_payload,
+        interface: acc.mtu_iface.clone(),
+        encapsulation: acc.mtu_encap.clone(),
+    });
+    Row {
+        family,
+        test: s.test.clone(),
+        kind: s.kind.clone(),
+        path: s.path.clone(),
+        pattern: s.pattern.clone(),
+        scope,
+        scope_key: if family == Family::Mtu {
+            format!("{scope_key}|{}", acc.op.clone().unwrap_or_default())
+        } else {
+            scope_key
+        },
+        dims: s.dims.clone(),
+        size: if family == Family::Mtu {
+            None
+        } else {
+            acc.size
+        },
+        streams: acc.streams,
+        op: acc.op.clone(),
+        direction: acc.direction.clone(),
+        mtu: acc.mtu,
+        rate: rate_label(&s.dims),
+        variant: variant_label(&s.dims),
+        nodes: acc.nodes.iter().cloned().collect(),
+        cells: acc.cells.clone(),
+        values,
+        stats,
+        warnings,
+        port_rate_gbps: port,
+        pct_port,
+        cpu,
+        retransmits: mean_of(&acc.retrans),
+        loss_pct: mean_of(&acc.loss),
+        lat,
+        instances: if multi { insts } else { Vec::new() },
+        spread,
+        port_finding,
+        http,
+        mtu_path,
+        base: None,
+    }
+}
+
 /// Everything but the mesh analyses (which need the store) and verdicts.
 pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, ReportError> {
     let mut notes = Vec::new();
@@ -601,7 +1189,14 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
             continue;
         };
         let samples = data.samples_of(&s.cell_id);
-        let Some(main) = main_sample(cell, samples) else {
+        // An mtu cell stores one record per method that measured; every
+        // other cell one record that stands for it.
+        let recs: Vec<&Sample> = if family == Family::Mtu {
+            samples.iter().filter(|m| m.role == Role::Total).collect()
+        } else {
+            main_sample(cell, samples).into_iter().collect()
+        };
+        if recs.is_empty() {
             notes.push(format!(
                 "cell {} ({} on {}) is done but has no {} record; left out",
                 s.cell_id,
@@ -614,104 +1209,140 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
                 }
             ));
             continue;
-        };
-        let rec = &main.rec;
+        }
         match s.pattern.as_str() {
             "incast" => incasts.push(incast_of(data, cell, samples)),
             "bisection" => bisections.push(bisection_of(data, cell, samples)),
             _ => {}
         }
-        let (scope_key, first) = match s.pattern.as_str() {
-            "pairs" => match s.flows.first() {
-                Some((a, b)) => (format!("pair:{a}>{b}"), format!("{a} -> {b}")),
-                None => ("pair:".into(), "pair".into()),
-            },
-            p => (p.to_string(), p.to_string()),
-        };
+        let (scope_key, first, inst) = instance_of(s);
         let n = order.len();
         let idx = *order.entry(s.test.clone()).or_insert(n);
-        let key = (
-            idx,
-            s.dims.to_string(),
-            s.path.clone(),
-            scope_key.clone(),
-            first,
-        );
-        let (_, acc) = groups
-            .entry(key)
-            .or_insert_with(|| (cell.clone(), Acc::default()));
-        acc.cells.push(s.cell_id.clone());
-        for (a, b) in &s.flows {
-            acc.nodes.insert(a.clone());
-            acc.nodes.insert(b.clone());
-            acc.pairs.insert((a.clone(), b.clone()));
-        }
-        acc.size = acc.size.or(dim_u64(&s.dims, "size")).or(rec.size);
-        acc.streams = acc.streams.or(dim_u64(&s.dims, "streams")).or(rec.streams);
-        acc.op = acc.op.clone().or(dim_str(&s.dims, "op")).or(rec.op.clone());
-        acc.direction = acc
-            .direction
-            .clone()
-            .or(dim_str(&s.dims, "direction"))
-            .or(rec.direction.clone());
-        acc.mtu = acc.mtu.or(dim_u64(&s.dims, "mtu"));
-        acc.ports
-            .push(cell_port(data, cell, acc.direction.as_deref()));
-        if let Some(r) = rec.retransmits {
-            acc.retrans.push(r as f64);
-        }
-        if let Some(l) = rec.udp_loss_pct {
-            acc.loss.push(l);
-        }
-        match family {
-            Family::Bandwidth | Family::Udp => {
-                if let Some(b) = rec.bw_gbps {
-                    acc.values.push(b);
-                }
-                if s.flows.len() == 1 {
-                    let host = rec.host_cpu_local.is_some() && rec.host_cpu_remote.is_some();
-                    if acc.cells.len() == 1 {
-                        acc.cpu_host = host;
-                    }
-                    let (c, a) = cpu_per_gbps(rec, acc.cpu_host && host);
-                    acc.cpu_client.push(c);
-                    acc.cpu_agent.push(a);
-                }
+        for main in recs {
+            let rec = &main.rec;
+            let method = if family == Family::Mtu {
+                rec.op.clone().unwrap_or_default()
+            } else {
+                String::new()
+            };
+            let key = (
+                idx,
+                s.dims.to_string(),
+                s.path.clone(),
+                scope_key.clone(),
+                first.clone(),
+                method.clone(),
+            );
+            let (_, acc) = groups
+                .entry(key)
+                .or_insert_with(|| (cell.clone(), Acc::default()));
+            acc.cells.push(s.cell_id.clone());
+            acc.inst_cells.push((inst.clone(), s.cell_id.clone()));
+            for (a, b) in &s.flows {
+                acc.nodes.insert(a.clone());
+                acc.nodes.insert(b.clone());
+                acc.pairs.insert((a.clone(), b.clone()));
             }
-            Family::Latency => {
-                acc.lat_kind = acc
-                    .lat_kind
-                    .clone()
-                    .or(rec.lat.as_ref().and_then(|l| l.kind.clone()));
-                let decoded = rec.lat_hist.as_deref().map(hist::decode);
-                let mut hp50 = None;
-                match decoded {
-                    Some(Ok(h)) if !h.is_empty() => {
-                        let mut one = Merged::new();
-                        let _ = one.add(&h);
-                        hp50 = one.quantile_us(0.5);
-                        if let Err(e) = acc.hists.add(&h) {
-                            notes.push(format!("cell {}: {e}", s.cell_id));
-                            acc.hist_missing += 1;
+            acc.size = acc.size.or(dim_u64(&s.dims, "size")).or(rec.size);
+            acc.streams = acc.streams.or(dim_u64(&s.dims, "streams")).or(rec.streams);
+            acc.op = acc.op.clone().or(dim_str(&s.dims, "op")).or(rec.op.clone());
+            acc.direction = acc
+                .direction
+                .clone()
+                .or(dim_str(&s.dims, "direction"))
+                .or(rec.direction.clone());
+            acc.mtu = acc.mtu.or(dim_u64(&s.dims, "mtu"));
+            acc.ports.push((
+                inst.clone(),
+                cell_port(data, cell, acc.direction.as_deref()),
+            ));
+            if let Some(r) = rec.retransmits {
+                acc.retrans.push(r as f64);
+            }
+            if let Some(l) = rec.udp_loss_pct {
+                acc.loss.push(l);
+            }
+            let push = |acc: &mut Acc, v: Option<f64>| {
+                if let Some(v) = v {
+                    acc.vals.push((inst.clone(), s.cell_id.clone(), v));
+                }
+            };
+            match family {
+                Family::Bandwidth | Family::Udp => {
+                    push(acc, rec.bw_gbps);
+                    if s.flows.len() == 1 {
+                        let host = rec.host_cpu_local.is_some() && rec.host_cpu_remote.is_some();
+                        if acc.cells.len() == 1 {
+                            acc.cpu_host = host;
+                        }
+                        let (c, a) = cpu_per_gbps(rec, acc.cpu_host && host);
+                        acc.cpu_client.push(c);
+                        acc.cpu_agent.push(a);
+                    }
+                }
+                Family::Latency | Family::Http => {
+                    let p50 = add_latency(acc, rec, &s.cell_id, &mut notes);
+                    if family == Family::Latency {
+                        push(acc, p50);
+                    } else {
+                        push(acc, rec.requests_per_s);
+                        if let Some(e) = &rec.errors {
+                            acc.errors_seen = true;
+                            for (k, v) in e {
+                                let c = acc.errors.entry(k.clone()).or_default();
+                                *c = c.saturating_add(*v);
+                            }
+                        }
+                        // The record counts successful requests as iterations
+                        // (requests/s × the measured interval).
+                        if let (Some(r), Some(d)) = (rec.requests_per_s, rec.duration_s) {
+                            let ok = (r * d).round() as u64;
+                            acc.ok_requests = Some(acc.ok_requests.unwrap_or(0).saturating_add(ok));
                         }
                     }
-                    Some(Err(e)) => {
-                        notes.push(format!(
-                            "cell {}: {e}; its stored percentiles are used",
-                            s.cell_id
-                        ));
-                        acc.hist_missing += 1;
-                    }
-                    _ => acc.hist_missing += 1,
                 }
-                acc.per_cell_hist_p50.push(hp50);
-                let stored = rec.lat.clone().unwrap_or_default();
-                if let Some(v) = hp50.or(stored.p50) {
-                    acc.values.push(v);
+                Family::Mtu => {
+                    acc.op = Some(method.clone());
+                    push(acc, rec.mtu.map(|m| m as f64));
+                    acc.mtu_payload = acc.mtu_payload.or(rec.size);
+                    let (iface, encap) = mtu_interface(rec);
+                    acc.mtu_iface = acc.mtu_iface.take().or(iface);
+                    acc.mtu_encap = acc.mtu_encap.take().or(encap);
                 }
-                acc.stored.push(stored);
             }
         }
+    }
+    // Number the cuts of each bisection test: the same flows are one cut.
+    let mut cuts: Vec<(String, String, String, String)> = Vec::new();
+    for b in &mut bisections {
+        let mut f: Vec<String> = b
+            .cell_flows
+            .iter()
+            .map(|(a, c)| format!("{a}→{c}"))
+            .collect();
+        f.sort();
+        let key = (
+            b.test.clone(),
+            b.path.clone(),
+            b.dims.to_string(),
+            f.join(", "),
+        );
+        let same =
+            |k: &(String, String, String, String)| k.0 == key.0 && k.1 == key.1 && k.2 == key.2;
+        b.cut = match cuts.iter().position(|k| *k == key) {
+            Some(_) => {
+                cuts.iter()
+                    .filter(|k| same(k))
+                    .position(|k| *k == key)
+                    .unwrap_or(0)
+                    + 1
+            }
+            None => {
+                let n = cuts.iter().filter(|k| same(k)).count() + 1;
+                cuts.push(key);
+                n
+            }
+        };
     }
     if !unknown_kinds.is_empty() {
         notes.push(format!(
@@ -720,86 +1351,8 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
         ));
     }
     let mut rows = Vec::new();
-    for ((_, _, _, scope_key, first), (cell, acc)) in groups {
-        let s = &cell.spec;
-        let family = Family::of_kind(&s.kind).expect("grouped by known kinds");
-        let stats = Stats::of(&acc.values);
-        let mut warnings: Vec<String> = Vec::new();
-        if let Some(st) = &stats {
-            if s.pattern == "mesh" {
-                warnings.push(format!(
-                    "mean over {} mesh cells (pairs × repeats); the matrix below has each pair",
-                    st.n
-                ));
-            } else {
-                warnings.extend(
-                    stats::warnings(&acc.values, st)
-                        .iter()
-                        .map(|w| w.text(family.unit())),
-                );
-            }
-        }
-        let scope = match s.pattern.as_str() {
-            "pairs" => first,
-            "mesh" => format!("mesh, {} pairs", acc.pairs.len()),
-            "incast" => "incast aggregate".into(),
-            "bisection" => "bisection aggregate".into(),
-            p => p.to_string(),
-        };
-        let port = {
-            let p: Option<Vec<f64>> = acc.ports.iter().copied().collect();
-            p.map(|p| p.iter().copied().fold(f64::INFINITY, f64::min))
-                .filter(|x| x.is_finite())
-        };
-        let pct_port = match (family, &stats, port) {
-            (Family::Bandwidth | Family::Udp, Some(st), Some(p)) if p > 0.0 => {
-                Some(st.mean / p * 100.0)
-            }
-            _ => None,
-        };
-        let cpu = (!acc.cpu_client.is_empty()).then(|| CpuPerGbps {
-            client: all_some(&acc.cpu_client),
-            agent: all_some(&acc.cpu_agent),
-            source: if acc.cpu_host { "host" } else { "threads" },
-        });
-        let cpu = cpu.filter(|c| c.client.is_some() || c.agent.is_some());
-        let lat = (family == Family::Latency).then(|| lat_figures(&acc));
-        if let Some(l) = &lat {
-            if l.source == LatSource::StoredPercentiles && !acc.stored.is_empty() {
-                warnings.push(
-                    "no latency histogram stored: p50/p99 are the mean of the repeats' own percentiles, not percentiles over every sample".into(),
-                );
-            }
-        }
-        rows.push(Row {
-            family,
-            test: s.test.clone(),
-            kind: s.kind.clone(),
-            path: s.path.clone(),
-            pattern: s.pattern.clone(),
-            scope,
-            scope_key,
-            dims: s.dims.clone(),
-            size: acc.size,
-            streams: acc.streams,
-            op: acc.op.clone(),
-            direction: acc.direction.clone(),
-            mtu: acc.mtu,
-            rate: rate_label(&s.dims),
-            variant: variant_label(&s.dims),
-            nodes: acc.nodes.iter().cloned().collect(),
-            cells: acc.cells.clone(),
-            values: acc.values.clone(),
-            stats,
-            warnings,
-            port_rate_gbps: port,
-            pct_port,
-            cpu,
-            retransmits: mean_of(&acc.retrans),
-            loss_pct: mean_of(&acc.loss),
-            lat,
-            base: None,
-        });
+    for ((_, _, _, scope_key, first, _), (cell, acc)) in groups {
+        rows.push(row_of(&cell, scope_key, first, acc));
     }
     // Within a test: sizes ascending, then the other dims, paths in the
     // order first seen, baseline first.
@@ -953,30 +1506,56 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
         gates: Vec::new(),
     };
     if let Some(b) = &baseline {
-        let deltas: Vec<Option<Delta>> = report
+        let deltas: Vec<(Option<Delta>, Option<String>)> = report
             .rows
             .iter()
             .map(|r| match by_dim {
                 Some((key, val)) => {
                     if dim_is(&r.dims, key, val) {
-                        return None;
+                        return (None, None);
                     }
-                    let base = report.counterpart_dim(r, key, val)?;
+                    let Some(base) = report.counterpart_dim(r, key, val) else {
+                        return (None, None);
+                    };
                     let mut d = delta(r, base);
                     d.path = b.clone();
-                    Some(d)
+                    (Some(d), None)
                 }
                 None => {
                     if &r.path == b {
-                        return None;
+                        return (None, None);
                     }
-                    let base = report.counterpart(r, b)?;
-                    Some(delta(r, base))
+                    match report.matching(r, b, true) {
+                        Some((base, unlike)) if unlike.is_empty() => (Some(delta(r, base)), None),
+                        Some((base, unlike)) if opts.unlike => {
+                            let why = format!(
+                                "compared with an unlike row on {b} ({}; --compare-unlike): the \
+                                 difference mixes the path with that",
+                                unlike.join(", ")
+                            );
+                            let mut d = delta(r, base);
+                            d.unlike = unlike;
+                            // An unlike difference is shown, never judged.
+                            d.within_noise = None;
+                            d.welch = None;
+                            (Some(d), Some(why))
+                        }
+                        Some((_, unlike)) => (
+                            None,
+                            Some(format!(
+                                "no like row on {b} to compare with (the closest differs: {}); \
+                                 --compare-unlike shows that difference, marked",
+                                unlike.join(", ")
+                            )),
+                        ),
+                        None => (None, None),
+                    }
                 }
             })
             .collect();
-        for (r, d) in report.rows.iter_mut().zip(deltas) {
+        for (r, (d, why)) in report.rows.iter_mut().zip(deltas) {
             r.base = d;
+            r.warnings.extend(why);
         }
     }
     Ok(report)
@@ -1030,10 +1609,13 @@ fn lat_figures(acc: &Acc) -> LatFigures {
 }
 
 fn delta(r: &Row, b: &Row) -> Delta {
-    let (rs, bs) = (r.stats.as_ref(), b.stats.as_ref());
-    let base_mean = bs.map(|s| s.mean).unwrap_or(f64::NAN);
-    let within_noise = match (rs.and_then(|s| s.ci95), bs.and_then(|s| s.ci95)) {
-        (Some(a), Some(c)) => Some((rs.map(|s| s.mean).unwrap_or(0.0) - base_mean).abs() <= a + c),
+    let (ra, rb) = (r.mean(), b.mean());
+    let base_mean = rb.unwrap_or(f64::NAN);
+    // The test judges the figure the difference is taken of: the repeats
+    // of the row's (headline) instance on both sides; a mesh of several
+    // pairs has no repeats to test (`stats` is `None`).
+    let welch = match (&r.stats, &b.stats) {
+        (Some(x), Some(y)) => stats::welch(x, y),
         _ => None,
     };
     let mut d = Delta {
@@ -1046,30 +1628,50 @@ fn delta(r: &Row, b: &Row) -> Delta {
         d_p50_us: None,
         d_p99_us: None,
         d_loss_pp: None,
-        within_noise,
+        d_error_pp: None,
+        d_bytes: None,
+        within_noise: welch.map(|w| !w.significant()),
+        welch,
+        unlike: Vec::new(),
     };
+    let pct = |a: f64, c: f64| (c > 0.0).then(|| (a - c) / c * 100.0);
     match r.family {
         Family::Bandwidth | Family::Udp => {
-            if let (Some(a), Some(c)) = (rs, bs) {
-                d.d_gbps = Some(a.mean - c.mean);
-                if c.mean > 0.0 {
-                    d.d_pct = Some((a.mean - c.mean) / c.mean * 100.0);
-                }
+            if let (Some(a), Some(c)) = (ra, rb) {
+                d.d_gbps = Some(a - c);
+                d.d_pct = pct(a, c);
             }
             if let (Some(a), Some(c)) = (r.loss_pct, b.loss_pct) {
                 d.d_loss_pp = Some(a - c);
             }
         }
-        Family::Latency => {
+        Family::Latency | Family::Http => {
             let (la, lb) = (r.lat.as_ref(), b.lat.as_ref());
-            d.d_p50_us = la
-                .and_then(|l| l.p50)
-                .zip(lb.and_then(|l| l.p50))
-                .map(|(a, c)| a - c);
+            if r.family == Family::Latency {
+                d.d_p50_us = ra.zip(rb).map(|(a, c)| a - c);
+            } else {
+                // Requests/s is the figure; latency at p50 over every request.
+                if let (Some(a), Some(c)) = (ra, rb) {
+                    d.d_pct = pct(a, c);
+                }
+                d.d_p50_us = la
+                    .and_then(|l| l.p50)
+                    .zip(lb.and_then(|l| l.p50))
+                    .map(|(a, c)| a - c);
+                d.d_error_pp = r
+                    .http
+                    .as_ref()
+                    .and_then(|h| h.error_pct)
+                    .zip(b.http.as_ref().and_then(|h| h.error_pct))
+                    .map(|(a, c)| a - c);
+            }
             d.d_p99_us = la
                 .and_then(|l| l.p99)
                 .zip(lb.and_then(|l| l.p99))
                 .map(|(a, c)| a - c);
+        }
+        Family::Mtu => {
+            d.d_bytes = ra.zip(rb).map(|(a, c)| (c - a).round() as i64);
         }
     }
     d
@@ -1107,7 +1709,14 @@ fn incast_of(data: &RunData, cell: &CellRow, samples: &[Sample]) -> Incast {
         senders,
         aggregate_gbps: aggregate,
         port_rate_gbps: port,
-        pct_port: aggregate.zip(port).map(|(a, p)| a / p * 100.0),
+        pct_port: aggregate
+            .zip(port)
+            .filter(|(a, p)| *p > 0.0 && !above_port(*a, *p))
+            .map(|(a, p)| a / p * 100.0),
+        port_finding: aggregate
+            .zip(port)
+            .filter(|(a, p)| above_port(*a, *p))
+            .map(|(a, p)| port_finding_text(a, p)),
     }
 }
 
@@ -1135,6 +1744,8 @@ fn bisection_of(data: &RunData, cell: &CellRow, samples: &[Sample]) -> Bisection
     Bisection {
         test: s.test.clone(),
         path: s.path.clone(),
+        cut: 0,
+        cell_flows: s.flows.clone(),
         repeat: s.repeat,
         cell: s.cell_id.clone(),
         dims: s.dims.clone(),
@@ -1144,8 +1755,12 @@ fn bisection_of(data: &RunData, cell: &CellRow, samples: &[Sample]) -> Bisection
         port_sum_gbps: port_sum,
         pct_port: aggregate
             .zip(port_sum)
-            .filter(|(_, p)| *p > 0.0)
+            .filter(|(a, p)| *p > 0.0 && !above_port(*a, *p))
             .map(|(a, p)| a / p * 100.0),
+        port_finding: aggregate
+            .zip(port_sum)
+            .filter(|(a, p)| above_port(*a, *p))
+            .map(|(a, p)| port_finding_text(a, p)),
     }
 }
 
@@ -1208,9 +1823,12 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
             parts.push("baseline".into());
         }
         // Bandwidth against the baseline: the worst difference.
+        // Unlike comparisons (--compare-unlike) are shown, never judged.
+        let like = |r: &&&Row| r.base.as_ref().is_some_and(|d| d.unlike.is_empty());
         let worst_bw = rows
             .iter()
-            .filter(|r| r.family != Family::Latency)
+            .filter(|r| matches!(r.family, Family::Bandwidth | Family::Udp))
+            .filter(like)
             .filter_map(|r| Some((r, r.base.as_ref()?.d_pct?)))
             .min_by(|a, b| a.1.total_cmp(&b.1));
         if let Some((r, pct)) = worst_bw {
@@ -1219,7 +1837,7 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
             // one is reported, softened, with the reason (too few repeats).
             let noise = d.within_noise == Some(true);
             let caveat = if noise {
-                "; within the 95 % intervals of its repeats, so more repeats are needed to be sure"
+                "; not significant over its repeats (Welch's t-test), so more repeats are needed to be sure"
             } else {
                 ""
             };
@@ -1259,6 +1877,7 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
         let worst_lat = rows
             .iter()
             .filter(|r| r.family == Family::Latency)
+            .filter(like)
             .filter_map(|r| Some((r, r.base.as_ref()?.d_p50_us?)))
             .max_by(|a, b| a.1.total_cmp(&b.1));
         if let Some((r, d50)) = worst_lat {
@@ -1272,16 +1891,69 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                 .d_p99_us
                 .map(|x| format!(", {} µs at p99", signed(x, 1)))
                 .unwrap_or_default();
+            // The same figure the noise test judged: the repeats' p50.
+            let noise = d.within_noise == Some(true);
             parts.push(format!(
-                "{} µs at p50{d99} {} ({})",
+                "{} µs at p50{d99} {} ({}{})",
                 signed(d50, 1),
                 where_(r),
-                r.kind
+                r.kind,
+                if noise {
+                    "; not significant over its repeats (Welch's t-test)"
+                } else {
+                    ""
+                }
             ));
-            if rel > 0.5 && d50 > 1.0 {
+            if rel > 0.5 && d50 > 1.0 && !noise {
                 level = level.max(Level::Bad);
             } else if rel > 0.1 && d50 > 0.5 {
                 level = level.max(Level::Warn);
+            }
+        }
+        // HTTP load against the baseline: the worst requests/s, errors added.
+        if let Some((r, pct)) = rows
+            .iter()
+            .filter(|r| r.family == Family::Http)
+            .filter(like)
+            .filter_map(|r| Some((r, r.base.as_ref()?.d_pct?)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+        {
+            let d = r.base.as_ref().expect("filtered on base");
+            let noise = d.within_noise == Some(true);
+            let errs = d
+                .d_error_pp
+                .filter(|e| *e > 0.0)
+                .map(|e| format!(", errors {} pp", signed(e, 2)))
+                .unwrap_or_default();
+            parts.push(format!(
+                "{} % requests/s vs {} {} ({} {} vs {} req/s{errs}{})",
+                signed(pct, 0),
+                d.path,
+                where_(r),
+                r.kind,
+                fmt_num(r.mean().unwrap_or(f64::NAN)),
+                fmt_num(d.base_mean),
+                if noise { "; not significant" } else { "" }
+            ));
+            if pct <= -25.0 && !noise {
+                level = level.max(Level::Bad);
+            } else if (pct <= -5.0 && !noise) || !errs.is_empty() {
+                level = level.max(Level::Warn);
+            }
+        }
+        // Path MTU: the bytes an overlay takes, named.
+        for r in rows.iter().filter(|r| r.family == Family::Mtu) {
+            if r.base
+                .as_ref()
+                .and_then(|d| d.d_bytes)
+                .is_some_and(|b| b != 0)
+            {
+                parts.push(format!(
+                    "MTU {} {} ({})",
+                    fmt_num(r.mean().unwrap_or(f64::NAN)),
+                    r.op.as_deref().unwrap_or(""),
+                    crate::text::overhead_words(r)
+                ));
             }
         }
         // UDP loss against the baseline.
@@ -1300,6 +1972,16 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                 ));
                 level = level.max(Level::Warn);
             }
+        }
+        // A figure above a real port rate: a wrong rate or wrong counting.
+        for r in rows.iter().filter(|r| r.port_finding.is_some()) {
+            parts.push(format!(
+                "{} {}: {}",
+                r.test,
+                where_(r),
+                r.port_finding.as_deref().unwrap_or_default()
+            ));
+            level = level.max(Level::Warn);
         }
         // Share of the port rate.
         if let Some((r, pct)) = rows
@@ -1349,23 +2031,35 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                     .unwrap_or_default()
             ));
         }
-        if let Some(worst) = rep
-            .bisections
-            .iter()
-            .filter(|b| b.path == path && b.pct_port.is_some())
-            .min_by(|a, b| {
-                a.pct_port
-                    .unwrap_or(0.0)
-                    .total_cmp(&b.pct_port.unwrap_or(0.0))
-            })
-        {
-            let p = worst.pct_port.unwrap_or(0.0);
+        for ic in ics.iter().filter(|i| i.port_finding.is_some()) {
             parts.push(format!(
-                "bisection: {} Gbit/s, {p:.0} % of the flows' port rates at worst",
-                fmt_num(worst.aggregate_gbps.unwrap_or(f64::NAN))
+                "incast into {} (repeat {}): {}",
+                ic.receiver,
+                ic.repeat + 1,
+                ic.port_finding.as_deref().unwrap_or_default()
             ));
-            if p < 50.0 {
-                level = level.max(Level::Warn);
+            level = level.max(Level::Warn);
+        }
+        // Bisection: the slowest cut is the bisection bandwidth.
+        for b in rows.iter().filter(|r| r.pattern == "bisection") {
+            let Some(v) = b.mean() else { continue };
+            let cuts = b.spread.as_ref().map_or(1, |sp| sp.count);
+            match b.pct_port {
+                Some(p) => {
+                    parts.push(format!(
+                        "bisection: {} Gbit/s, the slowest of {cuts} cut(s) of test {}, {p:.0} % of its flows' port rates",
+                        fmt_num(v),
+                        b.test
+                    ));
+                    if p < 50.0 {
+                        level = level.max(Level::Warn);
+                    }
+                }
+                None => parts.push(format!(
+                    "bisection: {} Gbit/s, the slowest of {cuts} cut(s) of test {}",
+                    fmt_num(v),
+                    b.test
+                )),
             }
         }
         let failed = rep.failed.iter().filter(|f| f.path == path).count();
@@ -1430,25 +2124,17 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
             ));
         }
         for m in rep.meshes.iter().flat_map(|m| &m.groups) {
-            if m.bad_nodes.contains(&n) {
-                let vals: Vec<f64> = m
-                    .suspects
-                    .iter()
-                    .filter(|s| s.confirmed && (s.src == n || s.dst == n))
-                    .map(|s| s.value)
-                    .collect();
-                let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            // The mesh summary says why it names a node (all its pairs, its
+            // sends or receives, or every cell failed), confirmed or not.
+            for f in m.node_findings.iter().filter(|f| f.node == n) {
                 parts.push(format!(
-                    "suspect node in mesh {} on {}: all {} of its links fail the rule ({}–{} {})",
+                    "{}suspect node in mesh {} on {}: {}",
+                    if f.confirmed { "" } else { "unconfirmed " },
                     m.test,
                     m.path,
-                    vals.len(),
-                    fmt_num(lo),
-                    fmt_num(hi),
-                    m.metric.unit()
+                    f.text
                 ));
-                level = Level::Bad;
+                level = level.max(if f.confirmed { Level::Bad } else { Level::Warn });
             }
             for (a, b) in &m.bad_links {
                 if *a == n || *b == n {
@@ -1586,6 +2272,35 @@ mod tests {
         assert_eq!(r(serde_json::json!("max")).as_deref(), Some("max"));
         assert_eq!(r(serde_json::json!("500M")).as_deref(), Some("500M"));
         assert_eq!(rate_label(&serde_json::json!({})), None);
+    }
+
+    #[test]
+    fn mtu_notes_name_the_interface_and_encapsulation() {
+        let rec = |w: &[&str]| RecView {
+            warnings: w.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let (i, e) = mtu_interface(&rec(&[
+            "limited by the path",
+            "interface vxlan0 (MTU 1450, vxlan), 50 bytes of encapsulation (outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8)",
+        ]));
+        assert_eq!(i.as_deref(), Some("vxlan0 (MTU 1450, vxlan)"));
+        assert_eq!(
+            e.as_deref(),
+            Some("vxlan 50 B (outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8)")
+        );
+        let (i, e) = mtu_interface(&rec(&["interface eth0 (MTU 9000, ethernet)"]));
+        assert_eq!((i.as_deref(), e), (Some("eth0 (MTU 9000, ethernet)"), None));
+        // Odd notes never panic.
+        for w in [
+            "interface ",
+            "interface ), ",
+            "interface (), x bytes of encapsulation",
+            "interface é), ü",
+        ] {
+            let _ = mtu_interface(&rec(&[w]));
+        }
+        assert_eq!(mtu_interface(&rec(&[])), (None, None));
     }
 
     #[test]

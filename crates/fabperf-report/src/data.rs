@@ -41,7 +41,7 @@ pub struct HostCpuView {
 }
 
 /// The figures of one stored record a report uses. Every key is optional:
-/// a missing, mistyped or non-finite value is simply absent.
+/// a missing, mistyped, non-finite or negative value is simply absent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RecView {
     pub test: String,
@@ -65,12 +65,28 @@ pub struct RecView {
     pub udp_lost: Option<u64>,
     pub udp_loss_pct: Option<f64>,
     pub mtu: Option<u64>,
+    /// http-load: successful requests per second.
+    pub requests_per_s: Option<f64>,
+    /// http-load: failed requests by kind (`connect`, `write`, `read`,
+    /// `timeout`, `status`, `parse`).
+    pub errors: Option<BTreeMap<String, u64>>,
+    /// The record's placement says the client's (`local`) or the agent's
+    /// (`remote`) end ran on a virtual link (veth, bridge, loopback, a
+    /// software RDMA device on one): its nominal speed is a label.
+    pub virtual_local: bool,
+    pub virtual_remote: bool,
+    /// The port rate each end's placement gives (on a virtual link only a
+    /// `tc` cap, a real limit).
+    pub port_local_gbps: Option<f64>,
+    pub port_remote_gbps: Option<f64>,
     pub warnings: Vec<String>,
     pub started_at: Option<String>,
 }
 
+/// A figure of a stored record: finite and not negative (no figure a
+/// record holds can be below zero: a negative one is not data).
 fn num(v: &Value, k: &str) -> Option<f64> {
-    v.get(k)?.as_f64().filter(|x| x.is_finite())
+    v.get(k)?.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
 }
 
 fn uint(v: &Value, k: &str) -> Option<u64> {
@@ -108,6 +124,19 @@ impl RecView {
             })
         };
         let udp = v.get("udp");
+        let placement = |k: &str| v.get(k).filter(|p| p.is_object());
+        let is_virtual =
+            |k: &str| placement(k).and_then(|p| p.get("virtual_link")?.as_bool()) == Some(true);
+        let port = |k: &str| {
+            placement(k)
+                .and_then(|p| num(p, "port_rate_gbps"))
+                .filter(|r| *r > 0.0)
+        };
+        let errors = v.get("errors").and_then(Value::as_object).map(|o| {
+            o.iter()
+                .filter_map(|(k, x)| Some((k.clone(), x.as_u64()?)))
+                .collect::<BTreeMap<String, u64>>()
+        });
         let warnings = v
             .get("warnings")
             .and_then(Value::as_array)
@@ -145,6 +174,12 @@ impl RecView {
             udp_lost: udp.and_then(|u| uint(u, "lost")),
             udp_loss_pct: udp.and_then(|u| num(u, "loss_pct")),
             mtu: uint(v, "mtu"),
+            requests_per_s: num(v, "requests_per_s"),
+            errors,
+            virtual_local: is_virtual("placement_local"),
+            virtual_remote: is_virtual("placement_remote"),
+            port_local_gbps: port("placement_local"),
+            port_remote_gbps: port("placement_remote"),
             warnings,
             started_at: text(v, "started_at"),
         }
@@ -165,9 +200,61 @@ pub struct Sample {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Inventory {
     pub iface: Option<String>,
+    /// The rate the link can carry, Gbit/s; `None` on a virtual link
+    /// (unless a `tc` cap sets a real one) and when unknown.
     pub port_rate_gbps: Option<f64>,
+    /// The link is virtual (veth, bridge, loopback, a software RDMA device
+    /// on one): said by the inventory or by the run's records.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub virtual_link: bool,
+    /// The speed a virtual link states: a label, never used as a rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_rate_gbps: Option<f64>,
     pub mtu: Option<u64>,
     pub numa_node: Option<i64>,
+}
+
+/// Drivers of software links whose stated speed is a label (`veth` says
+/// 10000 Mb/s whatever it carries).
+const VIRTUAL_DRIVERS: [&str; 12] = [
+    "veth",
+    "bridge",
+    "vxlan",
+    "geneve",
+    "dummy",
+    "tun",
+    "openvswitch",
+    "macvlan",
+    "ipvlan",
+    "wireguard",
+    "ifb",
+    "vrf",
+];
+
+/// Does an agent's inventory describe a virtual link? Its own
+/// `virtual_link`/`virtual_device` flag, a loopback kind or a software
+/// driver.
+fn inventory_is_virtual(i: &Value) -> bool {
+    let flag = |k: &str| i.get(k).and_then(Value::as_bool) == Some(true);
+    flag("virtual_link")
+        || flag("virtual_device")
+        || text(i, "kind").is_some_and(|k| k == "loopback")
+        || text(i, "driver").is_some_and(|d| VIRTUAL_DRIVERS.contains(&d.as_str()))
+}
+
+impl Inventory {
+    /// Mark the link virtual (a record said so): its speed becomes a label
+    /// and only `cap` (a tc cap the record gave) is a rate.
+    fn mark_virtual(&mut self, cap: Option<f64>) {
+        if !self.virtual_link {
+            self.virtual_link = true;
+            self.label_rate_gbps = self.port_rate_gbps;
+            self.port_rate_gbps = None;
+        }
+        if cap.is_some() {
+            self.port_rate_gbps = cap;
+        }
+    }
 }
 
 /// An agent of the run.
@@ -192,6 +279,12 @@ impl Agent {
                 .or_else(|| num(i, "speed_mbps").map(|m| m / 1000.0))
                 .filter(|r| *r > 0.0)
         });
+        let virtual_link = inv.is_some_and(inventory_is_virtual);
+        // On a virtual link only a tc cap is a real limit.
+        let tc_cap = inv
+            .and_then(|i| num(i, "tc_rate_bps"))
+            .filter(|r| *r > 0.0)
+            .map(|r| r / 1e9);
         Agent {
             name: a.name.clone(),
             path: a.path.clone(),
@@ -199,7 +292,9 @@ impl Agent {
             node: ident.and_then(|i| text(i, "node")),
             inventory: Inventory {
                 iface: inv.and_then(|i| text(i, "iface")),
-                port_rate_gbps: port,
+                port_rate_gbps: if virtual_link { tc_cap } else { port },
+                virtual_link,
+                label_rate_gbps: if virtual_link { port } else { None },
                 mtu: inv.and_then(|i| uint(i, "mtu")),
                 numa_node: inv.and_then(|i| i.get("numa_node")?.as_i64()),
             },
@@ -334,7 +429,41 @@ pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
         })?,
     };
     let (plan_baseline, mesh_rules) = plan_settings(&run.plan_text);
-    let cells = store.cells(run.id)?;
+    // Only the current plan's cells count; the others are listed.
+    let fabperf_store::PlanCells {
+        current: cells,
+        stale,
+    } = store.plan_cells(run.id)?;
+    let mut notes = Vec::new();
+    if !stale.is_empty() {
+        let shown: Vec<String> = stale
+            .iter()
+            .take(10)
+            .map(|c| {
+                format!(
+                    "{} ({})",
+                    fabperf_run::exec::printable(&c.spec.cell_id),
+                    fabperf_run::exec::printable(&fabperf_run::exec::cell_label(&c.spec))
+                )
+            })
+            .collect();
+        notes.push(format!(
+            "{} stored cell{} of run {} {} not part of its current plan (the plan was edited since they ran) and {} not counted: {}{}",
+            stale.len(),
+            if stale.len() == 1 { "" } else { "s" },
+            run.id,
+            if stale.len() == 1 { "is" } else { "are" },
+            if stale.len() == 1 { "is" } else { "are" },
+            shown.join(", "),
+            if stale.len() > shown.len() {
+                format!(" and {} more (`fabperf runs --db FILE --cells` lists them)", stale.len() - shown.len())
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let current: std::collections::HashSet<&str> =
+        cells.iter().map(|c| c.spec.cell_id.as_str()).collect();
     let mut samples: HashMap<String, Vec<Sample>> = HashMap::new();
     for RawMeasurement {
         cell_id,
@@ -345,6 +474,9 @@ pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
         lat_hist,
     } in store.measurements_raw(run.id)?
     {
+        if !current.contains(cell_id.as_str()) {
+            continue;
+        }
         let rec = RecView::from_json(&record, lat_hist.as_deref());
         samples.entry(cell_id).or_default().push(Sample {
             role,
@@ -353,7 +485,30 @@ pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
             rec,
         });
     }
-    let agents = store.agents(run.id)?.iter().map(Agent::from_row).collect();
+    let mut agents: Vec<Agent> = store.agents(run.id)?.iter().map(Agent::from_row).collect();
+    // What the records say about the links: a virtual end's speed is a label.
+    for c in &cells {
+        for m in samples
+            .get(&c.spec.cell_id)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+        {
+            for (node, virt, cap) in [
+                (&m.src, m.rec.virtual_local, m.rec.port_local_gbps),
+                (&m.dst, m.rec.virtual_remote, m.rec.port_remote_gbps),
+            ] {
+                let Some(node) = node.as_deref().filter(|_| virt) else {
+                    continue;
+                };
+                if let Some(a) = agents
+                    .iter_mut()
+                    .find(|a| a.path == c.spec.path && a.name == node)
+                {
+                    a.inventory.mark_virtual(cap);
+                }
+            }
+        }
+    }
     let findings = store
         .findings(run.id, None)?
         .iter()
@@ -367,7 +522,7 @@ pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
         samples,
         agents,
         findings,
-        notes: Vec::new(),
+        notes,
     })
 }
 
@@ -398,6 +553,25 @@ mod tests {
         assert_eq!(r.udp_loss_pct, Some(3.0));
         assert_eq!(r.warnings, vec!["old style", "new style"]);
         assert_eq!(r.lat_hist.as_deref(), Some("HISTfromrecord"));
+        // http-load errors and placements: hostile values are left out.
+        let r = RecView::from_json(
+            &json!({"errors": {"timeout": 3, "status": "many", "read": -1, "parse": u64::MAX},
+                    "requests_per_s": "fast",
+                    "placement_local": {"virtual_link": "yes", "port_rate_gbps": -1},
+                    "placement_remote": {"virtual_link": true, "port_rate_gbps": 2.5}}),
+            None,
+        );
+        let e = r.errors.unwrap();
+        assert_eq!(
+            (e.get("timeout"), e.get("parse")),
+            (Some(&3), Some(&u64::MAX))
+        );
+        assert!(!e.contains_key("status") && !e.contains_key("read"));
+        assert_eq!(r.requests_per_s, None);
+        assert!(!r.virtual_local && r.port_local_gbps.is_none());
+        assert!(r.virtual_remote && r.port_remote_gbps == Some(2.5));
+        let r = RecView::from_json(&json!({"errors": [1], "placement_local": 7}), None);
+        assert!(r.errors.is_none() && !r.virtual_local);
         let r = RecView::from_json(&json!({"test": 5}), Some("column"));
         assert_eq!(r.test, "");
         assert_eq!(r.lat_hist.as_deref(), Some("column"));
@@ -424,6 +598,22 @@ mod tests {
         row2.hello = json!({"agent": {"inventory": {"port_rate_gbps": -5, "mtu": "big"}}});
         let a = Agent::from_row(&row2);
         assert_eq!(a.inventory, Inventory::default());
+        // A virtual link: its speed is a label; a tc cap is a rate.
+        row2.hello = json!({"agent": {"inventory": {"driver": "veth", "speed_mbps": 10000}}});
+        let a = Agent::from_row(&row2);
+        assert!(a.inventory.virtual_link);
+        assert_eq!(
+            (a.inventory.port_rate_gbps, a.inventory.label_rate_gbps),
+            (None, Some(10.0))
+        );
+        row2.hello = json!({"agent": {"inventory": {"kind": "loopback", "port_rate_gbps": 10,
+                                                    "tc_rate_bps": 1e9}}});
+        assert_eq!(Agent::from_row(&row2).inventory.port_rate_gbps, Some(1.0));
+        row2.hello = json!({"agent": {"inventory": {"virtual_link": true, "port_rate_gbps": 10}}});
+        assert!(Agent::from_row(&row2).inventory.port_rate_gbps.is_none());
+        row2.hello =
+            json!({"agent": {"inventory": {"driver": "mlx5_core", "port_rate_gbps": 100}}});
+        assert!(!Agent::from_row(&row2).inventory.virtual_link);
         row2.hello = json!({"unreachable": "connection refused"});
         assert_eq!(
             Agent::from_row(&row2).unreachable.as_deref(),

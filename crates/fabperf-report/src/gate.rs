@@ -20,9 +20,17 @@
 //! reference = "port_rate" | "path:" NAME
 //! ```
 //!
-//! Each gate is checked against every row (or mesh group, incast, split)
-//! it selects; a gate that selects nothing fails, because an acceptance
-//! check that measured nothing has not passed.
+//! Mesh counts are of confirmed findings: suspects whose re-tests agreed,
+//! nodes and links named on them or on failed cells (a node whose every
+//! cell failed is a suspect node). Unconfirmed suspects are not counted; the
+//! gate's notes say how many there are.
+//!
+//! Each gate is checked against every row (or mesh group, incast cell,
+//! bisection) it selects; a gate that selects nothing fails, because an
+//! acceptance check that measured nothing has not passed. `ci-low` on a
+//! row with one repeat fails ("needs ≥ 2 repeats") instead of using the
+//! mean; a `port_rate` threshold on a figure above its port rate fails
+//! with that finding; `path:NAME` compares with the like row only.
 
 use crate::analysis::{fmt_num, Family, Report, Row};
 use crate::units::{factor, parse_size, size_label, Dim};
@@ -709,6 +717,10 @@ pub struct GateOutcome {
     pub violations: Vec<Violation>,
     /// A preset's gate that selected nothing (not a failure by itself).
     pub not_applicable: bool,
+    /// What the figure leaves out, passed or not (e.g. mesh suspects that
+    /// are not confirmed and so not counted).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl GateOutcome {
@@ -742,19 +754,25 @@ fn row_matches(g: &Gate, r: &Row) -> bool {
             .is_none_or(|d| r.direction.as_deref().unwrap_or("forward") == d)
 }
 
-fn row_figure(g: &Gate, r: &Row) -> Option<f64> {
+/// The figure of a row a gate compares, or why there is none.
+fn row_figure(g: &Gate, r: &Row) -> Result<f64, String> {
+    let none = || format!("no {} figure", stat_word(g));
     match &g.metric {
         Metric::Bw(_) => {
-            let s = r.stats.as_ref()?;
-            Some(match g.stat.unwrap_or(Stat::Mean) {
-                Stat::Min => s.min,
-                Stat::Max => s.max,
-                Stat::CiLow => s.ci_low(),
-                _ => s.mean,
-            })
+            let st = g.stat.unwrap_or(Stat::Mean);
+            match (st, &r.spread, &r.stats) {
+                (Stat::CiLow, ..) => ci_low(r),
+                // A mesh's or a bisection's instances: the worst and the
+                // best instance.
+                (Stat::Min, Some(sp), _) => Ok(sp.min),
+                (Stat::Max, Some(sp), _) => Ok(sp.max),
+                (Stat::Min, None, Some(s)) => Ok(s.min),
+                (Stat::Max, None, Some(s)) => Ok(s.max),
+                _ => r.mean().ok_or_else(none),
+            }
         }
         Metric::Lat(_) => {
-            let l = r.lat.as_ref()?;
+            let l = r.lat.as_ref().ok_or_else(none)?;
             match g.stat.unwrap_or(Stat::P50) {
                 Stat::P50 => l.p50,
                 Stat::P90 => l.p90,
@@ -765,9 +783,41 @@ fn row_figure(g: &Gate, r: &Row) -> Option<f64> {
                 Stat::Max => l.max,
                 Stat::CiLow => None,
             }
+            .ok_or_else(none)
         }
-        Metric::UdpLoss => r.loss_pct,
-        _ => None,
+        Metric::UdpLoss => r.loss_pct.ok_or_else(none),
+        _ => Err(none()),
+    }
+}
+
+/// The lower end of the 95 % interval over repeats: of the row, or the
+/// lowest of its instances' (a mesh's pairs). One repeat has no interval,
+/// and a gate on it fails saying so rather than pass on the mean.
+fn ci_low(r: &Row) -> Result<f64, String> {
+    const NEED: &str = "ci-low needs ≥ 2 repeats";
+    if r.spread.is_some() && r.pattern == "mesh" {
+        let mut lo = f64::INFINITY;
+        for i in &r.instances {
+            match i.stats.as_ref().and_then(|s| s.ci95.map(|c| s.mean - c)) {
+                Some(v) => lo = lo.min(v),
+                None => {
+                    return Err(format!(
+                        "{NEED} of every pair; {} has {} (set repeats = 2 or more in the plan)",
+                        i.key,
+                        i.values.len()
+                    ))
+                }
+            }
+        }
+        return Ok(lo);
+    }
+    let s = r.stats.as_ref().ok_or_else(|| "no figure".to_string())?;
+    match s.ci95 {
+        Some(c) => Ok(s.mean - c),
+        None => Err(format!(
+            "{NEED}; this row has {} (set repeats = 2 or more in the plan)",
+            s.n
+        )),
     }
 }
 
@@ -787,6 +837,7 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
         checked: 0,
         violations: Vec::new(),
         not_applicable: false,
+        notes: Vec::new(),
     };
     let unit = g.metric.unit();
     let plain = g.metric.dim() == Dim::Plain;
@@ -804,17 +855,23 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
     let check = |out: &mut GateOutcome,
                  subject: String,
                  cells: Vec<String>,
-                 measured: Option<f64>,
+                 measured: Result<f64, String>,
                  required: Result<(f64, String), String>| {
         out.checked += 1;
-        let Some(m) = measured else {
-            out.violations.push(Violation {
-                subject,
-                cells,
-                measured: "no figure".into(),
-                required: required.map(|r| r.1).unwrap_or_else(|e| e),
-            });
-            return;
+        let m = match measured {
+            Ok(m) => m,
+            Err(why) => {
+                out.violations.push(Violation {
+                    subject,
+                    cells,
+                    measured: why,
+                    required: match required {
+                        Ok((req, words)) => format!("{} {}{unit}{words}", g.cmp.sym(), show(req)),
+                        Err(e) => e,
+                    },
+                });
+                return;
+            }
         };
         match required {
             Ok((req, words)) => {
@@ -839,11 +896,16 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
     match &g.metric {
         Metric::Bw(_) | Metric::Lat(_) | Metric::UdpLoss => {
             for r in rep.rows.iter().filter(|r| row_matches(g, r)) {
-                if r.stats.is_none() {
+                if r.mean().is_none() {
                     continue;
                 }
                 let required = match &g.rhs {
                     Rhs::Value(v) => absolute(*v),
+                    Rhs::Relative(_, Reference::PortRate) if r.port_finding.is_some() => Err(format!(
+                        "{} port_rate, but {}",
+                        g.cmp.sym(),
+                        r.port_finding.as_deref().unwrap_or_default()
+                    )),
                     Rhs::Relative(f, Reference::PortRate) => match r.port_rate_gbps {
                         Some(p) => Ok((
                             f * p,
@@ -857,14 +919,15 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                     },
                     Rhs::Relative(f, Reference::Path(p)) => match rep.counterpart(r, p) {
                         Some(b) => match row_figure(g, b) {
-                            Some(v) => Ok((
+                            Ok(v) => Ok((
                                 f * v,
                                 format!(" ({f} × {} on path {p})", fmt_num(v)),
                             )),
-                            None => Err(format!("no {} figure on path {p}", stat_word(g))),
+                            Err(why) => Err(format!("on path {p}: {why}")),
                         },
                         None => Err(format!(
-                            "nothing on path {p} to compare with (same test, size and pattern)"
+                            "nothing like it on path {p} to compare with (same test kind or transport, size, \
+                             streams, op, MTU, rate and pattern)"
                         )),
                     },
                 };
@@ -938,12 +1001,41 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                     };
                     why = format!(" ({})", names.join(", "));
                 }
+                // Counts are of confirmed findings; what is not confirmed
+                // is said, not counted.
+                let unconfirmed: Vec<String> = match g.metric {
+                    Metric::MeshOutliers => m
+                        .unconfirmed()
+                        .filter(|s| on_node(&s.src, &s.dst))
+                        .map(|s| format!("{}->{} {}", s.src, s.dst, fmt_num(s.value)))
+                        .collect(),
+                    Metric::MeshSuspectNodes => m
+                        .node_findings
+                        .iter()
+                        .filter(|f| !f.confirmed && sel.node.as_ref().is_none_or(|x| *x == f.node))
+                        .map(|f| f.node.clone())
+                        .collect(),
+                    Metric::MeshSuspectLinks => m
+                        .unconfirmed_links
+                        .iter()
+                        .filter(|(a, b)| on_node(a, b))
+                        .map(|(a, b)| format!("{a}-{b}"))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                if !unconfirmed.is_empty() {
+                    out.notes.push(format!(
+                        "{subject}: {} more not counted, unconfirmed (no re-test gave a figure): {}",
+                        unconfirmed.len(),
+                        unconfirmed.join(", ")
+                    ));
+                }
                 let req = match &g.rhs {
                     Rhs::Value(x) => Ok((*x, String::new())),
                     _ => Err("mesh counts compare with a number".to_string()),
                 };
                 let before = out.violations.len();
-                check(&mut out, subject, Vec::new(), Some(v as f64), req);
+                check(&mut out, subject, Vec::new(), Ok(v as f64), req);
                 if let Some(last) = out.violations.get_mut(before) {
                     last.measured.push_str(&why);
                 }
@@ -978,6 +1070,13 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                 };
                 let req = match &g.rhs {
                     Rhs::Value(x) => Ok((*x, String::new())),
+                    Rhs::Relative(_, Reference::PortRate) if ic.port_finding.is_some() => {
+                        Err(format!(
+                            "{} port_rate, but {}",
+                            g.cmp.sym(),
+                            ic.port_finding.as_deref().unwrap_or_default()
+                        ))
+                    }
                     Rhs::Relative(f, Reference::PortRate) => match ic.port_rate_gbps {
                         Some(p) => Ok((
                             f * p,
@@ -997,40 +1096,52 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                         Err("incast figures compare with a number or port_rate".into())
                     }
                 };
-                check(&mut out, subject, vec![ic.cell.clone()], measured, req);
+                check(
+                    &mut out,
+                    subject,
+                    vec![ic.cell.clone()],
+                    measured.ok_or_else(|| "no figure".to_string()),
+                    req,
+                );
             }
         }
         Metric::BisectionBw => {
-            for b in &rep.bisections {
+            // The bisection bandwidth of a test on a path: the slowest cut.
+            for b in rep.rows.iter().filter(|r| r.pattern == "bisection") {
                 if sel.path.as_ref().is_some_and(|p| *p != b.path)
                     || sel.test.as_ref().is_some_and(|t| *t != b.test)
-                    || sel
-                        .node
-                        .as_ref()
-                        .is_some_and(|n| !b.flows.iter().any(|(s, d, _)| s == n || d == n))
+                    || sel.node.as_ref().is_some_and(|n| !b.nodes.contains(n))
                 {
                     continue;
                 }
                 let subject = format!(
-                    "bisection {} split {} on path {} (repeat {})",
+                    "bisection {} on path {} ({}{})",
                     b.test,
-                    b.cell,
                     b.path,
-                    b.repeat + 1
+                    b.scope,
+                    b.spread
+                        .as_ref()
+                        .map(|sp| format!(": {}", sp.worst))
+                        .unwrap_or_default()
                 );
                 let req = match &g.rhs {
                     Rhs::Value(x) => Ok((*x, String::new())),
-                    Rhs::Relative(f, Reference::PortRate) => match b.port_sum_gbps {
+                    Rhs::Relative(_, Reference::PortRate) if b.port_finding.is_some() => Err(format!(
+                        "{} port_rate, but {}",
+                        g.cmp.sym(),
+                        b.port_finding.as_deref().unwrap_or_default()
+                    )),
+                    Rhs::Relative(f, Reference::PortRate) => match b.port_rate_gbps {
                         Some(p) => Ok((
                             f * p,
                             format!(
-                                " ({:.0} % of the flows' port rates, {} Gbit/s)",
+                                " ({:.0} % of the cut's flows' port rates, {} Gbit/s)",
                                 f * 100.0,
                                 fmt_num(p)
                             ),
                         )),
                         None => Err(format!(
-                            "{} port_rate, but a port rate is unknown (no agent inventory)",
+                            "{} port_rate, but a port rate is unknown (no agent inventory, or a virtual link)",
                             g.cmp.sym()
                         )),
                     },
@@ -1041,8 +1152,8 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                 check(
                     &mut out,
                     subject,
-                    vec![b.cell.clone()],
-                    b.aggregate_gbps,
+                    b.cells.clone(),
+                    b.mean().ok_or_else(|| "no figure".to_string()),
                     req,
                 );
             }
@@ -1070,7 +1181,7 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                 &mut out,
                 format!("run {}", rep.run.id),
                 cells,
-                Some(failed.len() as f64),
+                Ok(failed.len() as f64),
                 req,
             );
             if let Some(v) = out.violations.get_mut(before) {
@@ -1127,6 +1238,7 @@ pub fn evaluate_all(gates: &[(Gate, Option<String>)], rep: &Report) -> Vec<GateO
                     required: "the measurements the preset judges (see `fabperf report --gate-preset list`)".into(),
                 }],
                 not_applicable: false,
+                notes: Vec::new(),
             });
         }
     }

@@ -7,7 +7,7 @@
 use crate::analysis::{fmt_num, Family, LatSource, Level, Report, Row};
 use crate::text::{family_table, gates_text, Table};
 use crate::units::size_label;
-use fabperf_run::summary::{MeshGroup, Metric};
+use fabperf_run::summary::{MeshGroup, Metric, SuspectState};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -55,7 +55,14 @@ fn nice_axis(max: f64) -> (f64, f64) {
     ((max / step).ceil() * step, step)
 }
 
+/// A coordinate or size for an SVG attribute: always a finite number (a
+/// statistic that overflowed never writes `inf` or `NaN` into the file).
 fn n(v: f64) -> String {
+    let v = if v.is_finite() {
+        v.clamp(-1e6, 1e6)
+    } else {
+        0.0
+    };
     format!("{v:.1}")
 }
 
@@ -108,7 +115,13 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
     let rows: Vec<&Row> = rep
         .rows
         .iter()
-        .filter(|r| r.family == fam && r.pattern == "pairs" && r.stats.is_some())
+        .filter(|r| r.family == fam && r.pattern == "pairs")
+        // A mean that overflowed (or is not a figure at all) is not drawn.
+        .filter(|r| {
+            r.stats
+                .as_ref()
+                .is_some_and(|s| s.mean.is_finite() && s.mean >= 0.0)
+        })
         .collect();
     if rows.is_empty() {
         return None;
@@ -142,7 +155,7 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
         .flat_map(|(_, v)| v.iter())
         .map(|r| {
             let s = r.stats.as_ref().expect("filtered");
-            s.mean + s.ci95.unwrap_or(0.0)
+            s.mean + s.ci95.filter(|c| c.is_finite()).unwrap_or(0.0)
         })
         .fold(0.0, f64::max);
     let (ymax, step) = nice_axis(top * 1.05);
@@ -241,7 +254,7 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
                 },
                 tip = esc(&tip)
             );
-            if let Some(ci) = st.ci95 {
+            if let Some(ci) = st.ci95.filter(|c| c.is_finite()) {
                 let cx = bx + bar_w / 2.0;
                 let (lo, hi) = (y((st.mean - ci).max(0.0)), y(st.mean + ci));
                 let _ = write!(
@@ -259,7 +272,7 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
                     s,
                     r#"<text x="{}" y="{}" font-size="10" text-anchor="middle">base</text>"#,
                     n(bx + bar_w / 2.0),
-                    n(y(st.mean + st.ci95.unwrap_or(0.0)) - 4.0)
+                    n(y(st.mean + st.ci95.filter(|c| c.is_finite()).unwrap_or(0.0)) - 4.0)
                 );
             }
         }
@@ -545,7 +558,7 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
         g.suspects
             .iter()
             .find(|s| s.src == a && s.dst == b)
-            .map(|s| s.confirmed)
+            .map(|s| s.state)
     };
     let failed = |a: &str, b: &str| g.failed.iter().any(|(x, y, _)| x == a && y == b);
     for (i, a) in g.nodes.iter().enumerate() {
@@ -568,8 +581,10 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
                             fmt_num(v),
                             g.metric.unit(),
                             match suspect(a, b) {
-                                Some(true) => ", suspect (confirmed)",
-                                Some(false) => ", suspect cleared by a re-test",
+                                Some(SuspectState::Confirmed) => ", suspect (confirmed)",
+                                Some(SuspectState::Unconfirmed) =>
+                                    ", suspect, unconfirmed (no re-test gave a figure)",
+                                Some(SuspectState::Cleared) => ", suspect cleared by a re-test",
                                 None => "",
                             }
                         ),
@@ -581,12 +596,13 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
                 (false, None) => (
                     "#fff".into(),
                     String::new(),
-                    format!("{a} -> {b}: not measured in this direction"),
+                    format!("{a} -> {b}: not measured (this mesh measures each pair one way)"),
                 ),
             };
             let outline = match suspect(a, b) {
-                Some(true) => r##" stroke="#b00" stroke-width="3""##,
-                Some(false) => r##" stroke="#b00" stroke-dasharray="3 2""##,
+                Some(SuspectState::Confirmed) => r##" stroke="#b00" stroke-width="3""##,
+                Some(SuspectState::Unconfirmed) => r##" stroke="#b00" stroke-width="1.5""##,
+                Some(SuspectState::Cleared) => r##" stroke="#b00" stroke-dasharray="3 2""##,
                 None => r##" stroke="#fff""##,
             };
             let _ = write!(
@@ -611,7 +627,7 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
     }
     let _ = write!(
         s,
-        r#"<text x="{}" y="{}" font-size="11">green: as good as the best pair; red: half of it or worse; outlined red: suspect</text></svg>"#,
+        r#"<text x="{}" y="{}" font-size="11">green: as good as the best pair; red: half of it or worse; outlined red: suspect (thick: confirmed, thin: unconfirmed, dashed: cleared)</text></svg>"#,
         n(6.0),
         n(h - 10.0)
     );
@@ -781,7 +797,7 @@ pub fn render(rep: &Report) -> String {
             charts.join("")
         );
     }
-    for fam in [Family::Bandwidth, Family::Udp, Family::Latency] {
+    for fam in Family::ALL {
         if let Some((title, t, notes)) = family_table(rep, fam) {
             let _ = write!(
                 s,
@@ -797,6 +813,10 @@ pub fn render(rep: &Report) -> String {
                 s.push_str("</ol>");
             }
         }
+    }
+    let legend = crate::text::marks_legend(rep);
+    if !legend.is_empty() {
+        let _ = write!(s, r#"<p class="meta">{}</p>"#, esc(&legend.join(" ")));
     }
     if !rep.meshes.is_empty() {
         s.push_str(r#"<h2 id="mesh">Mesh (N×N)</h2>"#);
@@ -824,9 +844,11 @@ pub fn render(rep: &Report) -> String {
                 esc(&ic.receiver),
                 ic.repeat + 1,
                 ic.aggregate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
-                ic.pct_port
-                    .map(|p| format!("{p:.0}"))
-                    .unwrap_or_else(|| "-".into()),
+                match (ic.pct_port, &ic.port_finding) {
+                    (Some(p), _) => format!("{p:.0}"),
+                    (None, Some(_)) => ">port".into(),
+                    _ => "-".into(),
+                },
                 ic.jain
                     .map(|j| format!("{j:.3}"))
                     .unwrap_or_else(|| "-".into()),
@@ -846,20 +868,22 @@ pub fn render(rep: &Report) -> String {
         s.push_str("</tbody></table>");
     }
     if !rep.bisections.is_empty() {
-        s.push_str(r#"<h2 id="bisection">Bisection</h2><table><thead><tr><th class="l">test</th><th class="l">path</th><th class="l">split</th><th>repeat</th><th>Gbit/s</th><th>port sum</th><th>%</th><th>Jain</th><th class="l">flows</th></tr></thead><tbody>"#);
+        s.push_str(r#"<h2 id="bisection">Bisection</h2><table><thead><tr><th class="l">test</th><th class="l">path</th><th>cut</th><th>repeat</th><th>Gbit/s</th><th>port sum</th><th>%</th><th>Jain</th><th class="l">flows</th></tr></thead><tbody>"#);
         for b in &rep.bisections {
             let _ = write!(
                 s,
-                r#"<tr><td class="l">{}</td><td class="l">{}</td><td class="l">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
+                r#"<tr><td class="l">{}</td><td class="l">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
                 esc(&b.test),
                 esc(&b.path),
-                esc(&b.cell),
+                b.cut,
                 b.repeat + 1,
                 b.aggregate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
                 b.port_sum_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
-                b.pct_port
-                    .map(|p| format!("{p:.0}"))
-                    .unwrap_or_else(|| "-".into()),
+                match (b.pct_port, &b.port_finding) {
+                    (Some(p), _) => format!("{p:.0}"),
+                    (None, Some(_)) => ">port".into(),
+                    _ => "-".into(),
+                },
                 b.jain
                     .map(|j| format!("{j:.3}"))
                     .unwrap_or_else(|| "-".into()),
@@ -888,7 +912,12 @@ pub fn render(rep: &Report) -> String {
                 } else {
                     "-"
                 })),
-                i.port_rate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
+                match (i.port_rate_gbps, i.virtual_link) {
+                    (Some(p), false) => fmt_num(p),
+                    (Some(p), true) => format!("{} (tc cap, virtual link)", fmt_num(p)),
+                    (None, true) => "virtual link".into(),
+                    (None, false) => "-".into(),
+                },
                 i.mtu.map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
                 i.numa_node
                     .map(|m| m.to_string())

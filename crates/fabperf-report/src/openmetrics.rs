@@ -2,26 +2,47 @@
 //! Prometheus scrapes), labelled so dashboards can slice by test, size,
 //! path and node pair, and a small Pushgateway client.
 //!
-//! Families (base units, as OpenMetrics asks):
+//! Families (base units, as OpenMetrics asks: bytes and seconds):
 //!
 //! | family | unit | what |
 //! |---|---|---|
-//! | `fabperf_bandwidth_bits_per_second` | bits/s | payload bandwidth of a measurement |
-//! | `fabperf_latency_seconds{stat=…}` | seconds | min, p50, p90, p99, p999, max, mean |
+//! | `fabperf_bandwidth_bytes_per_second` | bytes/s | payload bandwidth of a measurement |
+//! | `fabperf_latency_seconds{stat=…, latency_kind=half_rtt\|rtt}` | seconds | min, p50, p90, p99, p999, max, mean |
 //! | `fabperf_cpu_ratio{end=client\|agent, source=threads\|host}` | ratio | CPU time over wall time (1 = one CPU busy) |
 //! | `fabperf_tcp_retransmits` | — | retransmitted segments during the measured interval |
 //! | `fabperf_udp_loss_ratio` | ratio | datagrams lost / sent |
 //! | `fabperf_duration_seconds` | seconds | the measured interval |
-//! | `fabperf_port_rate_bits_per_second` | bits/s | an agent's port rate from its inventory |
+//! | `fabperf_http_requests_per_second` | — | http-load: successful requests per second |
+//! | `fabperf_http_failed_requests{error=…}` | — | http-load: failed requests in the interval, by kind |
+//! | `fabperf_path_mtu_bytes` | bytes | mtu: the largest packet that crossed, per method (`op`) |
+//! | `fabperf_port_rate_bytes_per_second` | bytes/s | a real port rate from an agent's inventory (none for virtual links) |
 //! | `fabperf_run_cells{state=…}` | — | cells of a run by state |
+//!
+//! Cardinality is bounded by default: a series is a measurement's place in
+//! the plan (test, sweep point, path, pattern, nodes, the cut of a
+//! bisection), its value the mean over the repeats; per-stream records are
+//! left out. [`Series::PerMeasurement`] adds `repeat`, `cell` and `stream`
+//! (one series per stored record, as unbounded as the store).
 
 use crate::data::{load, ReportError, RunData};
 use fabperf_store::{CellState, Store};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-/// Label names of a measurement's series, in order.
-pub const LABELS: [&str; 18] = [
+/// Which series an exposition has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Series {
+    /// One series per measurement place, the mean over its repeats (no
+    /// per-measurement label: bounded by the plan, not the store).
+    #[default]
+    Bounded,
+    /// One series per stored record, with `repeat`, `cell` and `stream`.
+    PerMeasurement,
+}
+
+/// Label names a measurement's series may carry, in order (`repeat`, `cell`
+/// and `stream` only with [`Series::PerMeasurement`]).
+pub const LABELS: [&str; 19] = [
     "run",
     "plan",
     "test",
@@ -37,10 +58,14 @@ pub const LABELS: [&str; 18] = [
     "role",
     "src_node",
     "dst_node",
+    "cut",
     "repeat",
     "cell",
     "stream",
 ];
+
+/// The labels only [`Series::PerMeasurement`] has.
+const PER_MEASUREMENT: [&str; 3] = ["repeat", "cell", "stream"];
 
 /// Escape a label value: backslash, double quote and line feed.
 pub fn escape_label(v: &str) -> String {
@@ -89,71 +114,112 @@ fn dim(dims: &serde_json::Value, k: &str) -> String {
     }
 }
 
-fn families(data: &RunData) -> Vec<Family> {
-    let mut bw = Family {
-        name: "fabperf_bandwidth_bits_per_second",
-        unit: Some("bits_per_second"),
-        help: "Payload bandwidth of one fabperf measurement.",
+fn family(name: &'static str, unit: Option<&'static str>, help: &'static str) -> Family {
+    Family {
+        name,
+        unit,
+        help,
         samples: Vec::new(),
-    };
-    let mut lat = Family {
-        name: "fabperf_latency_seconds",
-        unit: Some("seconds"),
-        help: "Latency of one fabperf measurement (half round trip unless the test measured full round trips), by statistic.",
-        samples: Vec::new(),
-    };
-    let mut cpu = Family {
-        name: "fabperf_cpu_ratio",
-        unit: Some("ratio"),
-        help: "CPU time over wall time during a measurement at one end (1 = one CPU fully busy).",
-        samples: Vec::new(),
-    };
-    let mut retr = Family {
-        name: "fabperf_tcp_retransmits",
-        unit: None,
-        help: "TCP segments the sender retransmitted during the measured interval.",
-        samples: Vec::new(),
-    };
-    let mut loss = Family {
-        name: "fabperf_udp_loss_ratio",
-        unit: Some("ratio"),
-        help: "UDP datagrams lost over datagrams sent.",
-        samples: Vec::new(),
-    };
-    let mut dur = Family {
-        name: "fabperf_duration_seconds",
-        unit: Some("seconds"),
-        help: "Measured interval of one fabperf measurement (warm-up excluded).",
-        samples: Vec::new(),
-    };
-    let mut port = Family {
-        name: "fabperf_port_rate_bits_per_second",
-        unit: Some("bits_per_second"),
-        help: "Port rate of the link an agent serves on, from its inventory.",
-        samples: Vec::new(),
-    };
-    let mut cells = Family {
-        name: "fabperf_run_cells",
-        unit: None,
-        help: "Cells of a fabperf run by state.",
-        samples: Vec::new(),
-    };
+    }
+}
+
+/// The cut of a bisection cell: its flows, numbered per test, path and
+/// sweep point in the order the run measured them.
+fn cuts(data: &RunData) -> HashMap<String, usize> {
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    let mut per: HashMap<String, usize> = HashMap::new();
+    let mut out = HashMap::new();
+    for c in data.cells.iter().filter(|c| c.spec.pattern == "bisection") {
+        let s = &c.spec;
+        let mut f: Vec<String> = s.flows.iter().map(|(a, b)| format!("{a}>{b}")).collect();
+        f.sort();
+        let group = format!("{}|{}|{}", s.test, s.path, s.dims);
+        let key = format!("{group}|{}", f.join(","));
+        let n = match seen.iter().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n,
+            None => {
+                let n = per.entry(group).or_default();
+                *n += 1;
+                seen.push((key, *n));
+                *n
+            }
+        };
+        out.insert(s.cell_id.clone(), n);
+    }
+    out
+}
+
+fn families(data: &RunData, series: Series) -> Vec<Family> {
+    let mut bw = family(
+        "fabperf_bandwidth_bytes_per_second",
+        Some("bytes_per_second"),
+        "Payload bandwidth of a fabperf measurement.",
+    );
+    let mut lat = family(
+        "fabperf_latency_seconds",
+        Some("seconds"),
+        "Latency of a fabperf measurement by statistic; latency_kind says whether it is half a round trip (half_rtt) or a full one (rtt).",
+    );
+    let mut cpu = family(
+        "fabperf_cpu_ratio",
+        Some("ratio"),
+        "CPU time over wall time during a measurement at one end (1 = one CPU fully busy).",
+    );
+    let mut retr = family(
+        "fabperf_tcp_retransmits",
+        None,
+        "TCP segments the sender retransmitted during the measured interval.",
+    );
+    let mut loss = family(
+        "fabperf_udp_loss_ratio",
+        Some("ratio"),
+        "UDP datagrams lost over datagrams sent.",
+    );
+    let mut dur = family(
+        "fabperf_duration_seconds",
+        Some("seconds"),
+        "Measured interval of a fabperf measurement (warm-up excluded).",
+    );
+    let mut rps = family(
+        "fabperf_http_requests_per_second",
+        None,
+        "http-load: successful requests (status below 400) completed per second.",
+    );
+    let mut http_err = family(
+        "fabperf_http_failed_requests",
+        None,
+        "http-load: requests that failed during the measured interval, by the first thing that failed (connect, write, read, timeout, status, parse).",
+    );
+    let mut mtu = family(
+        "fabperf_path_mtu_bytes",
+        Some("bytes"),
+        "Path MTU: the largest IP packet that crossed unfragmented, per method (op: forward, reverse, icmp).",
+    );
+    let mut port = family(
+        "fabperf_port_rate_bytes_per_second",
+        Some("bytes_per_second"),
+        "Port rate of the link an agent serves on, from its inventory; none for a virtual link, whose speed is a label.",
+    );
+    let mut cells = family(
+        "fabperf_run_cells",
+        None,
+        "Cells of a fabperf run by state.",
+    );
     let run = data.run.id.to_string();
     let plan = data.run.plan_name.clone();
-    let by_id: HashMap<&str, &fabperf_store::CellRow> = data
-        .cells
-        .iter()
-        .map(|c| (c.spec.cell_id.as_str(), c))
-        .collect();
+    let cut_of = cuts(data);
+    let detail = series == Series::PerMeasurement;
     for c in &data.cells {
         let Some(samples) = data.samples.get(&c.spec.cell_id) else {
             continue;
         };
-        let cell = by_id[c.spec.cell_id.as_str()];
-        let s = &cell.spec;
+        let s = &c.spec;
         for m in samples {
+            if !detail && m.role == fabperf_store::Role::Stream {
+                continue;
+            }
             let r = &m.rec;
-            let base: Vec<(&str, String)> = vec![
+            let mut base: Vec<(&str, String)> = vec![
                 ("run", run.clone()),
                 ("plan", plan.clone()),
                 ("test", s.test.clone()),
@@ -182,6 +248,13 @@ fn families(data: &RunData) -> Vec<Family> {
                 ("role", m.role.as_str().to_string()),
                 ("src_node", m.src.clone().unwrap_or_default()),
                 ("dst_node", m.dst.clone().unwrap_or_default()),
+                (
+                    "cut",
+                    cut_of
+                        .get(&s.cell_id)
+                        .map(|n| n.to_string())
+                        .unwrap_or_default(),
+                ),
                 ("repeat", s.repeat.to_string()),
                 ("cell", s.cell_id.clone()),
                 (
@@ -189,6 +262,9 @@ fn families(data: &RunData) -> Vec<Family> {
                     r.stream.map(|x| x.to_string()).unwrap_or_default(),
                 ),
             ];
+            if !detail {
+                base.retain(|(k, _)| !PER_MEASUREMENT.contains(k));
+            }
             let with = |extra: &[(&str, &str)]| {
                 let mut v = base.clone();
                 for (k, x) in extra {
@@ -197,9 +273,10 @@ fn families(data: &RunData) -> Vec<Family> {
                 labels(&v)
             };
             if let Some(b) = r.bw_gbps {
-                bw.samples.push((with(&[]), b * 1e9));
+                bw.samples.push((with(&[]), b * 1e9 / 8.0));
             }
             if let Some(l) = &r.lat {
+                let kind = l.kind.as_deref().unwrap_or("");
                 for (stat, v) in [
                     ("min", l.min),
                     ("p50", l.p50),
@@ -210,7 +287,8 @@ fn families(data: &RunData) -> Vec<Family> {
                     ("mean", l.mean),
                 ] {
                     if let Some(v) = v {
-                        lat.samples.push((with(&[("stat", stat)]), v / 1e6));
+                        lat.samples
+                            .push((with(&[("stat", stat), ("latency_kind", kind)]), v / 1e6));
                     }
                 }
             }
@@ -237,6 +315,19 @@ fn families(data: &RunData) -> Vec<Family> {
             if let Some(x) = r.duration_s {
                 dur.samples.push((with(&[]), x));
             }
+            if let Some(x) = r.requests_per_s {
+                rps.samples.push((with(&[]), x));
+            }
+            if let Some(e) = &r.errors {
+                for (k, v) in e {
+                    http_err.samples.push((with(&[("error", k)]), *v as f64));
+                }
+            }
+            if s.kind == "mtu" {
+                if let Some(x) = r.mtu {
+                    mtu.samples.push((with(&[]), x as f64));
+                }
+            }
         }
     }
     for a in &data.agents {
@@ -249,7 +340,7 @@ fn families(data: &RunData) -> Vec<Family> {
                     ("path", a.path.clone()),
                     ("iface", a.inventory.iface.clone().unwrap_or_default()),
                 ]),
-                p * 1e9,
+                p * 1e9 / 8.0,
             ));
         }
     }
@@ -264,7 +355,37 @@ fn families(data: &RunData) -> Vec<Family> {
             k as f64,
         ));
     }
-    vec![bw, lat, cpu, retr, loss, dur, port, cells]
+    let mut out = vec![
+        bw, lat, cpu, retr, loss, dur, rps, http_err, mtu, port, cells,
+    ];
+    if !detail {
+        // Repeats of one place are one series: their mean.
+        for f in &mut out {
+            f.samples = mean_by_labels(std::mem::take(&mut f.samples));
+        }
+    }
+    out
+}
+
+/// Samples with the same labels merged into their mean, in first-seen order.
+fn mean_by_labels(samples: Vec<(String, f64)>) -> Vec<(String, f64)> {
+    let mut idx: HashMap<String, usize> = HashMap::new();
+    let mut acc: Vec<(String, f64, usize)> = Vec::new();
+    for (l, v) in samples.into_iter().filter(|(_, v)| v.is_finite()) {
+        match idx.get(&l) {
+            Some(&i) => {
+                acc[i].1 += v;
+                acc[i].2 += 1;
+            }
+            None => {
+                idx.insert(l.clone(), acc.len());
+                acc.push((l, v, 1));
+            }
+        }
+    }
+    acc.into_iter()
+        .map(|(l, sum, n)| (l, sum / n as f64))
+        .collect()
 }
 
 /// Which text format to write.
@@ -276,11 +397,17 @@ pub enum Flavor {
     Prometheus,
 }
 
-/// The exposition of the given runs' measurements.
+/// The exposition of the given runs' measurements, bounded
+/// ([`Series::Bounded`]).
 pub fn exposition(runs: &[RunData], flavor: Flavor) -> (String, usize) {
+    exposition_with(runs, flavor, Series::Bounded)
+}
+
+/// The exposition of the given runs' measurements with the given series.
+pub fn exposition_with(runs: &[RunData], flavor: Flavor, series: Series) -> (String, usize) {
     let mut merged: Vec<Family> = Vec::new();
     for data in runs {
-        for f in families(data) {
+        for f in families(data, series) {
             match merged.iter_mut().find(|m| m.name == f.name) {
                 Some(m) => m.samples.extend(f.samples),
                 None => merged.push(f),
@@ -426,6 +553,14 @@ mod tests {
             "{a=\"x\",c=\"y\"}"
         );
         assert_eq!(value(9.5e9), "9500000000");
+        assert_eq!(
+            mean_by_labels(vec![
+                ("a".into(), 1.0),
+                ("b".into(), 5.0),
+                ("a".into(), 2.0)
+            ]),
+            vec![("a".to_string(), 1.5), ("b".to_string(), 5.0)]
+        );
         assert_eq!(value(0.0000105), "0.0000105");
     }
 

@@ -4,31 +4,88 @@
 //! what hyperfine prints under a benchmark, for repeats of a network test.
 
 use serde::Serialize;
+use statrs::distribution::{ContinuousCDF, StudentsT};
 
-/// Two-sided 95 % quantiles of Student's t (t₀.₉₇₅) for 1..=30 degrees of
-/// freedom.
-const T975: [f64; 30] = [
-    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010,
-    2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687,
-    2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
-];
-
-/// t₀.₉₇₅ with `df` degrees of freedom: the table up to 30, then the
-/// Cornish–Fisher expansion around the normal quantile (error < 1e-4 from
-/// 30 on).
+/// The 0.975 quantile of Student's t with `df` degrees of freedom (the
+/// factor of a two-sided 95 % interval), from statrs' inverse CDF; infinite
+/// for 0 degrees of freedom (one value has no interval).
 pub fn t975(df: usize) -> f64 {
-    if df == 0 {
+    t_quantile(0.975, df as f64)
+}
+
+/// The `p` quantile of Student's t with `df` (possibly fractional, as
+/// Welch's approximation gives) degrees of freedom.
+fn t_quantile(p: f64, df: f64) -> f64 {
+    if df.is_nan() || df <= 0.0 {
         return f64::INFINITY;
     }
-    if df <= T975.len() {
-        return T975[df - 1];
+    match StudentsT::new(0.0, 1.0, df) {
+        Ok(t) => t.inverse_cdf(p),
+        Err(_) => f64::INFINITY,
     }
-    let z: f64 = 1.959_963_984_540_054;
-    let v = df as f64;
-    let (z3, z5, z7) = (z.powi(3), z.powi(5), z.powi(7));
-    z + (z3 + z) / (4.0 * v)
-        + (5.0 * z5 + 16.0 * z3 + 3.0 * z) / (96.0 * v * v)
-        + (3.0 * z7 + 19.0 * z5 + 17.0 * z3 - 15.0 * z) / (384.0 * v * v * v)
+}
+
+/// Significance level of the two-sample test that decides whether a
+/// difference to the baseline is noise.
+pub const ALPHA: f64 = 0.05;
+
+/// Welch's two-sample t-test of two sets of repeats (unequal variances).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Welch {
+    /// Mean of `a` minus mean of `b`.
+    pub diff: f64,
+    /// t statistic.
+    pub t: f64,
+    /// Welch–Satterthwaite degrees of freedom.
+    pub df: f64,
+    /// Two-sided p-value: the chance of a difference at least this large
+    /// when both sets come from populations with the same mean.
+    pub p: f64,
+    /// Half-width of the 95 % confidence interval of the difference.
+    pub ci95: f64,
+}
+
+impl Welch {
+    /// Is the difference significant at [`ALPHA`]?
+    pub fn significant(&self) -> bool {
+        self.p < ALPHA
+    }
+}
+
+/// Welch's t-test of `a` against `b`; `None` unless both have at least two
+/// repeats (one value has no variance to test against).
+pub fn welch(a: &Stats, b: &Stats) -> Option<Welch> {
+    let (sa, sb) = (a.stdev?, b.stdev?);
+    let (va, vb) = (sa * sa / a.n as f64, sb * sb / b.n as f64);
+    let diff = a.mean - b.mean;
+    let se2 = va + vb;
+    if se2.is_nan() || se2 <= 0.0 {
+        // Both sets are constant: any difference is certain, none is none.
+        let p = if diff == 0.0 { 1.0 } else { 0.0 };
+        return Some(Welch {
+            diff,
+            t: if diff == 0.0 {
+                0.0
+            } else {
+                diff.signum() * f64::INFINITY
+            },
+            df: (a.n + b.n - 2) as f64,
+            p,
+            ci95: 0.0,
+        });
+    }
+    let se = se2.sqrt();
+    let t = diff / se;
+    let df = se2 * se2 / (va * va / (a.n - 1) as f64 + vb * vb / (b.n - 1) as f64);
+    let dist = StudentsT::new(0.0, 1.0, df).ok()?;
+    let p = (2.0 * dist.sf(t.abs())).clamp(0.0, 1.0);
+    Some(Welch {
+        diff,
+        t,
+        df,
+        p,
+        ci95: t_quantile(0.975, df) * se,
+    })
 }
 
 /// Fewer repeats than this get a "too few" warning.
@@ -249,15 +306,15 @@ mod tests {
     #[test]
     fn t_quantiles() {
         assert!(close(t975(1), 12.7062, 1e-4));
+        assert!(close(t975(2), 4.3027, 1e-4));
         assert!(close(t975(9), 2.2622, 1e-4));
-        // Beyond the table: the expansion meets published values.
-        assert!(close(t975(40), 2.0211, 2e-4), "{}", t975(40));
-        assert!(close(t975(60), 2.0003, 2e-4), "{}", t975(60));
-        assert!(close(t975(120), 1.9799, 2e-4), "{}", t975(120));
+        assert!(close(t975(30), 2.0423, 1e-4));
+        // Published values (NIST/SEMATECH e-Handbook, table 1.3.6.7.2).
+        assert!(close(t975(40), 2.0211, 1e-4), "{}", t975(40));
+        assert!(close(t975(60), 2.0003, 1e-4), "{}", t975(60));
+        assert!(close(t975(120), 1.9799, 1e-4), "{}", t975(120));
         assert!(close(t975(100_000), 1.96, 1e-3));
         assert!(t975(0).is_infinite());
-        // Continuity at the table's end.
-        assert!((t975(30) - t975(31)).abs() < 0.01);
     }
 
     #[test]
@@ -286,6 +343,34 @@ mod tests {
         assert!(StatWarning::TooFew { n: 2 }
             .text("Gbit/s")
             .contains("12.71"));
+    }
+
+    #[test]
+    fn welch_against_overlapping_intervals() {
+        // 10.0, 10.5, 11.0 (mean 10.5, sd 0.5, CI ±1.242) against 8.7, 9.0,
+        // 9.3 (mean 9.0, sd 0.3, CI ±0.745): the intervals overlap (1.5 <
+        // 1.242 + 0.745), yet the difference is real: Welch's t = 1.5 /
+        // sqrt(0.25/3 + 0.09/3) = 4.4557 on 3.2748 degrees of freedom,
+        // p = I_{df/(df+t²)}(df/2, 1/2) = 0.01745 (the regularized incomplete
+        // beta function, evaluated with mpmath).
+        let a = Stats::of(&[10.0, 10.5, 11.0]).unwrap();
+        let b = Stats::of(&[8.7, 9.0, 9.3]).unwrap();
+        assert!(a.ci_low() < b.ci_high(), "the intervals overlap");
+        let w = welch(&a, &b).unwrap();
+        assert!(close(w.t, 4.4557, 1e-3), "{w:?}");
+        assert!(close(w.df, 3.2748, 1e-3), "{w:?}");
+        assert!(close(w.p, 0.01745, 1e-4), "{w:?}");
+        assert!(w.significant());
+        // The same sets a little closer: not significant.
+        let c = Stats::of(&[9.7, 10.0, 10.3]).unwrap();
+        let w = welch(&a, &c).unwrap();
+        assert!(!w.significant(), "{w:?}");
+        // One repeat: no test; constant sets: certain either way.
+        assert!(welch(&Stats::of(&[1.0]).unwrap(), &b).is_none());
+        let k = Stats::of(&[2.0, 2.0]).unwrap();
+        assert_eq!(welch(&k, &k).unwrap().p, 1.0);
+        let k2 = Stats::of(&[3.0, 3.0]).unwrap();
+        assert_eq!(welch(&k2, &k).unwrap().p, 0.0);
     }
 
     #[test]

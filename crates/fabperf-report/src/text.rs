@@ -2,7 +2,18 @@
 
 use crate::analysis::{fmt_num, signed, Family, LatSource, Level, Report, Row};
 use crate::units::size_label;
+use fabperf_results::escape;
 use std::fmt::Write as _;
+
+/// A piece of stored text for the output: escaped for Markdown or for a
+/// terminal (a tampered store cannot forge lines, headings or HTML).
+fn esc(s: &str, md: bool) -> String {
+    if md {
+        escape::markdown(s)
+    } else {
+        escape::terminal(s)
+    }
+}
 
 /// Output formats of `fabperf report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,16 +41,21 @@ impl Table {
         }
     }
 
+    /// Aligned columns; every cell escaped for a terminal.
     pub fn text(&self) -> String {
         let n = self.head.len();
+        let esc_row =
+            |r: &Vec<String>| -> Vec<String> { r.iter().map(|c| escape::terminal(c)).collect() };
+        let head = esc_row(&self.head);
+        let rows: Vec<Vec<String>> = self.rows.iter().map(esc_row).collect();
         let mut w = vec![0usize; n];
-        for r in std::iter::once(&self.head).chain(&self.rows) {
+        for r in std::iter::once(&head).chain(&rows) {
             for (i, c) in r.iter().enumerate().take(n) {
                 w[i] = w[i].max(c.chars().count());
             }
         }
         let mut o = String::new();
-        for r in std::iter::once(&self.head).chain(&self.rows) {
+        for r in std::iter::once(&head).chain(&rows) {
             let mut line = String::new();
             for (i, c) in r.iter().enumerate().take(n) {
                 let pad = w[i] - c.chars().count();
@@ -60,8 +76,9 @@ impl Table {
         o
     }
 
+    /// A Markdown table; every cell escaped for Markdown.
     pub fn markdown(&self) -> String {
-        let cell = |s: &str| s.replace('|', "\\|").replace(['\n', '\r'], " ");
+        let cell = escape::markdown;
         let mut o = String::new();
         let _ = writeln!(
             o,
@@ -106,10 +123,13 @@ fn sweep(r: &Row) -> String {
     if let Some(op) = &r.op {
         parts.push(op.clone());
     }
-    if let Some(n) = r.streams.filter(|n| *n > 1) {
+    // http-load: the connections are the variant (`c8`), the direction the
+    // method's (GET reverse, PUT forward).
+    let http = r.family == Family::Http;
+    if let Some(n) = r.streams.filter(|n| *n > 1 && !http) {
         parts.push(format!("x{n}"));
     }
-    if let Some(d) = r.direction.as_deref().filter(|d| *d != "forward") {
+    if let Some(d) = r.direction.as_deref().filter(|d| *d != "forward" && !http) {
         parts.push(d.to_string());
     }
     if let Some(m) = r.mtu {
@@ -130,6 +150,8 @@ fn sweep(r: &Row) -> String {
 
 /// The cells every family's table starts with: test, size, sweep, path,
 /// flows, repeats, mean and its 95 % interval.
+/// `n` is the repeats of one instance (a mesh's pairs and a bisection's
+/// cuts are not repeats), the figure the row's (see [`Row::mean`]).
 fn lead(r: &Row) -> Vec<String> {
     let s = r.stats.as_ref();
     vec![
@@ -138,10 +160,35 @@ fn lead(r: &Row) -> Vec<String> {
         sweep(r),
         r.path.clone(),
         r.scope.clone(),
-        s.map(|s| s.n.to_string()).unwrap_or_default(),
-        opt(s.map(|s| s.mean)),
+        r.repeats_label(),
+        opt(r.mean()),
         opt(s.and_then(|s| s.ci95)),
     ]
+}
+
+/// The share of the port rate, or why there is none: `>port` when the
+/// figure is above it (a finding, never a percentage over 100).
+fn port_cell(r: &Row) -> String {
+    match (r.pct_port, &r.port_finding) {
+        (Some(p), _) => format!("{p:.0}"),
+        (None, Some(_)) => ">port".into(),
+        _ => "-".into(),
+    }
+}
+
+/// A difference's marks: `~` not significant (Welch), `≠` an unlike row.
+fn delta_mark(d: Option<&crate::analysis::Delta>) -> &'static str {
+    match d {
+        Some(d) if !d.unlike.is_empty() => "≠",
+        Some(d) if d.within_noise == Some(true) => "~",
+        _ => "",
+    }
+}
+
+fn signed_opt(v: Option<f64>, decimals: usize) -> String {
+    v.filter(|x| x.is_finite())
+        .map(|v| signed(v, decimals))
+        .unwrap_or_else(|| "-".into())
 }
 
 /// A row's footnote marks, and the notes collected for the table.
@@ -207,21 +254,9 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                             }
                         }),
                     d.and_then(|d| d.d_pct)
-                        .map(|v| {
-                            format!(
-                                "{}{}",
-                                signed(v, 1),
-                                if d.and_then(|d| d.within_noise) == Some(true) {
-                                    "~"
-                                } else {
-                                    ""
-                                }
-                            )
-                        })
+                        .map(|v| format!("{}{}", signed(v, 1), delta_mark(d)))
                         .unwrap_or_else(|| "-".into()),
-                    r.pct_port
-                        .map(|p| format!("{p:.0}"))
-                        .unwrap_or_else(|| "-".into()),
+                    port_cell(r),
                     opt(r.cpu.as_ref().and_then(|c| c.client)),
                     opt(r.cpu.as_ref().and_then(|c| c.agent)),
                     r.retransmits
@@ -264,14 +299,12 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                         .map(|v| signed(v, 2))
                         .unwrap_or_else(|| "-".into()),
                     d.and_then(|d| d.d_pct)
-                        .map(|v| signed(v, 1))
+                        .map(|v| format!("{}{}", signed(v, 1), delta_mark(d)))
                         .unwrap_or_else(|| "-".into()),
                     d.and_then(|d| d.d_loss_pp)
                         .map(|v| signed(v, 3))
                         .unwrap_or_else(|| "-".into()),
-                    r.pct_port
-                        .map(|p| format!("{p:.0}"))
-                        .unwrap_or_else(|| "-".into()),
+                    port_cell(r),
                     marks(r, &mut notes),
                 ]);
                 t.rows.push(row);
@@ -308,7 +341,7 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
                     opt(l.and_then(|l| l.p99)),
                     opt(l.and_then(|l| l.p999)),
                     d.and_then(|d| d.d_p50_us)
-                        .map(|v| signed(v, 2))
+                        .map(|v| format!("{}{}", signed(v, 2), delta_mark(d)))
                         .unwrap_or_else(|| "-".into()),
                     d.and_then(|d| d.d_p99_us)
                         .map(|v| signed(v, 2))
@@ -324,8 +357,161 @@ pub fn family_table(rep: &Report, fam: Family) -> Option<(String, Table, Vec<Str
             }
             t
         }
+        Family::Http => {
+            let mut t = Table::new(
+                &[
+                    "test",
+                    "size",
+                    "sweep",
+                    "path",
+                    "flows",
+                    "n",
+                    "req/s",
+                    "±95%",
+                    "Δ%",
+                    "p50 µs",
+                    "p99 µs",
+                    "p99.9 µs",
+                    &format!("Δp50 vs {base}"),
+                    "Δp99",
+                    "errors",
+                    "err%",
+                    "Δerr pp",
+                    "notes",
+                ],
+                &[0, 2, 3, 4, 14, 17],
+            );
+            for r in rows {
+                let d = r.base.as_ref();
+                let l = r.lat.as_ref();
+                let h = r.http.as_ref();
+                let mut row = lead(r);
+                row.extend([
+                    d.and_then(|d| d.d_pct)
+                        .map(|v| format!("{}{}", signed(v, 1), delta_mark(d)))
+                        .unwrap_or_else(|| "-".into()),
+                    opt(l.and_then(|l| l.p50)),
+                    opt(l.and_then(|l| l.p99)),
+                    opt(l.and_then(|l| l.p999)),
+                    signed_opt(d.and_then(|d| d.d_p50_us), 1),
+                    signed_opt(d.and_then(|d| d.d_p99_us), 1),
+                    h.map(errors_words).unwrap_or_else(|| "-".into()),
+                    h.and_then(|h| h.error_pct)
+                        .map(|p| format!("{p:.2}"))
+                        .unwrap_or_else(|| "-".into()),
+                    signed_opt(d.and_then(|d| d.d_error_pp), 2),
+                    marks(r, &mut notes),
+                ]);
+                t.rows.push(row);
+            }
+            t
+        }
+        Family::Mtu => {
+            let mut t = Table::new(
+                &[
+                    "test",
+                    "method",
+                    "path",
+                    "flows",
+                    "n",
+                    "MTU",
+                    "payload",
+                    &format!("Δ vs {base}"),
+                    "interface",
+                    "overhead",
+                    "notes",
+                ],
+                &[0, 1, 2, 3, 8, 9, 10],
+            );
+            for r in rows {
+                let d = r.base.as_ref();
+                let m = r.mtu_path.as_ref();
+                t.rows.push(vec![
+                    r.test.clone(),
+                    m.map(|m| m.method.clone()).unwrap_or_else(|| "-".into()),
+                    r.path.clone(),
+                    r.scope.clone(),
+                    r.repeats_label(),
+                    m.map(|m| {
+                        if m.mtu_min == m.mtu_max {
+                            m.mtu_min.to_string()
+                        } else {
+                            format!("{}-{}", m.mtu_min, m.mtu_max)
+                        }
+                    })
+                    .unwrap_or_else(|| "-".into()),
+                    m.and_then(|m| m.payload)
+                        .map(|p| p.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    d.and_then(|d| d.d_bytes)
+                        .map(|b| {
+                            if b == 0 {
+                                "0".to_string()
+                            } else {
+                                signed(-b as f64, 0)
+                            }
+                        })
+                        .unwrap_or_else(|| {
+                            if d.is_none() && Some(r.path.as_str()) == rep.baseline.as_deref() {
+                                "base".into()
+                            } else {
+                                "-".into()
+                            }
+                        }),
+                    m.and_then(|m| m.interface.clone())
+                        .unwrap_or_else(|| "-".into()),
+                    overhead_words(r),
+                    marks(r, &mut notes),
+                ]);
+            }
+            t
+        }
     };
     Some((fam.title().to_string(), t, notes))
+}
+
+/// Failed requests by kind, the non-zero ones: `timeout 3, status 2`.
+fn errors_words(h: &crate::analysis::HttpFigures) -> String {
+    let parts: Vec<String> = h
+        .errors
+        .iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    if parts.is_empty() {
+        if h.errors.is_empty() && h.errors_total == 0 && h.error_pct.is_none() {
+            "-".into()
+        } else {
+            "0".into()
+        }
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The overhead an mtu row's path adds, named: the encapsulation the record
+/// gives, and the bytes fewer than the baseline path.
+pub fn overhead_words(r: &Row) -> String {
+    let m = r.mtu_path.as_ref();
+    let encap = m.and_then(|m| m.encapsulation.clone());
+    let less = r
+        .base
+        .as_ref()
+        .and_then(|d| Some((d.d_bytes?, d.path.clone())))
+        .filter(|(b, _)| *b != 0)
+        .map(|(b, p)| {
+            if b > 0 {
+                format!("{b} B less than {p}")
+            } else {
+                format!("{} B more than {p}", -b)
+            }
+        });
+    match (encap, less) {
+        (Some(e), Some(l)) => format!("{e}; {l}"),
+        (Some(e), None) => e,
+        (None, Some(l)) => l,
+        (None, None) => "-".into(),
+    }
 }
 
 fn incast_table(rep: &Report) -> Option<Table> {
@@ -352,9 +538,11 @@ fn incast_table(rep: &Report) -> Option<Table> {
             ic.receiver.clone(),
             (ic.repeat + 1).to_string(),
             opt(ic.aggregate_gbps),
-            ic.pct_port
-                .map(|p| format!("{p:.0}"))
-                .unwrap_or_else(|| "-".into()),
+            match (ic.pct_port, &ic.port_finding) {
+                (Some(p), _) => format!("{p:.0}"),
+                (None, Some(_)) => ">port".into(),
+                _ => "-".into(),
+            },
             ic.jain
                 .map(|j| format!("{j:.3}"))
                 .unwrap_or_else(|| "-".into()),
@@ -374,7 +562,7 @@ fn bisection_table(rep: &Report) -> Option<Table> {
     }
     let mut t = Table::new(
         &[
-            "test", "path", "split", "rep", "Gbit/s", "port sum", "%", "Jain", "flows",
+            "test", "path", "cut", "rep", "Gbit/s", "port sum", "%", "Jain", "flows",
         ],
         &[0, 1, 2, 8],
     );
@@ -382,13 +570,15 @@ fn bisection_table(rep: &Report) -> Option<Table> {
         t.rows.push(vec![
             b.test.clone(),
             b.path.clone(),
-            b.cell.chars().take(12).collect(),
+            b.cut.to_string(),
             (b.repeat + 1).to_string(),
             opt(b.aggregate_gbps),
             opt(b.port_sum_gbps),
-            b.pct_port
-                .map(|p| format!("{p:.0}"))
-                .unwrap_or_else(|| "-".into()),
+            match (b.pct_port, &b.port_finding) {
+                (Some(p), _) => format!("{p:.0}"),
+                (None, Some(_)) => ">port".into(),
+                _ => "-".into(),
+            },
             b.jain
                 .map(|j| format!("{j:.3}"))
                 .unwrap_or_else(|| "-".into()),
@@ -402,25 +592,26 @@ fn bisection_table(rep: &Report) -> Option<Table> {
     Some(t)
 }
 
-fn header(rep: &Report) -> String {
+fn header(rep: &Report, md: bool) -> String {
     let r = &rep.run;
     let mut o = format!(
         "run {} of plan {} (started {}, {}), fabperf {}; cells: {} done, {} failed, {} pending",
         r.id,
-        r.plan,
-        r.started_at,
+        esc(&r.plan, md),
+        esc(&r.started_at, md),
         r.ended_at
             .as_deref()
-            .map(|e| format!("ended {e}"))
+            .map(|e| format!("ended {}", esc(e, md)))
             .unwrap_or_else(|| "not finished".into()),
-        r.fabperf_version,
+        esc(&r.fabperf_version, md),
         r.cells_done,
         r.cells_failed,
         r.cells_pending
     );
     match (&rep.baseline, rep.baseline_from) {
-        (Some(b), Some(from)) => {
-            if crate::analysis::dim_baseline(b).is_some() {
+        (Some(raw), Some(from)) => {
+            let b = esc(raw, md);
+            if crate::analysis::dim_baseline(raw).is_some() {
                 let _ = write!(
                     o,
                     "\nbaseline: {b} (each row against the same test, path and other dimensions \
@@ -435,6 +626,25 @@ fn header(rep: &Report) -> String {
     o
 }
 
+/// What the marks in the difference columns mean, for the marks used.
+pub fn marks_legend(rep: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    let any = |f: &dyn Fn(&crate::analysis::Delta) -> bool| {
+        rep.rows.iter().any(|r| r.base.as_ref().is_some_and(f))
+    };
+    if any(&|d| d.within_noise == Some(true) && d.unlike.is_empty()) {
+        out.push(
+            "~ the difference is not significant (Welch's two-sample t-test over the repeats, p ≥ 0.05): noise".to_string(),
+        );
+    }
+    if any(&|d| !d.unlike.is_empty()) {
+        out.push(
+            "≠ compared with an unlike baseline row (--compare-unlike): the row's notes say what differs".to_string(),
+        );
+    }
+    out
+}
+
 /// Render the report as text or Markdown.
 pub fn render(rep: &Report, md: bool) -> String {
     let mut o = String::new();
@@ -446,14 +656,14 @@ pub fn render(rep: &Report, md: bool) -> String {
         }
     };
     if md {
-        let _ = writeln!(o, "# fabperf report: {}\n", rep.run.plan);
-        for l in header(rep).lines() {
+        let _ = writeln!(o, "# fabperf report: {}\n", esc(&rep.run.plan, md));
+        for l in header(rep, md).lines() {
             let _ = writeln!(o, "{l}  ");
         }
     } else {
-        let _ = writeln!(o, "fabperf report: {}", header(rep));
+        let _ = writeln!(o, "fabperf report: {}", header(rep, md));
     }
-    for fam in [Family::Bandwidth, Family::Udp, Family::Latency] {
+    for fam in Family::ALL {
         if let Some((title, t, notes)) = family_table(rep, fam) {
             h(&mut o, &title);
             o.push_str(&if md { t.markdown() } else { t.text() });
@@ -461,27 +671,27 @@ pub fn render(rep: &Report, md: bool) -> String {
                 o.push('\n');
             }
             for (i, n) in notes.iter().enumerate() {
-                let _ = writeln!(o, "{}[{}] {n}", if md { "- " } else { "  " }, i + 1);
+                let _ = writeln!(
+                    o,
+                    "{}[{}] {}",
+                    if md { "- " } else { "  " },
+                    i + 1,
+                    esc(n, md)
+                );
             }
         }
     }
-    if rep
-        .rows
-        .iter()
-        .any(|r| r.base.as_ref().and_then(|d| d.within_noise) == Some(true))
-    {
-        let _ = writeln!(
-            o,
-            "{}~ the difference is within the two 95 % intervals (noise)",
-            if md { "\n" } else { "  " }
-        );
+    for l in marks_legend(rep) {
+        let _ = writeln!(o, "{}{l}", if md { "\n" } else { "  " });
     }
     if !rep.meshes.is_empty() {
         h(&mut o, "Mesh (N×N)");
         for m in &rep.meshes {
             let s = fabperf_run::summary::render(m);
             if md {
-                let _ = writeln!(o, "```\n{}```", s);
+                // A fence no stored text can close.
+                let fence = escape::markdown_fence(&s);
+                let _ = writeln!(o, "{fence}\n{s}{fence}");
             } else {
                 o.push_str(&s);
             }
@@ -512,6 +722,7 @@ pub fn render(rep: &Report, md: bool) -> String {
         } else {
             // Long reasons stay on one line each: easier to grep.
             for r in &t.rows {
+                let r: Vec<String> = r.iter().map(|c| escape::terminal(c)).collect();
                 let _ = writeln!(o, "{:<4} {:<16} {:<4}  {}", r[0], r[1], r[2], r[3]);
             }
         }
@@ -524,13 +735,13 @@ pub fn render(rep: &Report, md: bool) -> String {
                 o,
                 "{}{} [{}] {}{}",
                 if md { "- " } else { "  " },
-                f.label(),
-                f.severity.as_deref().unwrap_or(&f.kind),
-                f.summary.as_deref().unwrap_or(""),
+                esc(&f.label(), md),
+                esc(f.severity.as_deref().unwrap_or(&f.kind), md),
+                esc(f.summary.as_deref().unwrap_or(""), md),
                 if f.fix.is_empty() {
                     String::new()
                 } else {
-                    format!(" — fix: {}", f.fix.join("; "))
+                    format!(" — fix: {}", esc(&f.fix.join("; "), md))
                 }
             );
         }
@@ -542,22 +753,25 @@ pub fn render(rep: &Report, md: bool) -> String {
                 o,
                 "{}{} {} on {} ({}): {}",
                 if md { "- " } else { "  " },
-                f.cell,
-                f.test,
-                f.path,
-                f.flows
-                    .iter()
-                    .map(|(a, b)| format!("{a}->{b}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                f.error
+                esc(&f.cell, md),
+                esc(&f.test, md),
+                esc(&f.path, md),
+                esc(
+                    &f.flows
+                        .iter()
+                        .map(|(a, b)| format!("{a}->{b}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    md
+                ),
+                esc(&f.error, md)
             );
         }
     }
     if !rep.notes.is_empty() {
         h(&mut o, "Notes");
         for n in &rep.notes {
-            let _ = writeln!(o, "{}{n}", if md { "- " } else { "  " });
+            let _ = writeln!(o, "{}{}", if md { "- " } else { "  " }, esc(n, md));
         }
     }
     if !rep.gates.is_empty() {
@@ -582,10 +796,10 @@ pub fn gates_text(rep: &Report, md: bool) -> String {
         let _ = writeln!(
             o,
             "{li}{status} {}{} ({} checked{})",
-            g.gate,
+            esc(&g.gate, md),
             g.preset
                 .as_deref()
-                .map(|p| format!(" [preset {p}]"))
+                .map(|p| format!(" [preset {}]", esc(p, md)))
                 .unwrap_or_default(),
             g.checked,
             if g.not_applicable {
@@ -594,21 +808,24 @@ pub fn gates_text(rep: &Report, md: bool) -> String {
                 ""
             }
         );
+        for n in &g.notes {
+            let _ = writeln!(o, "{}  note: {n}", if md { "  " } else { "" });
+        }
         for v in &g.violations {
             let _ = writeln!(
                 o,
                 "{}  {}: measured {}, required {}{}",
                 if md { "  " } else { "" },
-                v.subject,
-                v.measured,
-                v.required,
+                esc(&v.subject, md),
+                esc(&v.measured, md),
+                esc(&v.required, md),
                 if v.cells.is_empty() {
                     String::new()
                 } else {
                     format!(
                         " (cell{} {})",
                         if v.cells.len() == 1 { "" } else { "s" },
-                        v.cells.join(", ")
+                        esc(&v.cells.join(", "), md)
                     )
                 }
             );
@@ -617,7 +834,7 @@ pub fn gates_text(rep: &Report, md: bool) -> String {
     o
 }
 
-/// The rows as CSV.
+/// The rows as CSV (every cell through the CSV escaping rule).
 pub fn csv(rep: &Report) -> Result<String, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
@@ -663,6 +880,18 @@ pub fn csv(rep: &Report) -> Result<String, csv::Error> {
         "within_noise",
         "warnings",
         "cells",
+        "instances",
+        "instances_min",
+        "instances_median",
+        "instances_max",
+        "welch_p",
+        "unlike",
+        "port_finding",
+        "http_errors",
+        "http_error_pct",
+        "d_error_pp",
+        "d_bytes",
+        "overhead",
     ])?;
     let f = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
@@ -674,59 +903,84 @@ pub fn csv(rep: &Report) -> Result<String, csv::Error> {
         let s = r.stats.as_ref();
         let l = r.lat.as_ref();
         let d = r.base.as_ref();
-        w.write_record([
-            rep.run.id.to_string(),
-            format!("{:?}", r.family).to_lowercase(),
-            r.test.clone(),
-            r.kind.clone(),
-            r.path.clone(),
-            r.pattern.clone(),
-            r.scope.clone(),
-            u(r.size),
-            u(r.streams),
-            r.op.clone().unwrap_or_default(),
-            r.direction.clone().unwrap_or_default(),
-            u(r.mtu),
-            r.rate.clone().unwrap_or_default(),
-            s.map(|s| s.n.to_string()).unwrap_or_default(),
-            r.family.unit().to_string(),
-            f(s.map(|s| s.mean)),
-            f(s.and_then(|s| s.stdev)),
-            f(s.and_then(|s| s.ci95)),
-            f(s.map(|s| s.min)),
-            f(s.map(|s| s.max)),
-            f(r.port_rate_gbps),
-            f(r.pct_port),
-            f(r.cpu.as_ref().and_then(|c| c.client)),
-            f(r.cpu.as_ref().and_then(|c| c.agent)),
-            r.cpu
-                .as_ref()
-                .map(|c| c.source.to_string())
-                .unwrap_or_default(),
-            f(r.retransmits),
-            f(r.loss_pct),
-            f(l.and_then(|l| l.p50)),
-            f(l.and_then(|l| l.p90)),
-            f(l.and_then(|l| l.p99)),
-            f(l.and_then(|l| l.p999)),
-            f(l.and_then(|l| l.mean)),
-            match l.map(|l| &l.source) {
-                Some(LatSource::Histograms { .. }) => "histograms".into(),
-                Some(LatSource::StoredPercentiles) => "stored_percentiles".into(),
-                None => String::new(),
-            },
-            d.map(|d| d.path.clone()).unwrap_or_default(),
-            f(d.and_then(|d| d.d_gbps)),
-            f(d.and_then(|d| d.d_pct)),
-            f(d.and_then(|d| d.d_p50_us)),
-            f(d.and_then(|d| d.d_p99_us)),
-            f(d.and_then(|d| d.d_loss_pp)),
-            d.and_then(|d| d.within_noise)
-                .map(|b| b.to_string())
-                .unwrap_or_default(),
-            r.warnings.join(" | "),
-            r.cells.join(" "),
-        ])?;
+        w.write_record(
+            [
+                rep.run.id.to_string(),
+                format!("{:?}", r.family).to_lowercase(),
+                r.test.clone(),
+                r.kind.clone(),
+                r.path.clone(),
+                r.pattern.clone(),
+                r.scope.clone(),
+                u(r.size),
+                u(r.streams),
+                r.op.clone().unwrap_or_default(),
+                r.direction.clone().unwrap_or_default(),
+                u(r.mtu),
+                r.rate.clone().unwrap_or_default(),
+                s.map(|s| s.n.to_string()).unwrap_or_default(),
+                r.family.unit().to_string(),
+                f(s.map(|s| s.mean)),
+                f(s.and_then(|s| s.stdev)),
+                f(s.and_then(|s| s.ci95)),
+                f(s.map(|s| s.min)),
+                f(s.map(|s| s.max)),
+                f(r.port_rate_gbps),
+                f(r.pct_port),
+                f(r.cpu.as_ref().and_then(|c| c.client)),
+                f(r.cpu.as_ref().and_then(|c| c.agent)),
+                r.cpu
+                    .as_ref()
+                    .map(|c| c.source.to_string())
+                    .unwrap_or_default(),
+                f(r.retransmits),
+                f(r.loss_pct),
+                f(l.and_then(|l| l.p50)),
+                f(l.and_then(|l| l.p90)),
+                f(l.and_then(|l| l.p99)),
+                f(l.and_then(|l| l.p999)),
+                f(l.and_then(|l| l.mean)),
+                match l.map(|l| &l.source) {
+                    Some(LatSource::Histograms { .. }) => "histograms".into(),
+                    Some(LatSource::StoredPercentiles) => "stored_percentiles".into(),
+                    None => String::new(),
+                },
+                d.map(|d| d.path.clone()).unwrap_or_default(),
+                f(d.and_then(|d| d.d_gbps)),
+                f(d.and_then(|d| d.d_pct)),
+                f(d.and_then(|d| d.d_p50_us)),
+                f(d.and_then(|d| d.d_p99_us)),
+                f(d.and_then(|d| d.d_loss_pp)),
+                d.and_then(|d| d.within_noise)
+                    .map(|b| b.to_string())
+                    .unwrap_or_default(),
+                r.warnings.join(" | "),
+                r.cells.join(" "),
+                r.spread
+                    .as_ref()
+                    .map(|sp| format!("{} {}", sp.count, sp.of))
+                    .unwrap_or_default(),
+                f(r.spread.as_ref().map(|sp| sp.min)),
+                f(r.spread.as_ref().map(|sp| sp.median)),
+                f(r.spread.as_ref().map(|sp| sp.max)),
+                f(d.and_then(|d| d.welch).map(|w| w.p)),
+                d.map(|d| d.unlike.join("; ")).unwrap_or_default(),
+                r.port_finding.clone().unwrap_or_default(),
+                r.http.as_ref().map(errors_words).unwrap_or_default(),
+                f(r.http.as_ref().and_then(|h| h.error_pct)),
+                f(d.and_then(|d| d.d_error_pp)),
+                d.and_then(|d| d.d_bytes)
+                    .map(|b| b.to_string())
+                    .unwrap_or_default(),
+                if r.family == Family::Mtu {
+                    overhead_words(r)
+                } else {
+                    String::new()
+                },
+            ]
+            .iter()
+            .map(|f| escape::csv_field(f).into_owned()),
+        )?;
     }
     let bytes = w
         .into_inner()

@@ -64,6 +64,32 @@ pub fn round_robin_ordered(n: usize) -> Vec<Vec<(usize, usize)>> {
     fwd.into_iter().chain(rev).collect()
 }
 
+/// Batches of items that share no node: each item names the nodes it
+/// occupies (node identities, not agent names: a node's host and pod agents
+/// share its NIC); returns each item's batch index, greedily in item order,
+/// so that items of one batch can run at the same time without depressing
+/// each other or colliding on an agent.
+pub fn disjoint_batches(items: &[Vec<String>]) -> Vec<usize> {
+    let mut busy: Vec<std::collections::BTreeSet<&str>> = Vec::new();
+    items
+        .iter()
+        .map(|nodes| {
+            let free = |b: &std::collections::BTreeSet<&str>| {
+                nodes.iter().all(|n| !b.contains(n.as_str()))
+            };
+            let i = match busy.iter().position(free) {
+                Some(i) => i,
+                None => {
+                    busy.push(Default::default());
+                    busy.len() - 1
+                }
+            };
+            busy[i].extend(nodes.iter().map(String::as_str));
+            i
+        })
+        .collect()
+}
+
 /// A small deterministic generator (splitmix64) for bisection splits, so the
 /// same plan always makes the same splits.
 pub struct SplitMix(u64);
@@ -212,6 +238,29 @@ mod tests {
     fn incast_sends_from_everyone_else() {
         assert_eq!(incast(4, 2), vec![(0, 2), (1, 2), (3, 2)]);
         assert!(incast(1, 0).is_empty());
+    }
+
+    #[test]
+    fn disjoint_batches_never_share_a_node() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // One pair at two sizes, the same node on two paths, and an
+        // unrelated pair that fits beside the first.
+        let items = vec![
+            v(&["n1", "n3"]),
+            v(&["n1", "n3"]),
+            v(&["n3", "n2"]),
+            v(&["n2", "n4"]),
+        ];
+        let b = disjoint_batches(&items);
+        assert_eq!(b, vec![0, 1, 2, 0]);
+        for (i, x) in items.iter().enumerate() {
+            for (j, y) in items.iter().enumerate().skip(i + 1) {
+                if b[i] == b[j] {
+                    assert!(x.iter().all(|n| !y.contains(n)), "{x:?} and {y:?}");
+                }
+            }
+        }
+        assert!(disjoint_batches(&[]).is_empty());
     }
 
     #[test]

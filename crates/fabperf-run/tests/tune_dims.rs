@@ -21,9 +21,9 @@ fn profiles_and_policies_are_dimensions_with_reported_settings() {
     let agents = common::start(2, None);
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("wide.toml"), PROFILE).unwrap();
-    let tests = "[[tests]]\nname = \"bw\"\nkind = \"tcp-bw\"\nduration = \"0.2s\"\nretest = 0\n\
+    let tests = "[[tests]]\nname = \"bw\"\nkind = \"tcp-bw\"\nduration = \"0.2s\"\nretest = 0\nordered = false\n\
                  profiles = [\"wide.toml\"]\n\
-                 [[tests]]\nname = \"pol\"\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nretest = 0\n\
+                 [[tests]]\nname = \"pol\"\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nretest = 0\nordered = false\n\
                  policies = [0, 3]\n";
     let plan = common::plan(d.path(), "dims", agents.port, 2, tests);
     let db = d.path().join("r.db");
@@ -143,7 +143,7 @@ fn a_policy_command_sets_each_count_once_and_zero_at_the_end() {
             "name = \"cmd\"\ntimeout = \"5s\"\nretries = 0\n\
              [[agents]]\nname = \"n1\"\naddr = \"127.0.0.1:{port}\"\n\
              [[agents]]\nname = \"n2\"\naddr = \"127.0.0.2:{port}\"\n\
-             [[tests]]\nname = \"lat\"\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nretest = 0\nrepeats = 2\n\
+             [[tests]]\nname = \"lat\"\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nretest = 0\nrepeats = 2\nordered = false\n\
              policies = [0, 50]\n\
              [policy]\ntarget = \"command\"\ncommand = [\"sh\", \"-c\", \"echo $FABPERF_POLICIES >> {}\"]\n",
             log.display(),

@@ -18,9 +18,11 @@
 //! open, newer ones are refused with a message naming both versions.
 
 mod export;
+mod lease;
 mod schema;
 
 pub use export::{export_csv, export_jsonl, ExportRow};
+pub use lease::{Lease, LeaseHolder};
 pub use schema::SCHEMA_VERSION;
 
 use fabperf_results::Record;
@@ -52,6 +54,18 @@ pub enum StoreError {
         path.display()
     )]
     Locked { path: PathBuf },
+    #[error(
+        "the results store {} is in use by {holder}{waited}; wait for that run to end or stop it \
+         (a runner that is killed frees the store at once), or give another --db file",
+        path.display()
+    )]
+    Leased {
+        path: PathBuf,
+        /// Who holds the lease, in words.
+        holder: String,
+        /// "; waited N s" when the runner waited for it.
+        waited: String,
+    },
     #[error("results store {}: {what}: {msg}", path.display())]
     Sql {
         path: PathBuf,
@@ -211,6 +225,28 @@ pub struct CellSpec {
     pub repeat: u32,
 }
 
+/// The pattern of the cells the runner adds to re-test a mesh's suspects.
+pub const RETEST: &str = "retest";
+
+/// A run's cells, split by its current plan ([`Store::plan_cells`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlanCells {
+    /// The current plan's cells and their re-tests, in plan order.
+    pub current: Vec<CellRow>,
+    /// Cells of earlier versions of the plan: kept, counted nowhere.
+    pub stale: Vec<CellRow>,
+}
+
+impl PlanCells {
+    /// The ids of the current plan's cells.
+    pub fn current_ids(&self) -> std::collections::HashSet<&str> {
+        self.current
+            .iter()
+            .map(|c| c.spec.cell_id.as_str())
+            .collect()
+    }
+}
+
 /// A cell with its state.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CellRow {
@@ -273,6 +309,24 @@ pub struct Attempt {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Stored items a reader could not decode and skipped (one line each).
+    skipped: std::cell::RefCell<Vec<String>>,
+}
+
+/// The SQLite header's user_version and application_id of an existing,
+/// non-empty file (`None` when it is not an SQLite file at all: SQLite's
+/// own open then says so). The file's first page may be older than what
+/// its WAL holds: a newer version there is found once SQLite opens it.
+fn header_fields(path: &Path) -> Option<(i64, i64)> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut h = [0u8; 100];
+    f.read_exact(&mut h).ok()?;
+    if &h[..16] != b"SQLite format 3\0" {
+        return None;
+    }
+    let be = |o: usize| i64::from(i32::from_be_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]));
+    Some((be(60), be(68)))
 }
 
 impl Store {
@@ -282,15 +336,80 @@ impl Store {
         Self::open_with(path, schema::MIGRATIONS, false)
     }
 
-    /// Open an existing store for reading only (reports, exports).
+    /// Open an existing store for reading only (reports, exports). A store
+    /// it refuses is left as it was: no `-wal`/`-shm` file is left beside it.
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
-        if !path.exists() {
-            return Err(StoreError::Open {
-                path: path.to_path_buf(),
-                msg: "no such file; `fabperf run PLAN --db FILE` creates it".into(),
-            });
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(_) => {
+                return Err(StoreError::Open {
+                    path: path.to_path_buf(),
+                    msg: "no such file; `fabperf run PLAN --db FILE` creates it".into(),
+                })
+            }
+        };
+        let not_a_store = |why: String| StoreError::NotAStore {
+            path: path.to_path_buf(),
+            why,
+        };
+        if meta.is_file() && meta.len() == 0 {
+            return Err(not_a_store(
+                "it is an empty file: no run was ever written to it (`fabperf run PLAN --db FILE` writes one)"
+                    .into(),
+            ));
         }
-        Self::open_with(path, schema::MIGRATIONS, true)
+        // What the header already says is refused before SQLite opens the
+        // file (and makes its -wal/-shm files).
+        if let Some((version, app)) = header_fields(path) {
+            let known = SCHEMA_VERSION;
+            if app != schema::APPLICATION_ID && app != 0 {
+                return Err(not_a_store("an SQLite database of another program".into()));
+            }
+            if version < 0 {
+                return Err(not_a_store(format!(
+                    "its schema version is {version}, which no fabperf writes: the file was changed by another program"
+                )));
+            }
+            if version > known {
+                return Err(StoreError::Newer {
+                    path: path.to_path_buf(),
+                    found: version,
+                    supported: known,
+                });
+            }
+        }
+        let side = |ext: &str| {
+            let mut p = path.as_os_str().to_owned();
+            p.push(ext);
+            PathBuf::from(p)
+        };
+        let (wal, shm) = (side("-wal"), side("-shm"));
+        let had = (wal.exists(), shm.exists());
+        let r = Self::open_with(path, schema::MIGRATIONS, true);
+        if r.is_err() {
+            // The connection is closed; remove what opening it made.
+            if !had.0 && std::fs::metadata(&wal).is_ok_and(|m| m.len() == 0) {
+                let _ = std::fs::remove_file(&wal);
+            }
+            if !had.1 {
+                let _ = std::fs::remove_file(&shm);
+            }
+        }
+        r
+    }
+
+    /// What readers of this store skipped because it could not be decoded
+    /// (a damaged store, or one written by a newer fabperf): one line each.
+    /// Every reader skips the same way; commands say how many.
+    pub fn skipped(&self) -> Vec<String> {
+        self.skipped.borrow().clone()
+    }
+
+    fn skip(&self, what: String) {
+        let mut s = self.skipped.borrow_mut();
+        if !s.contains(&what) {
+            s.push(what);
+        }
     }
 
     #[doc(hidden)]
@@ -327,6 +446,7 @@ impl Store {
         let mut s = Store {
             conn,
             path: path.to_path_buf(),
+            skipped: Default::default(),
         };
         s.check_header()?;
         if !read_only {
@@ -556,8 +676,13 @@ impl Store {
         let mut out = Vec::new();
         for row in rows {
             let (name, path, addr, hello, seen_at) = row.map_err(self.err("reading agents"))?;
-            let hello = serde_json::from_str(&hello)
-                .map_err(|e| self.invalid(format!("agent {name}: hello is not JSON: {e}")))?;
+            let hello = match serde_json::from_str(&hello) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.skip(format!("run {run_id} agent {name}: hello is not JSON: {e}"));
+                    continue;
+                }
+            };
             out.push(AgentRow {
                 name,
                 path,
@@ -702,13 +827,49 @@ impl Store {
         Ok(added)
     }
 
-    /// The run's cells in plan order (cells no longer in the plan last).
+    /// Make the failed cells among `cell_ids` pending again (`--retry-failed`
+    /// for cells the runner derives, such as re-tests); returns how many.
+    pub fn retry_failed_cells(
+        &mut self,
+        run_id: i64,
+        cell_ids: &[&str],
+    ) -> Result<usize, StoreError> {
+        let path = self.path.clone();
+        let e = |e| StoreError::sql(&path, "marking failed cells for another attempt", e);
+        let tx = self.conn.transaction().map_err(e)?;
+        let mut n = 0;
+        {
+            let mut st = tx
+                .prepare(
+                    "UPDATE cells SET state = 'pending' WHERE run_id = ?1 AND cell_id = ?2 AND state = 'failed'",
+                )
+                .map_err(e)?;
+            for id in cell_ids {
+                n += st.execute(params![run_id, id]).map_err(e)?;
+            }
+        }
+        tx.commit().map_err(e)?;
+        Ok(n)
+    }
+
+    /// Every cell of the run, in plan order (cells no longer in the plan
+    /// last). Readers that judge a run use [`Store::plan_cells`]: this list
+    /// also holds the cells of earlier versions of its plan.
     pub fn cells(&self, run_id: i64) -> Result<Vec<CellRow>, StoreError> {
+        Ok(self
+            .cells_and_plan(run_id)?
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect())
+    }
+
+    /// The run's cells, each with its `in_plan` flag.
+    fn cells_and_plan(&self, run_id: i64) -> Result<Vec<(CellRow, bool)>, StoreError> {
         let mut st = self
             .conn
             .prepare(
                 "SELECT cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat,
-                        state, error, attempts, started_at, ended_at, wall_s
+                        state, error, attempts, started_at, ended_at, wall_s, in_plan
                  FROM cells WHERE run_id = ?1 ORDER BY in_plan DESC, seq, cell_id",
             )
             .map_err(self.err("reading cells"))?;
@@ -730,6 +891,7 @@ impl Store {
             Option<String>,
             Option<String>,
             Option<f64>,
+            bool,
         );
         let rows = st
             .query_map([run_id], |r| {
@@ -751,39 +913,97 @@ impl Store {
                     r.get(14)?,
                     r.get(15)?,
                     r.get(16)?,
+                    r.get(17)?,
                 ))
             })
             .map_err(self.err("reading cells"))?;
         let mut out = Vec::new();
         for row in rows {
             let raw: Raw = row.map_err(self.err("reading cells"))?;
-            let bad = |what: &str, e: String| self.invalid(format!("cell {}: {what}: {e}", raw.0));
-            let flows = serde_json::from_str(&raw.7).map_err(|e| bad("flows", e.to_string()))?;
-            let params = serde_json::from_str(&raw.8).map_err(|e| bad("params", e.to_string()))?;
-            let dims = serde_json::from_str(&raw.9).map_err(|e| bad("dims", e.to_string()))?;
-            let state = CellState::parse(&raw.11)
-                .ok_or_else(|| bad("state", format!("unknown state {:?}", raw.11)))?;
-            out.push(CellRow {
-                spec: CellSpec {
-                    cell_id: raw.0.clone(),
-                    seq: raw.1,
-                    batch: raw.2,
-                    test: raw.3,
-                    kind: raw.4,
-                    path: raw.5,
-                    pattern: raw.6,
-                    flows,
-                    params,
-                    dims,
-                    repeat: raw.10,
+            let decoded = (|| -> Result<_, String> {
+                fn j<T: serde::de::DeserializeOwned>(what: &str, t: &str) -> Result<T, String> {
+                    serde_json::from_str(t).map_err(|e| format!("{what}: {e}"))
+                }
+                let flows: Vec<(String, String)> = j("flows", &raw.7)?;
+                let params: serde_json::Value = j("params", &raw.8)?;
+                let dims: serde_json::Value = j("dims", &raw.9)?;
+                let state = CellState::parse(&raw.11)
+                    .ok_or_else(|| format!("state: unknown state {:?}", raw.11))?;
+                Ok((flows, params, dims, state))
+            })();
+            let (flows, params, dims, state) = match decoded {
+                Ok(d) => d,
+                Err(e) => {
+                    self.skip(format!("run {run_id} cell {}: {e}", raw.0));
+                    continue;
+                }
+            };
+            out.push((
+                CellRow {
+                    spec: CellSpec {
+                        cell_id: raw.0.clone(),
+                        seq: raw.1,
+                        batch: raw.2,
+                        test: raw.3,
+                        kind: raw.4,
+                        path: raw.5,
+                        pattern: raw.6,
+                        flows,
+                        params,
+                        dims,
+                        repeat: raw.10,
+                    },
+                    state,
+                    error: raw.12,
+                    attempts: raw.13,
+                    started_at: raw.14,
+                    ended_at: raw.15,
+                    wall_s: raw.16,
                 },
-                state,
-                error: raw.12,
-                attempts: raw.13,
-                started_at: raw.14,
-                ended_at: raw.15,
-                wall_s: raw.16,
-            });
+                raw.17,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The run's cells split by its current plan — the plan its last
+    /// `fabperf run` synced ([`Store::sync_cells`]). `current`: the plan's
+    /// cells and the re-tests derived from them; `stale`: cells of earlier
+    /// versions of the plan (an edited plan gives edited cells new ids) and
+    /// re-tests derived from those. Everything that judges a run — the mesh
+    /// summary, the re-test scheduler, reports — counts `current` only and
+    /// lists `stale` as not part of the plan.
+    pub fn plan_cells(&self, run_id: i64) -> Result<PlanCells, StoreError> {
+        let all = self.cells_and_plan(run_id)?;
+        // A re-test repeats one planned cell: the same test, kind, path,
+        // parameters, sweep point and flows.
+        let key = |c: &CellSpec| {
+            (
+                c.test.clone(),
+                c.kind.clone(),
+                c.path.clone(),
+                c.params.to_string(),
+                c.dims.to_string(),
+                c.flows.clone(),
+            )
+        };
+        let planned: std::collections::HashSet<_> = all
+            .iter()
+            .filter(|(c, in_plan)| *in_plan && c.spec.pattern != RETEST)
+            .map(|(c, _)| key(&c.spec))
+            .collect();
+        let mut out = PlanCells::default();
+        for (c, in_plan) in all {
+            let current = if c.spec.pattern == RETEST {
+                planned.contains(&key(&c.spec))
+            } else {
+                in_plan
+            };
+            if current {
+                out.current.push(c);
+            } else {
+                out.stale.push(c);
+            }
         }
         Ok(out)
     }
@@ -899,10 +1119,17 @@ impl Store {
         let mut out = Vec::new();
         for row in rows {
             let (cell, role, src, dst, rec) = row.map_err(self.err("reading measurements"))?;
-            let role = Role::parse(&role)
-                .ok_or_else(|| self.invalid(format!("cell {cell}: unknown role {role:?}")))?;
-            let record: Record = serde_json::from_str(&rec)
-                .map_err(|e| self.invalid(format!("cell {cell}: stored record: {e}")))?;
+            let Some(role) = Role::parse(&role) else {
+                self.skip(format!("run {run_id} cell {cell}: unknown role {role:?}"));
+                continue;
+            };
+            let record: Record = match serde_json::from_str(&rec) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.skip(format!("run {run_id} cell {cell}: stored record: {e}"));
+                    continue;
+                }
+            };
             out.push((
                 cell,
                 Measurement {
@@ -945,10 +1172,19 @@ impl Store {
         for row in rows {
             let (cell_id, role, src, dst, rec, lat_hist) =
                 row.map_err(self.err("reading measurements"))?;
-            let role = Role::parse(&role)
-                .ok_or_else(|| self.invalid(format!("cell {cell_id}: unknown role {role:?}")))?;
-            let record: serde_json::Value = serde_json::from_str(&rec)
-                .map_err(|e| self.invalid(format!("cell {cell_id}: stored record: {e}")))?;
+            let Some(role) = Role::parse(&role) else {
+                self.skip(format!(
+                    "run {run_id} cell {cell_id}: unknown role {role:?}"
+                ));
+                continue;
+            };
+            let record: serde_json::Value = match serde_json::from_str(&rec) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.skip(format!("run {run_id} cell {cell_id}: stored record: {e}"));
+                    continue;
+                }
+            };
             out.push(RawMeasurement {
                 cell_id,
                 role,
@@ -1037,8 +1273,13 @@ impl Store {
         let mut out = Vec::new();
         for row in rows {
             let (kind, subject, body, at) = row.map_err(self.err("reading findings"))?;
-            let body = serde_json::from_str(&body)
-                .map_err(|e| self.invalid(format!("finding {kind}/{subject}: {e}")))?;
+            let body = match serde_json::from_str(&body) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.skip(format!("run {run_id} finding {kind}/{subject}: {e}"));
+                    continue;
+                }
+            };
             out.push(Finding {
                 kind,
                 subject,

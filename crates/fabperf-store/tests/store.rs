@@ -423,3 +423,201 @@ fn raw_measurements_keep_unknown_keys() {
     assert_eq!(raw[0].lat_hist.as_deref(), Some("HIST"));
     assert!(s.measurements_raw(run.id + 1).unwrap().is_empty());
 }
+
+/// An edited plan gives its edited cells new ids: the run's current cells
+/// are the new plan's and the re-tests derived from them; the old cells and
+/// their re-tests are stale.
+#[test]
+fn plan_cells_split_current_from_stale() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let mut s = Store::open(&db).unwrap();
+    let run = new_run(&mut s, "h1");
+    let mesh = |id: &str, seq: i64, duration: f64| {
+        let mut c = spec(id, seq);
+        c.pattern = "mesh".into();
+        c.params = json!({"size": 131072, "duration_s": duration});
+        c
+    };
+    let retest_of = |c: &CellSpec, id: &str| {
+        let mut r = c.clone();
+        r.cell_id = id.into();
+        r.pattern = RETEST.into();
+        r.seq = 1_000_000_000;
+        r
+    };
+    let mut old1 = mesh("old1", 1, 1.0);
+    old1.flows = vec![("b".into(), "a".into())];
+    let v1 = vec![mesh("old0", 0, 1.0), old1.clone()];
+    s.sync_cells(run.id, &v1, false).unwrap();
+    s.add_cells(run.id, &[retest_of(&v1[0], "old-rt")]).unwrap();
+    // The plan is edited: another duration, new ids; one cell is unchanged.
+    let v2 = vec![old1, mesh("new0", 1, 2.0)];
+    let rep = s.sync_cells(run.id, &v2, false).unwrap();
+    assert_eq!(rep.not_in_plan, 1);
+    s.add_cells(run.id, &[retest_of(&v2[1], "new-rt")]).unwrap();
+    let pc = s.plan_cells(run.id).unwrap();
+    let ids = |v: &[CellRow]| {
+        let mut v: Vec<String> = v.iter().map(|c| c.spec.cell_id.clone()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ids(&pc.current), ["new-rt", "new0", "old1"]);
+    assert_eq!(ids(&pc.stale), ["old-rt", "old0"]);
+    assert!(pc.current_ids().contains("new0"));
+    // All cells are still there for those who ask for them.
+    assert_eq!(s.cells(run.id).unwrap().len(), 5);
+}
+
+#[test]
+fn failed_derived_cells_can_be_retried() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let mut s = Store::open(&db).unwrap();
+    let run = new_run(&mut s, "h1");
+    let mut rt = spec("rt", 0);
+    rt.pattern = RETEST.into();
+    s.add_cells(run.id, &[rt.clone(), spec("ok", 1)]).unwrap();
+    s.finish_cell_failed(run.id, "rt", &attempt(), "refused")
+        .unwrap();
+    s.finish_cell_done(run.id, "ok", &attempt(), &[]).unwrap();
+    assert_eq!(
+        s.retry_failed_cells(run.id, &["rt", "ok", "none"]).unwrap(),
+        1
+    );
+    let st: Vec<(String, CellState)> = s
+        .cells(run.id)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.spec.cell_id, c.state))
+        .collect();
+    assert!(st.contains(&("rt".into(), CellState::Pending)), "{st:?}");
+    assert!(st.contains(&("ok".into(), CellState::Done)), "{st:?}");
+}
+
+/// One runner per store: a second is refused with the holder named; the
+/// lease ends with its holder, also when the holder is SIGKILLed.
+#[test]
+fn the_lease_is_exclusive_and_dies_with_its_holder() {
+    if let Ok(db) = std::env::var("FABPERF_LEASE_CHILD_DB") {
+        let _l = Lease::acquire(
+            Path::new(&db),
+            &LeaseHolder::this_process("the child"),
+            std::time::Duration::ZERO,
+        )
+        .unwrap();
+        println!("held");
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let me = LeaseHolder::this_process("fabperf run plan.toml (run 1)");
+    let held = Lease::acquire(&db, &me, std::time::Duration::ZERO).unwrap();
+    assert_eq!(Lease::holder(&db).as_ref(), Some(&me));
+    // Another open file description of the same file is another holder,
+    // even in this process.
+    let e = Lease::acquire(
+        &db,
+        &LeaseHolder::this_process("second"),
+        std::time::Duration::from_millis(300),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    for want in [
+        "in use by fabperf run plan.toml (run 1)",
+        &format!("pid {}", std::process::id()),
+        &format!("on host {}", me.host),
+        &format!("since {}", me.started_at),
+        "waited 0.3 s",
+        "another --db",
+    ] {
+        assert!(msg.contains(want), "{want:?} missing: {msg}");
+    }
+    drop(held);
+    let again = Lease::acquire(&db, &me, std::time::Duration::ZERO).unwrap();
+    drop(again);
+
+    // A holder killed with SIGKILL frees the lease.
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "the_lease_is_exclusive_and_dies_with_its_holder",
+            "--nocapture",
+        ])
+        .env("FABPERF_LEASE_CHILD_DB", &db)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("held") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "the child ended without taking the lease"
+        );
+    }
+    let e = Lease::acquire(&db, &me, std::time::Duration::ZERO).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("the child, pid {}", child.id())),
+        "{e}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    Lease::acquire(&db, &me, std::time::Duration::from_secs(5)).unwrap();
+}
+
+/// The lease file is anyone's to write: garbage, control characters and a
+/// huge file give a plain message, never a panic or raw escapes.
+#[test]
+fn hostile_lease_files() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let lf = Lease::path_for(&db);
+    assert_eq!(lf, d.path().join("r.db.lease"));
+    let evil = serde_json::to_string(&LeaseHolder {
+        pid: 7,
+        host: "h\u{1b}[31m\nx".into(),
+        started_at: "t".into(),
+        what: "w\u{7}".repeat(1000),
+    })
+    .unwrap();
+    for content in [
+        evil.into_bytes(),
+        b"\x00\xff garbage".to_vec(),
+        vec![b'{'; 1 << 20],
+        Vec::new(),
+    ] {
+        std::fs::write(&lf, &content).unwrap();
+        // Unlocked: whatever is in the file, the lease is taken and the
+        // file rewritten.
+        let me = LeaseHolder::this_process("me");
+        let l = Lease::acquire(&db, &me, std::time::Duration::ZERO).unwrap();
+        assert_eq!(Lease::holder(&db), Some(me.clone()));
+        drop(l);
+        // Locked by someone who wrote that content.
+        std::fs::write(&lf, &content).unwrap();
+        let f = std::fs::File::open(&lf).unwrap();
+        f.lock().unwrap();
+        let e = Lease::acquire(&db, &me, std::time::Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.chars().any(|c| c.is_control()), "{e:?}");
+        assert!(e.len() < 2000, "{} bytes", e.len());
+        drop(f);
+    }
+    // A lease path that is a directory is refused with what to do.
+    std::fs::remove_file(&lf).unwrap();
+    std::fs::create_dir(&lf).unwrap();
+    let e = Lease::acquire(
+        &db,
+        &LeaseHolder::this_process("me"),
+        std::time::Duration::ZERO,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("not a regular file; remove it"), "{e}");
+}

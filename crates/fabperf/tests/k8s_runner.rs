@@ -229,13 +229,14 @@ fn the_job_runs_the_rendered_plan_and_prints_summary_and_results() {
         .filter(|l| l.starts_with('{'))
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    // One bw and one lat cell between the two nodes (mesh of 2).
+    // Two bw and two lat cells between the two nodes (mesh of 2, both
+    // directions).
     let tests: Vec<&str> = records
         .iter()
         .filter(|r| r["role"] == "total")
         .map(|r| r["plan_test"].as_str().unwrap())
         .collect();
-    assert_eq!(tests, ["bw", "lat"], "{out}");
+    assert_eq!(tests, ["bw", "bw", "lat", "lat"], "{out}");
     for r in &records {
         assert_eq!(r["path"], "pod");
         let mut nodes = [

@@ -134,8 +134,8 @@ fn census(db: &Path) -> (usize, usize, usize, usize) {
     (cells.len(), done, pending, failed)
 }
 
-const TESTS: &str = "[[tests]]\nname = \"bw\"\nkind = \"tcp-bw\"\nduration = \"0.4s\"\nparams = { omit_s = 0.1 }\nrepeats = 2\nretest = 0\n\
-[[tests]]\nname = \"lat\"\nkind = \"tcp-lat\"\nduration = \"0.3s\"\nretest = 0\n";
+const TESTS: &str = "[[tests]]\nname = \"bw\"\nkind = \"tcp-bw\"\nduration = \"0.4s\"\nparams = { omit_s = 0.1 }\nrepeats = 2\nretest = 0\nordered = false\n\
+[[tests]]\nname = \"lat\"\nkind = \"tcp-lat\"\nduration = \"0.3s\"\nretest = 0\nordered = false\n";
 
 #[test]
 fn sigkill_then_resume_stores_every_cell_once() {
@@ -213,7 +213,7 @@ fn sigint_stops_cleanly_with_130_and_keeps_what_finished() {
         d.path(),
         agents.port,
         2,
-        "[[tests]]\nkind = \"tcp-lat\"\nduration = \"1s\"\nrepeats = 20\n",
+        "[[tests]]\nkind = \"tcp-lat\"\nduration = \"1s\"\nrepeats = 20\nordered = false\n",
     );
     let child = Command::new(BIN)
         .args([
@@ -297,4 +297,85 @@ fn bad_plans_and_stores_exit_with_clear_errors() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// Two `fabperf run` on one store: the second is refused, naming the first
+/// (pid, host, start); the first killed with SIGKILL frees the store, and
+/// the next run resumes.
+#[test]
+fn a_second_runner_on_the_same_store_is_refused() {
+    let agents = Agents::start(2);
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let plan = write_plan(
+        d.path(),
+        agents.port,
+        2,
+        "[[tests]]\nkind = \"tcp-lat\"\nduration = \"0.5s\"\nrepeats = 8\n",
+    );
+    let run = |extra: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args([
+            "run",
+            plan.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+            "--plain",
+        ])
+        .args(extra);
+        c
+    };
+    let first = run(&[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until it measures.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the first run never finished a cell"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        // The store may be still being created: only a readable one counts.
+        let done = fabperf_store::Store::open_read_only(&db)
+            .and_then(|s| {
+                let run = s.latest_run()?.map(|r| r.id).unwrap_or(0);
+                s.count(
+                    "SELECT count(*) FROM cells WHERE run_id = ?1 AND state = 'done'",
+                    run,
+                )
+            })
+            .unwrap_or(0);
+        if done >= 1 {
+            break;
+        }
+    }
+    let t0 = Instant::now();
+    let out = run(&[]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "refused at once");
+    for want in [
+        "is in use by fabperf run".to_string(),
+        format!("pid {} on host", first.id()),
+        "since 20".to_string(),
+        "another --db file".to_string(),
+    ] {
+        assert!(err.contains(&want), "{want:?} missing: {err}");
+    }
+    // --wait: refused after waiting, and says so.
+    let out = run(&["--wait", "0.5s"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("waited 0.5 s"), "{err}");
+    let mut first = first;
+    kill(first.id(), "KILL");
+    let _ = first.wait();
+    let out = run(&[]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("resuming run 1"), "{err}");
+    assert_eq!(census(&db), (16, 16, 0, 0), "8 repeats, both directions");
 }

@@ -20,7 +20,7 @@ description = "host vs overlay vs rdma on two nodes, a 4-node mesh, an incast an
 baseline = "host"
 "#;
 
-fn record(kind: &str, size: u64, extra: Value) -> Record {
+pub fn record(kind: &str, size: u64, extra: Value) -> Record {
     let transport = if kind.starts_with("rdma") {
         Transport::Rdma
     } else if kind.starts_with("udp") {
@@ -40,7 +40,7 @@ fn record(kind: &str, size: u64, extra: Value) -> Record {
     serde_json::from_value(v).unwrap()
 }
 
-fn bw(kind: &str, size: u64, gbps: f64, cpu: Option<(f64, f64)>) -> Record {
+pub fn bw(kind: &str, size: u64, gbps: f64, cpu: Option<(f64, f64)>) -> Record {
     let mut e = json!({
         "bw_gbps": gbps,
         "bytes": (gbps * 1e9 / 8.0 * 3.0) as u64,
@@ -56,7 +56,7 @@ fn bw(kind: &str, size: u64, gbps: f64, cpu: Option<(f64, f64)>) -> Record {
     record(kind, size, e)
 }
 
-fn lat(kind: &str, size: u64, p50: f64, p99: f64, op: Option<&str>) -> Record {
+pub fn lat(kind: &str, size: u64, p50: f64, p99: f64, op: Option<&str>) -> Record {
     let mut e = json!({
         "lat_us": {"min": p50 * 0.9, "p50": p50, "p90": p50 * 1.1, "p99": p99, "p999": p99 * 1.5,
                    "p9999": p99 * 2.0, "max": p99 * 3.0, "mean": p50 * 1.05, "stdev": 0.5,
@@ -80,7 +80,7 @@ pub fn hist_b64(fast_ns: u64, n: u64, slow_ns: u64, tail: u64) -> String {
     base64::engine::general_purpose::STANDARD.encode(buf)
 }
 
-struct B {
+pub struct B {
     store: Store,
     run: i64,
     seq: i64,
@@ -90,7 +90,7 @@ struct B {
 
 impl B {
     #[allow(clippy::too_many_arguments)]
-    fn cell(
+    pub fn cell(
         &mut self,
         id: &str,
         test: &str,
@@ -124,7 +124,7 @@ impl B {
         spec
     }
 
-    fn done(&mut self, spec: &CellSpec, ms: Vec<Measurement>) {
+    pub fn done(&mut self, spec: &CellSpec, ms: Vec<Measurement>) {
         let at = Attempt {
             attempts: 1,
             started_at: "2026-01-02T03:04:05Z".into(),
@@ -137,7 +137,7 @@ impl B {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn pair(
+    pub fn pair(
         &mut self,
         id: &str,
         test: &str,
@@ -161,7 +161,7 @@ impl B {
     }
 }
 
-fn agent(name: &str, path: &str, port: Option<f64>, mtu: u64) -> fabperf_store::AgentRow {
+pub fn agent(name: &str, path: &str, port: Option<f64>, mtu: u64) -> fabperf_store::AgentRow {
     let mut inv = json!({"iface": "eth1", "mtu": mtu, "numa_node": 0});
     if let Some(p) = port {
         inv["port_rate_gbps"] = json!(p);
@@ -295,6 +295,85 @@ pub fn build(db: &Path) -> i64 {
             r,
         );
     }
+    // HTTP load, 8 connections, two repeats: the overlay serves fewer
+    // requests, slower, and some time out or fail with a status.
+    for (path, rates, lat_ns, errs) in [
+        ("host", [5000.0, 5200.0], 800_000u64, (0u64, 0u64)),
+        ("overlay", [3000.0, 3100.0], 1_500_000u64, (3, 2)),
+    ] {
+        for (rep, rps) in rates.iter().enumerate() {
+            let id = format!("http-{path}-r{rep}");
+            let mut e = json!({
+                "requests_per_s": rps,
+                "iterations": (rps * 3.0) as u64,
+                "bw_gbps": rps * 1024.0 * 8.0 / 1e9,
+                "bytes": (rps * 3.0 * 1024.0) as u64,
+                "op": "GET",
+                "direction": "reverse",
+                "lat_us": {"min": 500.0, "p50": lat_ns as f64 / 1000.0, "p90": lat_ns as f64 / 1000.0,
+                           "p99": lat_ns as f64 / 500.0, "p999": lat_ns as f64 / 500.0,
+                           "p9999": lat_ns as f64 / 500.0, "max": lat_ns as f64 / 500.0,
+                           "mean": lat_ns as f64 / 1000.0, "stdev": 10.0, "kind": "rtt", "samples": 1020},
+                "errors": {"connect": 0, "write": 0, "read": 0, "timeout": errs.0, "status": errs.1, "parse": 0},
+            });
+            if rep == 1 {
+                e["cpu_local_pct"] = json!(50.0);
+            }
+            let mut r = record("http-load", 1024, e);
+            r.streams = 8;
+            b.pair(
+                &id,
+                "http",
+                "http-load",
+                path,
+                json!({"size": 1024, "connections": 8}),
+                rep as u32,
+                p,
+                r,
+            );
+            b.hists.push((id, hist_b64(lat_ns, 1000, lat_ns * 2, 20)));
+        }
+    }
+    // Path MTU per method: jumbo frames on the host, VXLAN's 50 bytes off
+    // them on the overlay.
+    for (path, mtu, iface) in [
+        ("host", 9000u32, "interface eth1 (MTU 9000, ethernet)".to_string()),
+        (
+            "overlay",
+            8950,
+            "interface vxlan.calico (MTU 8950, vxlan), 50 bytes of encapsulation (outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8)".to_string(),
+        ),
+    ] {
+        let spec = b.cell(
+            &format!("mtu-{path}"),
+            "mtu",
+            "mtu",
+            path,
+            "pairs",
+            &[p],
+            json!({}),
+            0,
+        );
+        let ms = ["forward", "reverse"]
+            .iter()
+            .map(|op| {
+                let r = record(
+                    "mtu",
+                    u64::from(mtu - 28),
+                    json!({"op": op, "direction": op, "mtu": mtu, "iterations": 14,
+                           "warnings": [{"id": "mtu-path", "message": "limited by the sending interface"},
+                                        {"id": "mtu-path", "message": iface}]}),
+                );
+                Measurement {
+                    role: Role::Total,
+                    src: Some(p.0.into()),
+                    dst: Some(p.1.into()),
+                    record: r,
+                }
+            })
+            .collect();
+        b.done(&spec, ms);
+    }
     // A failed cell.
     let f = b.cell(
         "bw-overlay-n3n4",
@@ -345,6 +424,28 @@ pub fn build(db: &Path) -> i64 {
                 }],
             );
         }
+    }
+    // Its re-tests confirm n3's pairs.
+    for (a, c) in [("n1", "n3"), ("n2", "n3"), ("n3", "n4")] {
+        let spec = b.cell(
+            &format!("mesh-{a}{c}-retest0"),
+            "mesh-bw",
+            "tcp-bw",
+            "host",
+            "retest",
+            &[(a, c)],
+            json!({}),
+            0,
+        );
+        b.done(
+            &spec,
+            vec![Measurement {
+                role: Role::Total,
+                src: Some(a.into()),
+                dst: Some(c.into()),
+                record: bw("tcp-bw", 131072, 1.1, None),
+            }],
+        );
     }
     // An incast into n1: n4 gets a third of the others' share.
     let spec = b.cell(
@@ -497,4 +598,47 @@ pub fn build_dims(db: &Path) -> i64 {
     }
     b.store.end_run(run).unwrap();
     run
+}
+
+/// A store with one run of `plan` and `agents`, for a test to fill.
+pub fn open(db: &Path, plan: &str, agents: &[fabperf_store::AgentRow]) -> B {
+    let mut store = Store::open(db).unwrap();
+    let run = store
+        .create_run(&NewRun {
+            plan_name: "custom",
+            plan_hash: "c0",
+            plan_file: Some("custom.toml"),
+            plan_text: plan,
+        })
+        .unwrap()
+        .id;
+    store.put_agents(run, agents).unwrap();
+    B {
+        store,
+        run,
+        seq: 0,
+        hists: Vec::new(),
+    }
+}
+
+impl B {
+    /// Attach a histogram to a cell's records once the run is finished.
+    pub fn hist(&mut self, cell: &str, h: String) {
+        self.hists.push((cell.to_string(), h));
+    }
+
+    /// End the run and write the histograms.
+    pub fn finish(mut self, db: &Path) {
+        self.store.end_run(self.run).unwrap();
+        let hists = std::mem::take(&mut self.hists);
+        drop(self);
+        let c = rusqlite::Connection::open(db).unwrap();
+        for (cell, h) in hists {
+            c.execute(
+                "UPDATE measurements SET record = json_set(record, '$.lat_hist', ?2), lat_hist = ?2 WHERE cell_id = ?1",
+                rusqlite::params![cell, h],
+            )
+            .unwrap();
+        }
+    }
 }

@@ -35,6 +35,11 @@ fn kinds(token: Option<Vec<u8>>, state: &Path) -> Vec<Box<dyn TestKind>> {
 }
 
 pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
+    start_with_group(n, token, None)
+}
+
+/// As [`start`], every agent admitting at most `group` tests of one group.
+pub fn start_with_group(n: usize, token: Option<&[u8]>, group: Option<u32>) -> Agents {
     'retry: for _ in 0..20 {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = probe.local_addr().unwrap().port();
@@ -43,7 +48,7 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
         let state = tempfile::tempdir().unwrap();
         for i in 1..=n {
             let bind: SocketAddr = format!("127.0.0.{i}:{port}").parse().unwrap();
-            let agent = match Agent::bind(AgentConfig {
+            let mut agent = match Agent::bind(AgentConfig {
                 bind,
                 token: token.map(<[u8]>::to_vec),
                 insecure: false,
@@ -66,6 +71,9 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
                 Ok(a) => a,
                 Err(_) => continue 'retry,
             };
+            if let Some(g) = group {
+                agent.limit_group(g).unwrap();
+            }
             handles.push(agent.spawn());
         }
         return Agents {
@@ -75,6 +83,31 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
         };
     }
     panic!("no free port for the test agents");
+}
+
+/// (Re)start agent `i` (node n`i` on 127.0.0.`i`) on `port`, e.g. after
+/// shutting its handle down.
+pub fn start_one(agents: &Agents, i: usize) -> AgentHandle {
+    let bind: SocketAddr = format!("127.0.0.{i}:{}", agents.port).parse().unwrap();
+    Agent::bind(AgentConfig {
+        bind,
+        token: None,
+        insecure: false,
+        limits: Limits {
+            io_timeout: Duration::from_secs(5),
+            ..Limits::default()
+        },
+        kinds: kinds(None, &agents.state.path().join(format!("n{i}"))),
+        quiet: true,
+        identity: Some(fabperf_proto::AgentIdentity {
+            addr: None,
+            node: format!("n{i}"),
+            path: "host".into(),
+            inventory: None,
+        }),
+    })
+    .unwrap()
+    .spawn()
 }
 
 /// A plan with `n` static agents named n1.. on 127.0.0.1.. and the given
@@ -103,5 +136,6 @@ pub fn opts(plan: &Path, db: &Path) -> fabperf_run::RunOptions {
         dry_run: false,
         progress: fabperf_run::exec::ProgressMode::Quiet,
         token: None,
+        lease_wait: std::time::Duration::ZERO,
     }
 }

@@ -56,6 +56,9 @@ pub fn describe(inv: &Inventory, ip: Option<IpAddr>) -> Value {
     o["mtu"] = json!(nd.mtu);
     o["speed_mbps"] = json!(nd.speed_mbps);
     o["tc_rate_bps"] = json!(nd.tc_rate_bps);
+    // A virtual link's speed is a label (a veth says 10000): reports use no
+    // port rate for it but a tc cap.
+    o["virtual_link"] = json!(nd.virtual_device);
     o["driver"] = json!(nd.driver);
     if let Some(pci) = &nd.pci {
         o["numa_node"] = json!(pci.numa_node);
@@ -97,5 +100,31 @@ pub fn for_agent(ip: Option<IpAddr>) -> (Option<Inventory>, Value) {
             (Some(inv), v)
         }
         Err(e) => (None, json!({ "error": format!("detect failed: {e}") })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_virtual_link_says_so() {
+        let nd = |name: &str, ip: &str, virt: bool| Netdev {
+            name: name.into(),
+            kind: "ethernet".into(),
+            speed_mbps: Some(10_000),
+            ipv4: vec![format!("{ip}/24")],
+            virtual_device: virt,
+            ..Default::default()
+        };
+        let inv = Inventory {
+            netdevs: vec![nd("veth0", "10.9.0.1", true), nd("eth0", "10.9.1.1", false)],
+            ..Default::default()
+        };
+        let v = describe(&inv, Some("10.9.0.1".parse().unwrap()));
+        assert_eq!(v["virtual_link"], json!(true));
+        let v = describe(&inv, Some("10.9.1.1".parse().unwrap()));
+        assert_eq!(v["virtual_link"], json!(false));
+        assert_eq!(v["port_rate_gbps"], json!(10.0));
     }
 }

@@ -41,6 +41,12 @@ pub struct ReportArgs {
     /// same test, path and other dimensions at that value).
     #[arg(long, value_name = "PATH")]
     pub baseline: Option<String>,
+    /// Compare a row with the baseline's closest row even when it differs in
+    /// rate, streams, op or MTU; the difference is marked (≠) with what
+    /// differs, and never judged in verdicts or gates. Without it only like
+    /// rows are compared.
+    #[arg(long)]
+    pub compare_unlike: bool,
     #[arg(long, value_enum, default_value = "table")]
     pub format: ReportFormat,
     /// Also write the report as one self-contained HTML file with charts.
@@ -63,28 +69,11 @@ fn usage(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
-/// Write `text` to `path` through a temporary file in the same directory,
-/// so a reader never sees half a report.
-fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "report".into());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let res = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res
+/// Write an output file by the one rule of every output flag
+/// ([`fabperf_results::files`]): atomically over a new path or a regular
+/// file, through a symlink, device or FIFO, never over a directory.
+fn write_out(path: &Path, text: &str) -> anyhow::Result<()> {
+    fabperf_results::files::write_output(path, text.as_bytes()).map_err(anyhow::Error::msg)
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<ExitCode> {
@@ -141,12 +130,14 @@ fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
         &Options {
             run: a.run,
             baseline: a.baseline.clone(),
+            unlike: a.compare_unlike,
         },
     ) {
         Ok(r) => r,
         Err(e @ (ReportError::Usage(_) | ReportError::Store(_))) => return Ok(usage(e)),
         Err(e) => return Err(e.into()),
     };
+    super::skipped_note("report", &store);
     rep.gates = gate::evaluate_all(&gates, &rep);
     let fmt = match a.format {
         ReportFormat::Table => Format::Table,
@@ -161,13 +152,7 @@ fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
         Format::Csv => text::csv(&rep)?,
     };
     match &a.out {
-        Some(p) => write_atomic(p, &body).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot write {}: {}",
-                p.display(),
-                fabperf_run::plan::os_text(&e)
-            )
-        })?,
+        Some(p) => write_out(p, &body)?,
         None => {
             let stdout = std::io::stdout();
             let mut o = stdout.lock();
@@ -180,13 +165,7 @@ fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(p) = &a.html {
-        write_atomic(p, &fabperf_report::html::render(&rep)).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot write {}: {}",
-                p.display(),
-                fabperf_run::plan::os_text(&e)
-            )
-        })?;
+        write_out(p, &fabperf_report::html::render(&rep))?;
         eprintln!("fabperf report: HTML report written to {}", p.display());
     }
     if !rep.gates.is_empty() {
@@ -219,8 +198,14 @@ pub fn export_openmetrics(
     run: Option<i64>,
     out: Option<&Path>,
     push: Option<&str>,
+    per_measurement: bool,
 ) -> anyhow::Result<ExitCode> {
-    use fabperf_report::openmetrics::{self, Flavor};
+    use fabperf_report::openmetrics::{self, Flavor, Series};
+    let series = if per_measurement {
+        Series::PerMeasurement
+    } else {
+        Series::Bounded
+    };
     let runs = match openmetrics::load_runs(store, run) {
         Ok(r) => r,
         Err(e) => {
@@ -228,6 +213,7 @@ pub fn export_openmetrics(
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
+    super::skipped_note("export", store);
     if let Some(base) = push {
         // Check every URL before the first push.
         let urls: Vec<String> = match runs
@@ -249,7 +235,11 @@ pub fn export_openmetrics(
             return Ok(ExitCode::from(EXIT_USAGE));
         }
         for (data, url) in runs.iter().zip(&urls) {
-            let (body, n) = openmetrics::exposition(std::slice::from_ref(data), Flavor::Prometheus);
+            let (body, n) = openmetrics::exposition_with(
+                std::slice::from_ref(data),
+                Flavor::Prometheus,
+                series,
+            );
             openmetrics::push(url, &body, std::time::Duration::from_secs(30))?;
             eprintln!(
                 "fabperf export: pushed {n} samples of run {} to {url}",
@@ -260,16 +250,10 @@ pub fn export_openmetrics(
             return Ok(ExitCode::SUCCESS);
         }
     }
-    let (body, n) = openmetrics::exposition(&runs, Flavor::OpenMetrics);
+    let (body, n) = openmetrics::exposition_with(&runs, Flavor::OpenMetrics, series);
     match out {
         Some(p) => {
-            write_atomic(p, &body).map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot write {}: {}",
-                    p.display(),
-                    fabperf_run::plan::os_text(&e)
-                )
-            })?;
+            write_out(p, &body)?;
             eprintln!("fabperf export: {n} samples written");
         }
         None => {

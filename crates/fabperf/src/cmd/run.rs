@@ -39,6 +39,14 @@ pub struct RunArgs {
     /// Only warnings and the final summary.
     #[arg(short, long)]
     pub quiet: bool,
+    /// When another `fabperf run` holds the store, wait this long for it
+    /// (`30s`, `10m`, `2h`) before giving up; default: give up at once.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = lease_wait)]
+    pub wait: std::time::Duration,
+}
+
+fn lease_wait(s: &str) -> Result<std::time::Duration, String> {
+    fabperf_units::parse_duration(s, fabperf_units::TimeUnit::Seconds)
 }
 
 fn default_db(plan: &Path) -> PathBuf {
@@ -66,6 +74,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
             ProgressMode::Auto
         },
         token,
+        lease_wait: a.wait,
     };
     fabperf_run::exec::install_signal_handlers().map_err(anyhow::Error::msg)?;
     let out = match fabperf_run::run(&opts) {
@@ -143,22 +152,25 @@ pub fn runs(a: RunsArgs) -> anyhow::Result<ExitCode> {
     let runs = store.runs()?;
     writeln!(
         o,
-        "{:>4}  {:<24} {:<25} {:<25} {:>6} {:>6} {:>7}",
-        "run", "plan", "started", "ended", "done", "failed", "pending"
+        "{:>4}  {:<24} {:<25} {:<25} {:>6} {:>6} {:>7} {:>6}",
+        "run", "plan", "started", "ended", "done", "failed", "pending", "stale"
     )?;
     for r in &runs {
-        let cells = store.cells(r.id)?;
-        let n = |s: CellState| cells.iter().filter(|c| c.state == s).count();
+        // The current plan's cells; "stale": stored under an earlier
+        // version of the plan, counted nowhere.
+        let cells = store.plan_cells(r.id)?;
+        let n = |s: CellState| cells.current.iter().filter(|c| c.state == s).count();
         writeln!(
             o,
-            "{:>4}  {:<24} {:<25} {:<25} {:>6} {:>6} {:>7}",
+            "{:>4}  {:<24} {:<25} {:<25} {:>6} {:>6} {:>7} {:>6}",
             r.id,
             fabperf_run::exec::printable(&r.plan_name),
             r.started_at,
             r.ended_at.as_deref().unwrap_or("-"),
             n(CellState::Done),
             n(CellState::Failed),
-            n(CellState::Pending)
+            n(CellState::Pending),
+            cells.stale.len()
         )?;
     }
     if a.cells {
@@ -167,12 +179,20 @@ pub fn runs(a: RunsArgs) -> anyhow::Result<ExitCode> {
             None => return Ok(ExitCode::SUCCESS),
         };
         writeln!(o)?;
-        for c in store.cells(id)? {
+        let cells = store.plan_cells(id)?;
+        let stale: Vec<(bool, fabperf_store::CellRow)> =
+            cells.stale.into_iter().map(|c| (true, c)).collect();
+        for (old, c) in cells.current.into_iter().map(|c| (false, c)).chain(stale) {
             writeln!(
                 o,
-                "{} {:<7} {}{}",
+                "{} {:<7} {}{}{}",
                 c.spec.cell_id,
                 c.state.as_str(),
+                if old {
+                    "[not in the current plan] "
+                } else {
+                    ""
+                },
                 fabperf_run::exec::printable(&fabperf_run::exec::cell_label(&c.spec)),
                 c.error
                     .as_deref()
@@ -209,6 +229,11 @@ pub struct ExportArgs {
     /// group per run: job="fabperf", run=ID); needs --format openmetrics.
     #[arg(long, value_name = "URL")]
     pub push: Option<String>,
+    /// OpenMetrics: one series per stored record, with `repeat`, `cell` and
+    /// `stream` labels (default: one series per measurement place, the mean
+    /// over its repeats, so the cardinality is bounded by the plan).
+    #[arg(long)]
+    pub per_measurement: bool,
 }
 
 pub fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
@@ -223,25 +248,28 @@ pub fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
             a.run,
             a.out.as_deref(),
             a.push.as_deref(),
+            a.per_measurement,
         );
     }
-    let w: Box<dyn Write> = match &a.out {
-        Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p).map_err(
-            |e| {
-                anyhow::anyhow!(
-                    "cannot create {}: {}",
-                    p.display(),
-                    fabperf_run::plan::os_text(&e)
-                )
-            },
-        )?)),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    let write = |w: &mut dyn Write| -> anyhow::Result<usize> {
+        Ok(match a.format {
+            ExportFormat::Jsonl => fabperf_store::export_jsonl(&store, a.run, w)?,
+            ExportFormat::Csv => fabperf_store::export_csv(&store, a.run, w)?,
+            ExportFormat::Openmetrics => unreachable!("written by export_openmetrics above"),
+        })
     };
-    let n = match a.format {
-        ExportFormat::Jsonl => fabperf_store::export_jsonl(&store, a.run, w)?,
-        ExportFormat::Csv => fabperf_store::export_csv(&store, a.run, w)?,
-        ExportFormat::Openmetrics => unreachable!("written by export_openmetrics above"),
+    let n = match &a.out {
+        // The rule of every output flag: nothing at FILE changes unless the
+        // whole export was written.
+        Some(p) => {
+            let mut o = fabperf_results::files::Output::create(p).map_err(anyhow::Error::msg)?;
+            let n = write(&mut std::io::BufWriter::new(&mut o))?;
+            o.commit().map_err(anyhow::Error::msg)?;
+            n
+        }
+        None => write(&mut std::io::BufWriter::new(std::io::stdout().lock()))?,
     };
+    super::skipped_note("export", &store);
     if a.out.is_some() {
         eprintln!("fabperf export: {n} measurements written");
     }
@@ -342,5 +370,6 @@ pub fn mesh_summary(a: MeshSummaryArgs) -> anyhow::Result<ExitCode> {
         serde_json::to_writer_pretty(&mut o, &all)?;
         writeln!(o)?;
     }
+    super::skipped_note("mesh-summary", &store);
     Ok(ExitCode::SUCCESS)
 }
