@@ -1326,11 +1326,16 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
                 && ipoib.as_ref().is_some_and(|i| i.attach == Attach::Sriov));
         let shared = paths.contains(&PathKind::Roce)
             && roce.as_ref().is_some_and(|r| r.attach == Attach::Shared);
+        let moved = roce
+            .as_ref()
+            .filter(|r| matches!(r.plugin, CniPlugin::HostDevice { .. }))
+            .map(|r| r.netdev.as_str());
         crate::gpu::check(
             g,
             &nodes,
             rdma,
             shared,
+            moved,
             &mut |sp, m| cx.at(sp, m),
             &mut warnings,
         )
