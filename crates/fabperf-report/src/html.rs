@@ -495,7 +495,8 @@ fn heat(f: f64) -> String {
 }
 
 /// The N×N matrix of a mesh group, coloured by each pair's figure
-/// relative to the best pair; suspects outlined.
+/// relative to the reference pair (the rule's: the median or the best);
+/// suspects outlined.
 fn heatmap(g: &MeshGroup, id: &str) -> String {
     let k = g.nodes.len();
     let cell = if k > 16 { 28.0 } else { 48.0 };
@@ -614,7 +615,7 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
     }
     let _ = write!(
         s,
-        r#"<text x="{}" y="{}" font-size="11">green: as good as the best pair; red: half of it or worse; outlined red: suspect (thick: confirmed, thin: unconfirmed, dashed: cleared)</text></svg>"#,
+        r#"<text x="{}" y="{}" font-size="11">green: as good as the reference pair or better; red: half of it or worse; outlined red: suspect (thick: confirmed, thin: unconfirmed, dashed: cleared)</text></svg>"#,
         n(6.0),
         n(h - 10.0)
     );
