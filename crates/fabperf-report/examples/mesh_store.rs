@@ -240,7 +240,7 @@ fn main() {
         store.finish_cells_done(run, &done).expect("store cells");
         chunk.clear();
     };
-    let mut record = |size_idx: usize, x: usize, y: usize, rng: &mut Rng| -> Record {
+    let record = |size_idx: usize, x: usize, y: usize, rng: &mut Rng| -> Record {
         let pool = if is_slow(x, y) {
             &slow[size_idx]
         } else {

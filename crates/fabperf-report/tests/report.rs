@@ -384,12 +384,11 @@ fn bad_records_and_histograms_in_the_store() {
     // Only the one good repeat of host 16K is left.
     let h = row(&r, "bw", "host", 16384);
     assert_eq!(h.values, vec![6.0]);
-    // The mesh summary reads records strictly: its matrix is left out, said so.
-    assert!(r.meshes.is_empty());
+    // The mesh summary reads its own cells (their figures from the store's
+    // columns): broken records of another test do not cost its matrix.
+    assert_eq!(r.meshes.len(), 1);
     assert!(
-        r.notes
-            .iter()
-            .any(|n| n.contains("mesh test mesh-bw: no matrix") && n.contains("bw-host-16384-r1")),
+        !r.notes.iter().any(|n| n.contains("no matrix")),
         "{:?}",
         r.notes
     );

@@ -266,6 +266,49 @@ impl MeshGroup {
         self.templates.get(&(src.to_string(), dst.to_string()))
     }
 
+    /// The `k` worst pairs (lowest bandwidth, highest latency), worst first.
+    pub fn worst_pairs(&self, k: usize) -> Vec<(String, String, f64)> {
+        let mut v: Vec<(&String, &String, f64)> = self
+            .values
+            .iter()
+            .flat_map(|(a, row)| row.iter().map(move |(b, v)| (a, b, *v)))
+            .collect();
+        v.sort_by(|x, y| match self.metric {
+            Metric::BandwidthGbps => x.2.total_cmp(&y.2),
+            Metric::LatencyP50Us => y.2.total_cmp(&x.2),
+        });
+        v.into_iter()
+            .take(k)
+            .map(|(a, b, v)| (a.clone(), b.clone(), v))
+            .collect()
+    }
+
+    /// The `k` nodes whose median pair (of those they send or receive in)
+    /// is worst, worst first: (node, that median, its pairs).
+    pub fn worst_nodes(&self, k: usize) -> Vec<(String, f64, usize)> {
+        let mut per: BTreeMap<&String, Vec<f64>> = BTreeMap::new();
+        for (a, row) in &self.values {
+            for (b, v) in row {
+                per.entry(a).or_default().push(*v);
+                per.entry(b).or_default().push(*v);
+            }
+        }
+        let bad_first = |x: &f64, y: &f64| match self.metric {
+            Metric::BandwidthGbps => x.total_cmp(y),
+            Metric::LatencyP50Us => y.total_cmp(x),
+        };
+        let mut v: Vec<(String, f64, usize)> = per
+            .into_iter()
+            .map(|(n, mut vals)| {
+                vals.sort_by(bad_first);
+                (n.clone(), vals[vals.len() / 2], vals.len())
+            })
+            .collect();
+        v.sort_by(|x, y| bad_first(&x.1, &y.1));
+        v.truncate(k);
+        v
+    }
+
     /// Suspects neither confirmed nor cleared.
     pub fn unconfirmed(&self) -> impl Iterator<Item = &Suspect> {
         self.suspects
@@ -1118,6 +1161,13 @@ pub fn render(a: &MeshAnalysis) -> String {
     o
 }
 
+/// Above this many nodes the text summary lists the worst pairs and nodes
+/// instead of printing the matrix.
+pub const MATRIX_MAX_NODES: usize = 64;
+/// Lines per list (suspect links, cleared and unconfirmed suspects, failed
+/// pairs) in the text summary; `--json` has every one.
+pub const LIST_MAX: usize = 20;
+
 fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
     let dims = dims_label(&g.dims);
     let _ = writeln!(
@@ -1132,12 +1182,6 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         g.repeats,
         if g.repeats == 1 { "" } else { "s" }
     );
-    let w = g.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(8);
-    let _ = write!(o, "  {:>w$}", "from \\ to");
-    for n in &g.nodes {
-        let _ = write!(o, " {n:>w$}");
-    }
-    o.push('\n');
     let state: BTreeMap<(&str, &str), SuspectState> = g
         .suspects
         .iter()
@@ -1149,7 +1193,45 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         .map(|(a, b, _)| (a.as_str(), b.as_str()))
         .collect();
     let mut unmeasured = false;
-    for x in &g.nodes {
+    let big = g.nodes.len() > MATRIX_MAX_NODES;
+    if big {
+        let measured: usize = g.values.values().map(BTreeMap::len).sum();
+        let n = g.nodes.len();
+        unmeasured = measured + g.failed.len() < n * (n - 1);
+        let _ = writeln!(
+            o,
+            "  {n} nodes, {measured} pairs measured: the matrix is not printed above {MATRIX_MAX_NODES} nodes (`fabperf mesh-summary --json` has every pair; `fabperf report --format html` draws it as a heat map)"
+        );
+        let worst: Vec<String> = g
+            .worst_pairs(LIST_MAX)
+            .iter()
+            .map(|(x, y, v)| format!("{x} -> {y} {v:.2}"))
+            .collect();
+        if !worst.is_empty() {
+            let _ = writeln!(o, "  worst pairs: {}", worst.join(", "));
+        }
+        let nodes: Vec<String> = g
+            .worst_nodes(LIST_MAX)
+            .iter()
+            .map(|(x, v, _)| format!("{x} {v:.2}"))
+            .collect();
+        if !nodes.is_empty() {
+            let _ = writeln!(
+                o,
+                "  worst nodes (the median of the pairs each sends or receives in): {}",
+                nodes.join(", ")
+            );
+        }
+    } else {
+        let w = g.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(8);
+        let _ = write!(o, "  {:>w$}", "from \\ to");
+        for n in &g.nodes {
+            let _ = write!(o, " {n:>w$}");
+        }
+        o.push('\n');
+    }
+    let w = g.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(8);
+    for x in g.nodes.iter().filter(|_| !big) {
         let _ = write!(o, "  {x:>w$}");
         for y in &g.nodes {
             let cell = if x == y {
@@ -1274,15 +1356,31 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             .collect::<Vec<_>>()
             .join("; ")
     };
-    for (x, y) in &g.bad_links {
+    // Long lists (a large or a noisy mesh) end after LIST_MAX lines.
+    let more = |o: &mut String, n: usize, what: &str| {
+        if n > LIST_MAX {
+            let _ = writeln!(
+                o,
+                "  ... and {} more {what} (`fabperf mesh-summary --json` lists them all)",
+                n - LIST_MAX
+            );
+        }
+    };
+    for (x, y) in g.bad_links.iter().take(LIST_MAX) {
         let _ = writeln!(o, "  SUSPECT LINK {x} - {y}: {}", detail(x, y));
     }
-    for (x, y) in &g.unconfirmed_links {
+    more(o, g.bad_links.len(), "suspect links");
+    for (x, y) in g.unconfirmed_links.iter().take(LIST_MAX) {
         let _ = writeln!(o, "  unconfirmed SUSPECT LINK {x} - {y}: {}", detail(x, y));
     }
+    more(o, g.unconfirmed_links.len(), "unconfirmed suspect links");
+    let (mut cleared, mut open) = (0usize, 0usize);
     for s in &g.suspects {
         match s.state {
+            SuspectState::Cleared if cleared >= LIST_MAX => cleared += 1,
+            SuspectState::Unconfirmed if open >= LIST_MAX => open += 1,
             SuspectState::Cleared => {
+                cleared += 1;
                 let _ = writeln!(
                     o,
                     "  cleared {} -> {}: {:.2} in the mesh, re-tests {} (noise)",
@@ -1293,6 +1391,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
                 );
             }
             SuspectState::Unconfirmed => {
+                open += 1;
                 let why = match s.retests_failed.first() {
                     Some(e) => format!(
                         "{} re-test{} failed ({e}); `fabperf run PLAN --retry-failed` runs {} again",
@@ -1311,16 +1410,20 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             SuspectState::Confirmed => {}
         }
     }
-    for (x, y, e) in &g.failed {
+    more(o, cleared, "cleared suspects");
+    more(o, open, "unconfirmed suspects");
+    for (x, y, e) in g.failed.iter().take(LIST_MAX) {
         let _ = writeln!(o, "  FAILED {x} -> {y}: {e}");
     }
+    more(o, g.failed.len(), "failed pairs");
     if let Some(p) = g.port_rate_gbps {
-        for (x, y, v) in &g.above_port {
+        for (x, y, v) in g.above_port.iter().take(LIST_MAX) {
             let _ = writeln!(
                 o,
                 "  ABOVE THE PORT RATE {x} -> {y}: {v:.2} Gbit/s on {p:.2} Gbit/s ports: the agents share a host, or a rate or a count is wrong"
             );
         }
+        more(o, g.above_port.len(), "pairs above the port rate");
     }
     o.push('\n');
 }
