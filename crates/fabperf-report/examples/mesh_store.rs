@@ -188,7 +188,7 @@ fn main() {
         })
         .expect("create the run")
         .id;
-    let mut rng = Rng(0x5EED_0F_FAB9E2F);
+    let mut rng = Rng(0x0005_EED0_FFAB_9E2F);
     // Slow nodes and links, all distinct.
     let mut picked = BTreeSet::new();
     let mut pick = |rng: &mut Rng| loop {
