@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fabperf's whole test suite. Run after ./ci/install-deps.sh (or ./install.sh).
-#   ./ci/test.sh            # everything: lint, unit + loopback tests, manifests, namespace testbed, soft-RoCE guest
+#   ./ci/test.sh            # everything: doc links, lint, unit + loopback tests, manifests, namespace testbed, soft-RoCE guest
 #   ./ci/test.sh --no-vm    # skip the soft-RoCE QEMU guest (about 10 minutes under TCG)
 # Ends with a summary: each step PASSED, SKIPPED (with the reason: a step
 # that exits 77 ran nothing) or FAILED. Stops at the first failure.
@@ -47,6 +47,7 @@ step() {
   rm -f "$log"
 }
 
+step "Markdown links and the docs/*.md named in code resolve (ci/doc-links.sh)" ./ci/doc-links.sh
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "rust-version is true for the locked dependencies" ./ci/rust-version.sh
@@ -57,12 +58,16 @@ step "Kubernetes manifests against upstream schemas" ./ci/k8s-validate.sh
 step "fabperf report: HTML in headless Chromium, OpenMetrics through a real parser, gates (ci/report-check.sh)" \
   ./ci/report-check.sh
 step "real ConnectX pair (hw-tests; SKIPPED unless FABPERF_HW_PEER is set)" ./hw-tests/connectx.sh
+step "GPU + ConnectX pairs, fabperf vs perftest --use_cuda per rail (hw-tests; SKIPPED unless FABPERF_HW_GPU_RAILS is set)" \
+  ./hw-tests/gpu.sh
 step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/testbed-test.sh)" \
   ./sim/testbed-test.sh
 step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay, HTTP via the overlay and a service address (sim/testbed-run-test.sh)" \
   ./sim/testbed-run-test.sh
 step "mesh verdicts on the testbed: an edited plan's stale cells left out, a transmit-only fault named, failed re-tests unconfirmed until --retry-failed (sim/testbed-mesh-test.sh)" \
   ./sim/testbed-mesh-test.sh
+step "6-node bidirectional incast on the testbed: one start, per-direction aggregates over the common interval within the shaped link (sim/testbed-incast-test.sh, ~15 s)" \
+  ./sim/testbed-incast-test.sh
 step "tuning levels and policy rules on the testbed, restore verified (sim/testbed-tune-test.sh)" \
   ./sim/testbed-tune-test.sh
 step "fabperf mtu on the testbed: plain and VXLAN paths, a switch port below the interfaces' MTU, doctor's mtu-mismatch (sim/testbed-mtu-test.sh)" \

@@ -142,7 +142,7 @@ for g in groups:
 unconfirmed = sorted({f["node"] for g in groups for f in g["node_findings"] if not f["confirmed"]})
 fp = sorted(t for t in named if t not in faults)
 row = {"nodes": nodes, "seed": seed, "faults": len(faults), "fabric_rate": frate, "mesh_wall_s": wall,
-       "rules": sorted({g.get("rule", "clusterkit") for g in groups}), "false_positives": [" - ".join(t[1:]) for t in fp],
+       "rules": sorted({(g.get("reference") or {}).get("rule", "none") for g in groups}), "false_positives": [" - ".join(t[1:]) for t in fp],
        "unconfirmed_nodes": unconfirmed, "kinds": {}}
 ok = True
 for kind in sorted(set(faults.values())):

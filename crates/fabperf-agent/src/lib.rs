@@ -26,8 +26,9 @@ pub use fabperf_http::HttpConfig;
 use fabperf_http::HttpServer;
 use fabperf_proto::auth::{self, Side};
 use fabperf_proto::{
-    text, AgentIdentity, ErrorCode, Limits, Msg, ProtoError, ServeCtx, ServeError, TestClock,
-    TestKind, DATA_MAGIC, MAGIC, MAX_FRAME, OPEN_START_FRAME, PRE_AUTH_FRAME, PROTO_VERSION,
+    text, AgentCapacity, AgentIdentity, ErrorCode, Limits, Msg, ProtoError, ServeCtx, ServeError,
+    TestClock, TestKind, DATA_MAGIC, MAGIC, MAX_FRAME, OPEN_START_FRAME, PRE_AUTH_FRAME,
+    PROTO_VERSION,
 };
 use fabperf_proto::{Control, DataHub};
 use std::collections::{BTreeMap, HashMap};
@@ -40,9 +41,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Most connection threads at once; a connection beyond it is closed.
-/// (Handshakes are capped far lower by [`MAX_PENDING`], so this is only
-/// reached if closed handshakes are slow to end.)
-pub const MAX_CONNECTIONS: usize = 512;
+/// (Handshakes are capped far lower by [`MAX_PENDING`]: beyond them only
+/// the authenticated tests of one group run at once, at most
+/// [`MAX_GROUP_TESTS`].)
+pub const MAX_CONNECTIONS: usize = MAX_GROUP_TESTS + 2 * MAX_PENDING;
 /// Most connections in their handshake (not yet authenticated and
 /// started) at once. At the cap, the oldest is closed to make room for the
 /// new one, so a flood of stalled connections cannot lock clients out.
@@ -114,8 +116,72 @@ struct BusyInfo {
     group: Option<String>,
 }
 
-/// Most tests of one group running at once (an incast's senders).
-pub const MAX_GROUP_TESTS: usize = 64;
+/// Most tests of one group running at once (an incast's senders): the
+/// incast of a 1025-node cluster. Lower when the agent's open files or
+/// threads cannot hold that many ([`capacity`]); the agent announces what
+/// it admits in its hello.
+pub const MAX_GROUP_TESTS: usize = 1024;
+/// Open files (and threads) one test of a group needs at least: its
+/// control connection and one data connection, a thread each.
+pub const PER_GROUP_TEST: u64 = 2;
+/// Threads kept for handshakes, the event loop and the agent itself.
+pub const THREAD_RESERVE: u64 = MAX_PENDING as u64 + 64;
+
+/// What the agent can give the tests of one group: the open files left
+/// beside the caps on new connections (`nofile`: the open-file limit,
+/// `held`: what those caps may take), the threads left (`threads`: how
+/// many more this process may start, `None`: no limit found), and from
+/// them how many tests (each at least [`PER_GROUP_TEST`] of both).
+pub fn capacity(nofile: u64, held: u64, threads: Option<u64>) -> AgentCapacity {
+    let fds = nofile
+        .saturating_sub(held)
+        .saturating_sub(FD_RESERVE / 2)
+        .max(FD_RESERVE / 2);
+    let threads = threads.unwrap_or(u64::MAX).saturating_sub(THREAD_RESERVE);
+    let tests = (fds.min(threads) / PER_GROUP_TEST).min(MAX_GROUP_TESTS as u64) as u32;
+    AgentCapacity {
+        group_tests: tests.max(1),
+        group_fds: fds,
+        group_threads: threads.min(1 << 32),
+    }
+}
+
+/// How many more threads this process may start: the smallest of the
+/// kernel's `threads-max` and `pid_max` less the threads running now, and
+/// its cgroup's `pids.max` less `pids.current` (`None`: no limit found).
+pub fn thread_headroom() -> Option<u64> {
+    let read = |p: &str| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    // /proc/loadavg's fourth field: running/total scheduling entities.
+    let running: Option<u64> = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok());
+    let mut best: Option<u64> = None;
+    let mut take = |v: Option<u64>| {
+        if let Some(v) = v {
+            best = Some(best.map_or(v, |b| b.min(v)));
+        }
+    };
+    for k in ["/proc/sys/kernel/threads-max", "/proc/sys/kernel/pid_max"] {
+        take(read(k).zip(running).map(|(m, r)| m.saturating_sub(r)));
+    }
+    // This process's cgroup: "0::/path" (v2) or "N:pids:/path" (v1).
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    for l in cgroups.lines() {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrl, path) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+        let dir = match ctrl {
+            "" => format!("/sys/fs/cgroup{}", path.trim_end_matches('/')),
+            c if c.split(',').any(|c| c == "pids") => {
+                format!("/sys/fs/cgroup/pids{}", path.trim_end_matches('/'))
+            }
+            _ => continue,
+        };
+        let max = read(&format!("{dir}/pids.max"));
+        let cur = read(&format!("{dir}/pids.current"));
+        take(max.zip(cur).map(|(m, c)| m.saturating_sub(c)));
+    }
+    best
+}
 
 /// A group id: 8 to 64 lower-case hex digits.
 fn valid_group(g: &str) -> bool {
@@ -126,18 +192,19 @@ fn valid_group(g: &str) -> bool {
 
 /// Whether a test of `group` may start while `running` are running: when
 /// nothing runs, or when it and every running test share a group (and the
-/// group is not full). Otherwise the reason it may not.
-fn admit(running: &[BusyInfo], group: Option<&str>) -> Result<(), String> {
+/// group has fewer than `max` tests). Otherwise the reason it may not.
+fn admit(running: &[BusyInfo], group: Option<&str>, max: usize) -> Result<(), String> {
     let Some(first) = running.first() else {
         return Ok(());
     };
     let same = group.is_some() && running.iter().all(|b| b.group.as_deref() == group);
-    if same && running.len() < MAX_GROUP_TESTS {
+    if same && running.len() < max {
         return Ok(());
     }
     if same {
         return Err(format!(
-            "agent is running {MAX_GROUP_TESTS} tests of this group, its most; retry when one finishes"
+            "agent is running {max} tests of this group, its most (its hello says so); \
+             a run checks a plan against it, so this sender is not part of the cell's start"
         ));
     }
     let others = if running.len() > 1 {
@@ -322,6 +389,8 @@ struct Shared {
     pending: Mutex<Pending>,
     sorting: Mutex<Sorting>,
     http: Option<Arc<HttpServer>>,
+    /// What the tests of one group may take (announced in the hello).
+    capacity: AgentCapacity,
 }
 
 impl Shared {
@@ -455,7 +524,8 @@ impl Agent {
         // std listens with a backlog of 128; a burst of thousands of HTTP
         // connections needs more (listen() again only resizes the queue).
         let _ = rustix::net::listen(&listener, LISTEN_BACKLOG);
-        let (unsorted, per_source, _, note) = fd_caps(open_file_limit(), None);
+        let nofile = open_file_limit();
+        let (unsorted, per_source, _, note) = fd_caps(nofile, None);
         let rt = event_loop(1)?;
         Ok(Agent {
             listener,
@@ -479,6 +549,7 @@ impl Agent {
                     ..Sorting::default()
                 }),
                 http: None,
+                capacity: capacity(nofile, unsorted as u64, thread_headroom()),
             }),
         })
     }
@@ -488,8 +559,8 @@ impl Agent {
     /// The connection limit is lowered to what the open-file limit holds
     /// (and said in the log).
     pub fn enable_http(&mut self, cfg: HttpConfig) -> Result<(), String> {
-        let (unsorted, per_source, http_cap, note) =
-            fd_caps(open_file_limit(), Some(cfg.max_connections));
+        let nofile = open_file_limit();
+        let (unsorted, per_source, http_cap, note) = fd_caps(nofile, Some(cfg.max_connections));
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         let rt = event_loop(workers)?;
         let shared = Arc::get_mut(&mut self.shared)
@@ -498,6 +569,11 @@ impl Agent {
             max_connections: http_cap.unwrap_or(cfg.max_connections),
             ..cfg
         }));
+        shared.capacity = capacity(
+            nofile,
+            (unsorted + http_cap.unwrap_or(0)) as u64,
+            thread_headroom(),
+        );
         let so = shared.sorting.get_mut().unwrap_or_else(|p| p.into_inner());
         so.cap = unsorted;
         so.cap_per_source = per_source;
@@ -510,6 +586,20 @@ impl Agent {
         self.addr
     }
 
+    /// What the agent announces it can hold.
+    pub fn capacity(&self) -> AgentCapacity {
+        self.shared.capacity
+    }
+
+    /// Admit at most `n` tests of one group (tests, and agents that must
+    /// announce less than their limits allow).
+    pub fn limit_group(&mut self, n: u32) -> Result<(), String> {
+        let shared = Arc::get_mut(&mut self.shared)
+            .ok_or("limit_group is called before the agent serves")?;
+        shared.capacity.group_tests = shared.capacity.group_tests.min(n.max(1));
+        Ok(())
+    }
+
     /// Serve until the process ends (or `stop` is set by a handle).
     pub fn run(self) {
         let Agent {
@@ -520,9 +610,11 @@ impl Agent {
             notes,
         } = self;
         shared.log(&format!(
-            "listening on {addr} (protocol v{PROTO_VERSION}, auth {}, tests: {}; HTTP {})",
+            "listening on {addr} (protocol v{PROTO_VERSION}, auth {}, tests: {}; \
+             up to {} tests of one group; HTTP {})",
             if shared.token.is_some() { "on" } else { "off" },
             shared.names().join(", "),
+            shared.capacity.group_tests,
             match &shared.http {
                 Some(h) => format!(
                     "on: at most {} connections, bodies up to {} bytes",
@@ -972,6 +1064,7 @@ fn serve_control(
         nonce: nonce.clone(),
         tests: sh.names(),
         agent: sh.identity.clone(),
+        capacity: Some(sh.capacity),
     })?;
     if let (Some(token), Some(nonce)) = (&sh.token, &nonce) {
         // Nothing but a small Auth frame is read from a peer that has not
@@ -1069,7 +1162,8 @@ fn serve_control(
     let clock = Arc::new(TestClock::new(&sh.limits, ctl.stream().try_clone().ok()));
     {
         let mut busy = sh.busy();
-        admit(&busy, group.as_deref()).map_err(|m| ServeError::new(ErrorCode::Busy, m))?;
+        admit(&busy, group.as_deref(), sh.capacity.group_tests as usize)
+            .map_err(|m| ServeError::new(ErrorCode::Busy, m))?;
         busy.push(BusyInfo {
             id,
             test: test.clone(),

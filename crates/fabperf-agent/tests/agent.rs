@@ -512,3 +512,87 @@ fn tests_of_one_group_run_together_and_others_wait() {
         }
     }
 }
+
+/// The agent admits the senders of a cluster-size incast at once — far more
+/// than 64 — up to what it announces in its hello, and a sender beyond a
+/// full group is told the agent is busy.
+#[test]
+fn a_group_holds_what_the_hello_announces_and_no_more() {
+    let (h, _tx) = start(None, Duration::from_secs(20));
+    let addr = h.addr();
+    let hello = fabperf_proto::query_agent(addr, &cfg(None)).unwrap();
+    let cap = hello.capacity.expect("the hello says what the agent holds");
+    assert!(cap.group_tests >= 100, "{cap:?}");
+    assert!(cap.group_fds >= 2 * u64::from(cap.group_tests), "{cap:?}");
+    let grouped = ClientConfig {
+        group: Some("00112233aabbccdd".into()),
+        ..cfg(None)
+    };
+    // 200 tests of one group at once (each holds its test until pinged).
+    let n = 200.min(cap.group_tests as usize);
+    let mut held = Vec::new();
+    for i in 0..n {
+        let (ctl, _) = connect_test(addr, &grouped, "echo", json!({"n": i}))
+            .unwrap_or_else(|e| panic!("sender {i} of the group: {e}"));
+        held.push(ctl);
+    }
+    for (i, ctl) in held.iter_mut().enumerate() {
+        ctl.send_test(&json!(i)).unwrap();
+        let v: serde_json::Value = ctl.recv_test("reply").unwrap();
+        assert_eq!(v["n"], i as u64);
+    }
+    drop(held);
+    // An agent that admits 3: the fourth sender is busy, with the reason.
+    let (tx, rx) = mpsc::channel::<()>();
+    drop(tx);
+    let mut a = Agent::bind(AgentConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        token: None,
+        insecure: false,
+        limits: Limits::default(),
+        kinds: vec![Box::new(Echo {
+            hold: Arc::new(Mutex::new(Some(rx))),
+        })],
+        quiet: true,
+        identity: None,
+    })
+    .unwrap();
+    a.limit_group(3).unwrap();
+    assert_eq!(a.capacity().group_tests, 3);
+    let h3 = a.spawn();
+    let hello = fabperf_proto::query_agent(h3.addr(), &cfg(None)).unwrap();
+    assert_eq!(hello.capacity.unwrap().group_tests, 3);
+    let mut three = Vec::new();
+    for i in 0..3 {
+        three.push(connect_test(h3.addr(), &grouped, "echo", json!({"n": i})).unwrap());
+    }
+    match connect_test(h3.addr(), &grouped, "echo", json!({"n": 4})).unwrap_err() {
+        ProtoError::Remote { code, message } => {
+            assert_eq!(code, ErrorCode::Busy);
+            assert!(message.contains("3 tests of this group"), "{message}");
+        }
+        e => panic!("{e:?}"),
+    }
+}
+
+#[test]
+fn capacity_follows_open_files_and_threads() {
+    use fabperf_agent::{capacity, MAX_GROUP_TESTS, PER_GROUP_TEST};
+    // Plenty of both: the cap.
+    let c = capacity(1 << 20, 8192, None);
+    assert_eq!(c.group_tests as usize, MAX_GROUP_TESTS);
+    // A small open-file limit holds fewer tests, each at least two files.
+    let c = capacity(1024, 512, None);
+    assert!(c.group_tests >= 64 && c.group_tests < 1024, "{c:?}");
+    assert!(
+        u64::from(c.group_tests) * PER_GROUP_TEST <= c.group_fds,
+        "{c:?}"
+    );
+    // Few threads left: fewer tests.
+    let c = capacity(1 << 20, 8192, Some(500));
+    assert!(
+        u64::from(c.group_tests) * PER_GROUP_TEST <= c.group_threads.max(2),
+        "{c:?}"
+    );
+    assert!(c.group_tests < 256, "{c:?}");
+}

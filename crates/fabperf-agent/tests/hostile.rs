@@ -345,6 +345,7 @@ fn hello(auth_required: bool, nonce: Option<String>) -> Msg {
         nonce,
         tests: vec!["echo".into()],
         agent: None,
+        capacity: None,
     }
 }
 

@@ -5,7 +5,6 @@
 
 use anyhow::{bail, Context, Result};
 use serde_json::{Map, Value};
-use std::io::Read;
 use std::path::Path;
 
 /// Largest configuration file read.
@@ -175,25 +174,8 @@ fn network_from_value(v: &Value, origin: &str) -> Result<Chain> {
 /// Read a file: a conflist, a single config, or a NetworkAttachmentDefinition
 /// (one or more YAML documents; every NAD in the file is returned).
 pub fn load(path: &Path) -> Result<Vec<Chain>> {
-    let meta = std::fs::metadata(path)
-        .with_context(|| format!("cannot read network config {}", path.display()))?;
-    if !meta.is_file() {
-        bail!("{} is not a regular file", path.display());
-    }
-    let mut buf = Vec::new();
-    std::fs::File::open(path)
-        .with_context(|| format!("cannot read network config {}", path.display()))?
-        .take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut buf)
-        .with_context(|| format!("cannot read network config {}", path.display()))?;
-    if buf.len() as u64 > MAX_CONFIG_BYTES {
-        bail!(
-            "{} is larger than {MAX_CONFIG_BYTES} bytes; not a network config",
-            path.display()
-        );
-    }
-    let text = String::from_utf8(buf)
-        .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?;
+    let text = fabperf_results::files::read_text(path, MAX_CONFIG_BYTES, "network config")
+        .map_err(anyhow::Error::msg)?;
     parse_any(&text, &path.display().to_string())
 }
 

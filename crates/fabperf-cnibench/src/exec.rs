@@ -65,23 +65,19 @@ pub enum PluginError {
         command: &'static str,
         after: Duration,
     },
+    /// The plugin exited, but something it started still held its stdout
+    /// or stderr open at the timeout (a daemon it left running).
+    Lingering {
+        plugin: String,
+        command: &'static str,
+        after: Duration,
+    },
 }
 
-/// Text from a plugin, made safe for a terminal: control characters escaped,
-/// length capped.
+/// Text from a plugin, made safe for a terminal: control and bidirectional
+/// characters escaped (fabperf-results' one escaping rule), length capped.
 pub fn clean(s: &str) -> String {
-    let mut out = String::new();
-    for c in s.chars().take(2000) {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    if s.chars().count() > 2000 {
-        out.push('…');
-    }
-    out
+    fabperf_results::escape::terminal_cut(s, 2000)
 }
 
 impl std::fmt::Display for PluginError {
@@ -131,6 +127,15 @@ impl std::fmt::Display for PluginError {
             } => write!(
                 f,
                 "{plugin} {command} did not finish within {:.1} s and was killed; raise --timeout if the plugin is just slow",
+                after.as_secs_f64()
+            ),
+            PluginError::Lingering {
+                plugin,
+                command,
+                after,
+            } => write!(
+                f,
+                "{plugin} {command} exited, but a process it started still held its output open after {:.1} s (a daemon left running with the plugin's stdout or stderr); what was left in its process group was killed. A plugin must close its output (or redirect its children's) before it exits",
                 after.as_secs_f64()
             ),
         }
@@ -230,8 +235,18 @@ pub fn invoke(inv: &Invocation) -> Result<(Value, Duration), PluginError> {
     let w = std::thread::spawn(move || {
         let _ = stdin.write_all(&input);
     });
-    let out_t = std::thread::spawn(move || read_capped(stdout));
-    let err_t = std::thread::spawn(move || read_capped(stderr));
+    // The readers end at EOF: when the last holder of the pipe closes it,
+    // which may be a child the plugin left running. They are waited for
+    // only until the invocation's deadline.
+    let (out_tx, out_rx) = mpsc::channel();
+    let (err_tx, err_rx) = mpsc::channel();
+    let out_t = std::thread::spawn(move || {
+        let _ = out_tx.send(read_capped(stdout));
+    });
+    let err_t = std::thread::spawn(move || {
+        let _ = err_tx.send(read_capped(stderr));
+    });
+    let deadline = start + inv.timeout;
     let (tx, rx) = mpsc::channel();
     let waiter = std::thread::spawn(move || {
         let r = child.wait();
@@ -258,9 +273,26 @@ pub fn invoke(inv: &Invocation) -> Result<(Value, Duration), PluginError> {
     };
     let elapsed = start.elapsed();
     let _ = waiter.join();
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let (out, err) = match (out_rx.recv_timeout(left()), err_rx.recv_timeout(left())) {
+        (Ok(o), Ok(e)) => (o, e),
+        _ => {
+            // Whatever is left in the plugin's process group holds the
+            // output: killed (the group outlives its reaped leader while a
+            // member lives, so the id is not reused). A process that left
+            // the group is not reachable; the readers are not waited for.
+            let _ = kill_process_group(pid, Signal::KILL);
+            drop((w, out_t, err_t));
+            return Err(PluginError::Lingering {
+                plugin,
+                command,
+                after: inv.timeout,
+            });
+        }
+    };
     let _ = w.join();
-    let out = out_t.join().unwrap_or_default();
-    let err = err_t.join().unwrap_or_default();
+    let _ = out_t.join();
+    let _ = err_t.join();
     let status = status.map_err(|e| PluginError::Spawn {
         plugin: plugin.clone(),
         error: e.to_string(),
@@ -338,8 +370,8 @@ mod tests {
 
     #[test]
     fn clean_escapes_terminal_control() {
-        assert_eq!(clean("a\nb\x1b[31m"), "a\\nb\\u{1b}[31m");
-        assert!(clean(&"x".repeat(5000)).ends_with('…'));
+        assert_eq!(clean("a\nb\x1b[31m\u{202e}"), "a\\nb\\x1b[31m\\u{202e}");
+        assert!(clean(&"x".repeat(5000)).ends_with("(3000 more bytes)"));
     }
 
     #[test]

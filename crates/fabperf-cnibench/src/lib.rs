@@ -20,7 +20,25 @@ use exec::{find_plugin, invoke, join_path, Invocation};
 use fabperf_results::{LatencyHistogram, LatencyKind};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+/// The stop flag: set it (a SIGINT/SIGTERM handler does) and the bench
+/// stops before the next plugin call, DELs what the sandbox being set up
+/// has ADDed, removes its network namespace and returns an error.
+pub fn stop_flag() -> Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
+        .clone()
+}
+
+fn stopped() -> bool {
+    stop_flag().load(Ordering::SeqCst)
+}
+
+/// The error a stopped bench returns.
+const INTERRUPTED: &str = "interrupted: the sandbox being set up was deleted (DEL of every plugin it had added) and its network namespace removed";
 
 /// Where container runtimes and Debian's package put CNI plugins.
 pub const DEFAULT_CNI_PATH: &str = "/opt/cni/bin:/usr/lib/cni";
@@ -117,6 +135,12 @@ fn one_sandbox(
         })
     };
     for i in 0..bins.plugins.len() {
+        if stopped() {
+            for j in (0..i).rev() {
+                let _ = call(j, CniCommand::Del, prev.as_ref());
+            }
+            bail!("network {}: {INTERRUPTED}", chain.label());
+        }
         match call(i, CniCommand::Add, prev.as_ref()) {
             Ok((r, t)) => {
                 add += t;
@@ -166,6 +190,12 @@ pub fn bench_chain(
     let total = opts.warmup + opts.iterations;
     let mut wall = std::time::Instant::now();
     for n in 0..total {
+        if stopped() {
+            bail!(
+                "network {}: interrupted between sandboxes; nothing is left behind",
+                chain.label()
+            );
+        }
         if n == opts.warmup {
             wall = std::time::Instant::now();
         }

@@ -121,29 +121,33 @@ pub fn write_csv<W: Write>(w: W, records: &[CniRecord], with_header: bool) -> io
                 .map(|s| f(s).to_string())
                 .unwrap_or_default()
         };
-        wr.write_record([
-            r.schema.to_string(),
-            r.test.clone(),
-            r.op.clone(),
-            r.network.clone(),
-            r.plugins.clone(),
-            r.cni_version.clone(),
-            r.source.clone(),
-            r.iterations.to_string(),
-            r.warmup.to_string(),
-            r.wall_s.to_string(),
-            l(|s| s.min),
-            l(|s| s.p50),
-            l(|s| s.p90),
-            l(|s| s.p99),
-            l(|s| s.p999),
-            l(|s| s.max),
-            l(|s| s.mean),
-            l(|s| s.stdev),
-            r.ifname.clone(),
-            r.started_at.clone(),
-            r.fabperf_version.clone(),
-        ])
+        wr.write_record(
+            [
+                r.schema.to_string(),
+                r.test.clone(),
+                r.op.clone(),
+                r.network.clone(),
+                r.plugins.clone(),
+                r.cni_version.clone(),
+                r.source.clone(),
+                r.iterations.to_string(),
+                r.warmup.to_string(),
+                r.wall_s.to_string(),
+                l(|s| s.min),
+                l(|s| s.p50),
+                l(|s| s.p90),
+                l(|s| s.p99),
+                l(|s| s.p999),
+                l(|s| s.max),
+                l(|s| s.mean),
+                l(|s| s.stdev),
+                r.ifname.clone(),
+                r.started_at.clone(),
+                r.fabperf_version.clone(),
+            ]
+            .iter()
+            .map(|f| fabperf_results::escape::csv_field(f).into_owned()),
+        )
         .map_err(map)?;
     }
     wr.flush()

@@ -193,9 +193,7 @@ fn bad_plugins_give_clear_errors() {
 
     let e = err_of(&conf("errjson"), &d, Duration::from_secs(10));
     assert!(
-        e.contains(
-            "errjson ADD failed: CNI error 11: no addresses\\u{1b}[31m (pool fpcb exhausted)"
-        ),
+        e.contains("errjson ADD failed: CNI error 11: no addresses\\x1b[31m (pool fpcb exhausted)"),
         "{e}"
     );
     let e = err_of(&conf("crash"), &d, Duration::from_secs(10));
@@ -228,4 +226,44 @@ fn bad_plugins_give_clear_errors() {
     // A good fake chain works end to end.
     let r = bench_chain(&chain(&conf("ok")), &opts(vec![d.clone()], 3), &mut Quiet).unwrap();
     assert_eq!(r[0].iterations, 3);
+}
+
+#[test]
+fn a_plugin_that_leaves_its_output_open_is_bounded_by_the_timeout() {
+    if !root() {
+        return;
+    }
+    let _g = serial();
+    let d = tmpdir("linger");
+    fake(&d, "ok", OK_RESULT);
+    // Exits at once with a result, leaving a child that holds its stdout:
+    // one in its process group, one that left it (setsid) and says its pid.
+    let pids = d.join("pids");
+    fake(
+        &d,
+        "lingers",
+        &format!(
+            r#"cat >/dev/null; sleep 30 & (setsid sh -c 'echo $$ >> {}; exec sleep 30' &); echo '{{"cniVersion":"1.0.0"}}'"#,
+            pids.display()
+        ),
+    );
+    let conf =
+        r#"{"cniVersion":"1.0.0","name":"fpcb","plugins":[{"type":"ok"},{"type":"lingers"}]}"#;
+    let t0 = Instant::now();
+    let e = err_of(conf, &d, Duration::from_millis(700));
+    let took = t0.elapsed();
+    // Kill what left the group (by the pid it wrote), before asserting.
+    if let Ok(text) = std::fs::read_to_string(&pids) {
+        for p in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(p) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+    assert!(
+        e.contains("lingers ADD exited, but a process it started still held its output"),
+        "{e}"
+    );
+    // ADD and the cleanup DELs, each bounded by the 0.7 s timeout.
+    assert!(took < Duration::from_secs(8), "{took:?}");
 }

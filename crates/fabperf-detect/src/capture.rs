@@ -3,7 +3,8 @@
 //! DIR holds exactly the sysfs/procfs files the detector read, at their real paths, with the
 //! kernel's symlinks (`sys/class/net/eth0`, `sys/bus/pci/devices/...`, `.../device`) recreated
 //! as relative links into those real paths; `ip-addr.json` / `ip-route.json` with what
-//! `ip -j addr show` / `ip -j route show table main` print; `fabperf-tc.json` with the qdiscs and
+//! `ip -j addr show` / `ip -j route show table main` print; `fabperf-userspace.json` with what the
+//! host's libibverbs exports (`ibv_reg_dmabuf_mr`); `fabperf-tc.json` with the qdiscs and
 //! classes (what `tc` would show, as [`crate::tc::TcObject`]s); `detect.json` and `doctor.json` as
 //! seen live; and `fabperf-capture.json` describing the capture. `tar czf node.tgz -C DIR .`
 //! makes it mailable.
@@ -117,6 +118,14 @@ pub fn capture(dir: &Path, opts: &DetectOptions) -> Result<CaptureReport, Captur
     w(
         "fabperf-tc.json",
         crate::tc::to_tc_json(&ip_state.tc).as_bytes(),
+    )?;
+    // What a snapshot cannot hold as a file: whether this host's libibverbs can register
+    // dma-bufs (read back by `--root` for the GPUDirect prerequisites).
+    w(
+        "fabperf-userspace.json",
+        serde_json::to_string_pretty(&crate::gpu::probe_userspace())
+            .expect("userspace record serializes")
+            .as_bytes(),
     )?;
     w("detect.json", inventory.to_json_pretty().as_bytes())?;
     let report = doctor::diagnose(&inventory);

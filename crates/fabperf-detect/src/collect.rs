@@ -77,7 +77,7 @@ fn device_driver(root: &Root, dir: &str) -> Option<String> {
         .or_else(|| uevent(root, dir, "DRIVER"))
 }
 
-fn read_pci(root: &Root, addr: &str, base: &str) -> PciInfo {
+pub(crate) fn read_pci(root: &Root, addr: &str, base: &str) -> PciInfo {
     let vendor_id = root
         .read(&format!("{base}/vendor"))
         .and_then(|v| parse::hex_id(&v))
@@ -123,6 +123,7 @@ fn read_pci(root: &Root, addr: &str, base: &str) -> PciInfo {
         max_width: max_w,
         ceiling_gbps: parse::pcie_ceiling_gbps(cur_g, cur_w),
         max_ceiling_gbps: parse::pcie_ceiling_gbps(max_g, max_w),
+        ..PciInfo::default()
     }
 }
 
@@ -372,6 +373,7 @@ fn read_rdma_device(root: &Root, name: &str, warnings: &mut Vec<String>) -> Rdma
         parent_netdev,
         pci,
         ports,
+        rail: None,
     }
 }
 
@@ -723,6 +725,13 @@ pub(crate) fn build(
         Some("no RDMA devices: /sys/class/infiniband is empty (no RDMA driver has registered a device: check `lsmod | grep -e mlx5_ib -e rdma_rxe` and dmesg)".to_string())
     };
     bind_netdevs(root, &mut devs, &mut netdevs);
+    // Where each NIC sits in the PCI hierarchy and its configuration space (MaxReadReq, the
+    // GPU relationships below).
+    for d in devs.iter_mut().filter(|d| !d.software) {
+        if let Some(p) = d.pci.as_mut() {
+            crate::gpu::read_topology(root, p);
+        }
+    }
 
     let rdma_netns_mode = root
         .read("/sys/module/ib_core/parameters/netns_mode")
@@ -758,10 +767,11 @@ pub(crate) fn build(
         interfaces,
     };
 
-    let numa_nodes = crate::placement::numa_nodes(root)
+    let numa_nodes: Vec<crate::model::NumaNode> = crate::placement::numa_nodes(root)
         .into_iter()
         .map(|(node, cpulist)| crate::model::NumaNode { node, cpulist })
         .collect();
+    let gpu = crate::gpu::collect(root, &devs, numa_nodes.len());
     let cpus_allowed = root
         .read("/proc/self/status")
         .and_then(|s| crate::placement::allowed_from_status(&s));
@@ -834,6 +844,11 @@ pub(crate) fn build(
         clocksource,
         numa_nodes,
         cpus_allowed,
+        gpus: gpu.gpus,
+        gpu_nic: gpu.gpu_nic,
+        pci_bridges: gpu.bridges,
+        gpudirect: gpu.gpudirect,
+        rail_rule: None,
         unreadable,
         warnings,
     })

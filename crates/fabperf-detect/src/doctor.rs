@@ -986,6 +986,7 @@ pub fn diagnose(inv: &Inventory) -> DoctorReport {
     check_ipoib(inv, &mut f);
     check_ports(inv, &mut f);
     crate::placement::check_numa(inv, &mut f);
+    crate::gpu::check(inv, &mut f);
     check_memlock(inv, &mut f);
     check_rp_filter(inv, &mut f);
     check_mtu(inv, &mut f);

@@ -8,6 +8,9 @@
 //! * [`capture::capture`] writes a snapshot of this host that `detect_root` reads back.
 //! * [`memlock`] is the reusable RLIMIT_MEMLOCK / CAP_IPC_LOCK check for RDMA code;
 //!   [`rdma_device_is_software`] and [`clocksource_is_slow`] are the other rules shared with it.
+//! * [`gpu`] finds the GPUs, their PCIe relationship to every RDMA device (PIX/PXB/PHB/NODE/SYS,
+//!   from the sysfs hierarchy), the rails ([`assign_rails`]) and the GPUDirect RDMA
+//!   prerequisites; [`pcie`] decodes configuration space (MaxReadReq, ACS).
 //! * [`tc`] computes a link's egress cap from its qdiscs and classes.
 //! * [`counters`] snapshots RDMA port/hardware counters, netdev statistics and
 //!   `/proc/net/{snmp,netstat}` and returns what changed between two snapshots.
@@ -20,18 +23,21 @@ pub mod counters;
 pub mod doctor;
 pub mod ethtool;
 pub mod findings;
+pub mod gpu;
 pub mod ipstate;
 pub mod link;
 pub mod memlock;
 mod model;
 pub mod netlink;
 pub mod parse;
+pub mod pcie;
 pub mod placement;
 pub mod render;
 pub mod root;
 pub mod tc;
 
 pub use collect::{rdma_device_is_software, DetectError, DetectOptions};
+pub use gpu::{assign_rails, RailRule, Relation};
 pub use memlock::MemlockStatus;
 pub use model::*;
 

@@ -51,6 +51,20 @@ pub struct Inventory {
     /// affinity, which a cgroup cpuset narrows), in the kernel's list format; null when
     /// unreadable.
     pub cpus_allowed: Option<String>,
+    /// GPUs (PCI vendor 0x10de, class 0x0300 VGA or 0x0302 3D controller), in PCI address
+    /// order (`index` is the position, as `nvidia-smi` numbers them).
+    pub gpus: Vec<Gpu>,
+    /// Every GPU × hardware RDMA device pair and its PCIe relationship (`nvidia-smi topo -m`
+    /// terms); empty without GPUs.
+    pub gpu_nic: Vec<GpuNic>,
+    /// The PCI bridges above GPUs and RDMA devices (root ports, switch ports) with their ACS
+    /// control; empty without GPUs.
+    pub pci_bridges: Vec<PciInfo>,
+    /// What GPUDirect RDMA needs (peermem, dma-buf); null without GPUs.
+    pub gpudirect: Option<GpuDirect>,
+    /// The rule that numbered the rails of the RDMA devices (`pci-order`, `gpu-order`, `map`),
+    /// null when no rule was given.
+    pub rail_rule: Option<String>,
     /// Inputs that exist but could not be read (permission denied, not a regular file, too
     /// large, a symlink loop): the inventory is incomplete there, whatever else it says.
     pub unreadable: Vec<Unreadable>,
@@ -148,6 +162,72 @@ pub struct RdmaDevice {
     /// The PCI function (null for software devices).
     pub pci: Option<PciInfo>,
     pub ports: Vec<RdmaPort>,
+    /// The rail (leaf switch of a rail-optimized fabric) this device is cabled to, by the
+    /// inventory's `rail_rule`; null when no rule says.
+    pub rail: Option<u32>,
+}
+
+/// One GPU.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Gpu {
+    /// Position in PCI address order (the order `nvidia-smi` and NVML use).
+    pub index: u32,
+    /// The PCI function, its PCIe link, its place in the PCI hierarchy, its IOMMU group.
+    pub pci: PciInfo,
+    /// Product name from the PCI device ID (null when not in fabperf's table).
+    pub model: Option<String>,
+    /// The RDMA devices with the closest PCIe relationship to this GPU (several when tied).
+    pub nearest_rdma: Vec<String>,
+    /// That relationship: `PIX`, `PXB`, `PHB`, `NODE` or `SYS` (null without RDMA devices).
+    pub nearest: Option<String>,
+}
+
+/// The PCIe relationship of one GPU and one RDMA device.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GpuNic {
+    pub gpu_index: u32,
+    /// The GPU's PCI address.
+    pub gpu: String,
+    pub rdma_device: String,
+    /// `PIX` (one PCIe switch), `PXB` (several switches, no host bridge), `PHB` (through the
+    /// host bridge), `NODE` (across host bridges of one NUMA node), `SYS` (across NUMA nodes);
+    /// null when the hierarchy or the NUMA nodes are unknown.
+    pub relation: Option<String>,
+    /// The switch ports peer-to-peer traffic between the two crosses (PIX/PXB only), from
+    /// the one where their paths meet down to each device.
+    pub bridges: Vec<String>,
+}
+
+/// GPUDirect RDMA prerequisites as read on the node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GpuDirect {
+    /// `/proc/sys/kernel/osrelease`.
+    pub kernel: Option<String>,
+    /// Kernel 5.12 or later (dma-buf import by RDMA drivers); null when unparsable.
+    pub kernel_dmabuf: Option<bool>,
+    /// `/sys/module/nvidia` exists: the NVIDIA kernel module is loaded.
+    pub nvidia_loaded: bool,
+    /// `/sys/module/nvidia/version`.
+    pub nvidia_version: Option<String>,
+    /// `/sys/module/nvidia/taint` (`P` = proprietary license, `O` = out of tree).
+    pub nvidia_taint: Option<String>,
+    /// The open GPU kernel module (no `P` taint, or `/proc/driver/nvidia/version` says
+    /// "Open Kernel Module"); null when unknown.
+    pub nvidia_open: Option<bool>,
+    /// The peer-memory module loaded: `nvidia_peermem` or the older `nv_peer_mem`.
+    pub peermem: Option<String>,
+    /// libibverbs exports `ibv_reg_dmabuf_mr` (rdma-core 34+): probed live with dlopen, read
+    /// from a capture's `fabperf-userspace.json`; null when unknown.
+    pub ibverbs_dmabuf: Option<bool>,
+    /// What was probed: `libibverbs.so.1`, or why it could not be loaded (live: dlopen; in a
+    /// snapshot: its `fabperf-userspace.json`).
+    pub ibverbs_source: Option<String>,
+    /// Every dma-buf prerequisite holds (kernel, open module, libibverbs); null when one is
+    /// unknown and none fails.
+    pub dmabuf: Option<bool>,
 }
 
 /// A PCI function and its PCIe link.
@@ -185,6 +265,18 @@ pub struct PciInfo {
     pub ceiling_gbps: Option<f64>,
     /// Usable bandwidth the function is capable of at max speed and width.
     pub max_ceiling_gbps: Option<f64>,
+    /// The PCI host bridge above the function (`pci0000:3a`), from its sysfs path (GPUs,
+    /// RDMA devices and bridges; null elsewhere and in a dereferenced snapshot).
+    pub host_bridge: Option<String>,
+    /// The bridges between that host bridge and the function, root port first.
+    pub upstream: Vec<String>,
+    /// Its configuration space decoded (`config`; GPUs, RDMA devices and bridges): PCIe port
+    /// type, Device Control (MaxPayload, MaxReadReq), link, ACS. Null when unreadable.
+    pub config: Option<crate::pcie::ConfigInfo>,
+    /// IOMMU group (`iommu_group` link) and the group's `type`: `identity` (passthrough),
+    /// `DMA` or `DMA-FQ` (translated), `blocked`, ...
+    pub iommu_group: Option<u32>,
+    pub iommu_type: Option<String>,
 }
 
 impl PciInfo {

@@ -327,6 +327,177 @@ fn dump(make: impl Fn() -> RouteNetlinkMessage) -> Result<Vec<Item>, NetlinkErro
     Err(NetlinkError::Interrupted)
 }
 
+/// Parse the answer to one request that is not a dump: the messages of
+/// sequence `seq` in `buf`; an error message from the kernel is an error.
+pub fn parse_answer(buf: &[u8], seq: u32) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
+    let mut out = Vec::new();
+    let mut off = 0usize;
+    while off < buf.len() {
+        let rest = &buf[off..];
+        let nb = NetlinkBuffer::new_checked(rest).map_err(|e| NetlinkError::Malformed {
+            offset: off,
+            what: e.to_string(),
+        })?;
+        let len = nb.length() as usize;
+        let msg_bytes = &rest[..len];
+        let mseq = nb.sequence_number();
+        off += align4(len).max(len);
+        if mseq != seq {
+            continue;
+        }
+        match NetlinkMessage::<RouteNetlinkMessage>::deserialize(msg_bytes) {
+            Ok(m) => match m.payload {
+                NetlinkPayload::Error(e) if e.code.is_some() => {
+                    let errno = e.code.map_or(0, |c| c.get().checked_neg().unwrap_or(0));
+                    return Err(NetlinkError::Kernel(std::io::Error::from_raw_os_error(
+                        errno,
+                    )));
+                }
+                NetlinkPayload::InnerMessage(inner) => out.push(inner),
+                _ => {}
+            },
+            Err(e) => {
+                return Err(NetlinkError::Malformed {
+                    offset: off,
+                    what: e.to_string(),
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Send one request (not a dump) and parse the answer.
+fn ask(msg: RouteNetlinkMessage) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
+    let mut sock = Socket::new(NETLINK_ROUTE)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    let seq: u32 = 0x4642_5047;
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST;
+    header.sequence_number = seq;
+    let mut m = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
+    m.finalize();
+    let mut req = vec![0u8; m.buffer_len()];
+    m.serialize(&mut req);
+    sock.send(&req, 0)?;
+    let mut probe: Vec<u8> = Vec::with_capacity(0);
+    let size = sock.recv(&mut probe, libc::MSG_PEEK | libc::MSG_TRUNC)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(size.max(16));
+    let n = sock.recv(&mut buf, 0)?;
+    parse_answer(&buf[..n.min(buf.len())], seq)
+}
+
+/// The kernel's route to one address, as `ip route get` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteTo {
+    /// The output interface's index.
+    pub oif: Option<u32>,
+    /// The source address the kernel picks.
+    pub prefsrc: Option<IpAddr>,
+}
+
+/// The route a packet to `dst` takes (RTM_GETROUTE for the address).
+pub fn route_get(dst: IpAddr) -> Result<RouteTo, NetlinkError> {
+    let mut m = RouteMessage::default();
+    m.header.address_family = if dst.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    m.header.destination_prefix_length = if dst.is_ipv4() { 32 } else { 128 };
+    m.attributes.push(RouteAttribute::Destination(match dst {
+        IpAddr::V4(a) => RouteAddress::Inet(a),
+        IpAddr::V6(a) => RouteAddress::Inet6(a),
+    }));
+    let answer = ask(RouteNetlinkMessage::GetRoute(m))?;
+    Ok(route_to(&answer))
+}
+
+/// The output interface and source of a route-get answer.
+pub fn route_to(answer: &[RouteNetlinkMessage]) -> RouteTo {
+    let mut out = RouteTo::default();
+    for m in answer {
+        if let RouteNetlinkMessage::NewRoute(r) = m {
+            for a in &r.attributes {
+                match a {
+                    RouteAttribute::Oif(i) => out.oif = Some(*i),
+                    RouteAttribute::PrefSource(a) => out.prefsrc = route_ip(a),
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A link by index: its name and, for a VXLAN or Geneve device, whether
+/// its underlay is IPv6 (`Some(true)`), IPv4 (`Some(false)`) or not fixed
+/// by the device (a device in external/metadata mode: `None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkDetails {
+    pub name: String,
+    pub underlay_v6: Option<bool>,
+}
+
+/// Ask the kernel for link `index` (RTM_GETLINK).
+pub fn link_details(index: u32) -> Result<Option<LinkDetails>, NetlinkError> {
+    let mut m = LinkMessage::default();
+    m.header.index = index;
+    let answer = ask(RouteNetlinkMessage::GetLink(m))?;
+    Ok(link_details_of(&answer))
+}
+
+/// The details of the first link in an answer.
+pub fn link_details_of(answer: &[RouteNetlinkMessage]) -> Option<LinkDetails> {
+    use netlink_packet_route::link::{InfoData, InfoGeneve, InfoVxlan, LinkInfo};
+    let l = answer.iter().find_map(|m| match m {
+        RouteNetlinkMessage::NewLink(l) => Some(l),
+        _ => None,
+    })?;
+    let mut d = LinkDetails::default();
+    for a in &l.attributes {
+        match a {
+            LinkAttribute::IfName(n) => d.name = n.clone(),
+            LinkAttribute::LinkInfo(infos) => {
+                for i in infos {
+                    match i {
+                        LinkInfo::Data(InfoData::Vxlan(v)) => {
+                            for x in v {
+                                match x {
+                                    InfoVxlan::Group6(_) | InfoVxlan::Local6(_) => {
+                                        d.underlay_v6 = Some(true)
+                                    }
+                                    InfoVxlan::Group(_) | InfoVxlan::Local(_) => {
+                                        d.underlay_v6.get_or_insert(false);
+                                    }
+                                    _ => {}
+                                }
+                            }
+                        }
+                        LinkInfo::Data(InfoData::Geneve(v)) => {
+                            for x in v {
+                                match x {
+                                    InfoGeneve::Remote6(_) | InfoGeneve::Local6(_) => {
+                                        d.underlay_v6 = Some(true)
+                                    }
+                                    InfoGeneve::Remote(_) | InfoGeneve::Local(_) => {
+                                        d.underlay_v6.get_or_insert(false);
+                                    }
+                                    _ => {}
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(d)
+}
+
 /// Links, addresses, IPv4 main-table routes and the traffic-control objects of this network
 /// namespace, with interface names resolved from the same link dump.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -141,6 +141,7 @@ pub fn inventory_text(inv: &Inventory) -> String {
         }
     }
     s.push('\n');
+    s.push_str(&crate::gpu::render_text(inv));
     s.push_str("Netdevs\n");
     let _ = writeln!(
         s,

@@ -62,6 +62,7 @@ fn capture_of_this_host_round_trips() {
             "ip-addr.json",
             "ip-route.json",
             "fabperf-tc.json",
+            "fabperf-userspace.json",
             "detect.json",
             "doctor.json",
             "fabperf-capture.json",

@@ -8,12 +8,13 @@ use fabperf_detect::{detect_root, DetectOptions};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-const FIXTURES: [&str; 5] = [
+const FIXTURES: [&str; 6] = [
     "cx5-roce",
     "cx6-hdr-ib",
     "rxe-veth",
     "multihomed-1g",
     "cx5-pcie-x8",
+    "pcie-2gpu-sys",
 ];
 
 fn regular_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -209,6 +209,21 @@ impl HttpServer {
     }
 
     async fn handle(&self, req: Request<Incoming>) -> Response<Payload> {
+        // RFC 9112 6.1: a transfer coding the server does not understand
+        // (anything but chunked: `gzip, chunked` too) gets 501, and the
+        // body is not read.
+        if let Some(coding) = unsupported_coding(req.headers()) {
+            self.counters.bad.fetch_add(1, Ordering::Relaxed);
+            let mut r = text(
+                StatusCode::NOT_IMPLEMENTED,
+                format!(
+                    "fabperf agent: transfer coding {coding:?} is not implemented (only chunked)\n"
+                ),
+            );
+            r.headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            return r;
+        }
         match route(req.method(), req.uri().path(), self.cfg.max_size) {
             Route::Bytes(n) => {
                 let mut r = Response::new(Payload::Zeros(n));
@@ -292,6 +307,21 @@ impl HttpServer {
         }
         text(StatusCode::OK, format!("received {got} bytes\n"))
     }
+}
+
+/// The first transfer coding of a request other than `chunked`, if any
+/// (every Transfer-Encoding field, every comma-separated coding).
+pub fn unsupported_coding(h: &hyper::HeaderMap) -> Option<String> {
+    h.get_all(hyper::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|c| c.trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .find(|c| !c.eq_ignore_ascii_case("chunked"))
+        .map(|c| c.chars().take(64).collect())
 }
 
 const INDEX: &str = "fabperf agent HTTP load target\n\

@@ -2,7 +2,6 @@
 //! limits, and writing its outputs all-or-nothing.
 
 use anyhow::{bail, Context, Result};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Largest plan or detect file the renderer reads.
@@ -10,32 +9,12 @@ pub const MAX_INPUT_BYTES: u64 = 16 << 20;
 /// Largest token file (a token is a few dozen bytes).
 pub const MAX_TOKEN_BYTES: u64 = 4096;
 
-/// Read a UTF-8 text file of at most `max` bytes. FIFOs, devices, sockets
-/// and directories are refused before anything is read (a FIFO would block
-/// forever, `/dev/zero` never ends).
+/// Read a UTF-8 text file of at most `max` bytes: fabperf's one reader of
+/// secret and plan files ([`fabperf_results::files::read_text`]). FIFOs,
+/// devices, sockets and directories are refused before anything is read (a
+/// FIFO would block forever, `/dev/zero` never ends).
 pub fn read_text_capped(path: &Path, max: u64, what: &str) -> Result<String> {
-    let meta = std::fs::metadata(path)
-        .with_context(|| format!("cannot read {what} {}", path.display()))?;
-    if !meta.is_file() {
-        bail!(
-            "{what} {} is not a regular file; give the path of a file",
-            path.display()
-        );
-    }
-    let f = std::fs::File::open(path)
-        .with_context(|| format!("cannot read {what} {}", path.display()))?;
-    let mut buf = Vec::new();
-    f.take(max + 1)
-        .read_to_end(&mut buf)
-        .with_context(|| format!("cannot read {what} {}", path.display()))?;
-    if buf.len() as u64 > max {
-        bail!(
-            "{what} {} is larger than {max} bytes; that is not a {what}",
-            path.display()
-        );
-    }
-    String::from_utf8(buf)
-        .map_err(|_| anyhow::anyhow!("{what} {} is not UTF-8 text", path.display()))
+    fabperf_results::files::read_text(path, max, what).map_err(anyhow::Error::msg)
 }
 
 /// A file to write: where, what, and whether only the owner may read it.

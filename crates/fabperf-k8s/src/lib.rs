@@ -9,11 +9,13 @@ pub mod cni;
 pub mod crd;
 pub mod detect;
 pub mod files;
+pub mod gpu;
 pub mod objects;
 pub mod plan;
 pub mod policy;
 pub mod render;
 pub mod runner;
+pub mod yaml11;
 
 pub use plan::{load_plan, parse_plan, PathKind, Plan, PlanError, PlanErrors};
 pub use render::{render, write_all, OutDir, Rendered, RenderedFile};

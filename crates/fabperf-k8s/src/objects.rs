@@ -399,6 +399,15 @@ fn agent_container(plan: &Plan, path: PathKind) -> Container {
     ]);
     if let Some(r) = rdma_resource_of(plan, path) {
         limits.insert(r, Quantity("1".into()));
+        // GPU memory tests ([gpu]): the GPUs and the rails' RDMA resources, see crate::gpu.
+        if let Some(g) = plan
+            .gpu
+            .as_ref()
+            .filter(|_| crate::gpu::applies_to(true, path))
+        {
+            limits.extend(g.limits().into_iter().map(|(k, v)| (k, Quantity(v))));
+            env.extend(g.env().into_iter().map(|(k, v)| value_env(k, v)));
+        }
     }
     let resources = Some(ResourceRequirements {
         requests: Some(limits.clone()),

@@ -369,6 +369,8 @@ pub struct Plan {
     pub warnings: Vec<String>,
     /// The in-cluster runner (`[runner]`; `None` with `enabled = false`).
     pub runner: Option<crate::runner::RunnerPlan>,
+    /// `[gpu]`: GPUs (and per-rail RDMA resources) for the RDMA agents.
+    pub gpu: Option<crate::gpu::GpuPlan>,
 }
 
 impl Plan {
@@ -418,6 +420,7 @@ struct RawPlan {
     cni: Option<S<RawCni>>,
     runner: Option<S<crate::runner::RawRunner>>,
     policy_scale: Option<S<crate::policy::RawPolicyScale>>,
+    gpu: Option<S<crate::gpu::RawGpu>>,
 }
 
 #[derive(Deserialize)]
@@ -643,8 +646,7 @@ fn load_detect(path: &Path) -> anyhow::Result<(DetectReport, Option<NodeIp>)> {
 /// Parse and validate a plan file. `display_name` is used in error locations
 /// and generated headers (normally the path as the user typed it).
 pub fn load_plan(path: &Path) -> anyhow::Result<Plan> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read plan {}: {e}", path.display()))?;
+    let text = crate::files::read_text_capped(path, crate::files::MAX_INPUT_BYTES, "plan")?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     parse_plan(&text, &path.display().to_string(), &base).map_err(anyhow::Error::new)
 }
@@ -1192,6 +1194,37 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         r
     };
     let policy_scale = crate::policy::check(raw.policy_scale.as_ref(), &mut |sp, m| cx.at(sp, m));
+    let gpu = raw.gpu.as_ref().and_then(|g| {
+        let nodes: Vec<crate::gpu::Node<'_>> = detects
+            .iter()
+            .map(|d| crate::gpu::Node {
+                name: &d.node,
+                report: &d.report,
+            })
+            .collect();
+        let rdma = paths.contains(&PathKind::Roce)
+            || (paths.contains(&PathKind::Ipoib)
+                && ipoib.as_ref().is_some_and(|i| i.attach == Attach::Sriov));
+        let shared = paths.contains(&PathKind::Roce)
+            && roce.as_ref().is_some_and(|r| r.attach == Attach::Shared);
+        crate::gpu::check(
+            g,
+            &nodes,
+            rdma,
+            shared,
+            &mut |sp, m| cx.at(sp, m),
+            &mut warnings,
+        )
+    });
+    let mut device_plugin = device_plugin;
+    if let (Some(g), Some(dp)) = (&gpu, device_plugin.as_mut()) {
+        let max = dp
+            .config_list
+            .first()
+            .map(|c| c.rdma_hca_max)
+            .unwrap_or(1000);
+        dp.config_list.extend(g.rail_configs(max));
+    }
 
     if !cx.errors.is_empty() {
         return None;
@@ -1221,6 +1254,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         policy_scale,
         warnings,
         runner,
+        gpu,
     })
 }
 

@@ -78,8 +78,11 @@ impl Doc {
     }
 }
 
+/// YAML as Kubernetes reads it: strings that YAML 1.1 (goyaml.v2, what
+/// kubectl converts with) would take for booleans, numbers or timestamps
+/// quoted ([`crate::yaml11`]).
 pub fn to_yaml<T: Serialize>(obj: &T) -> Result<String> {
-    serde_norway::to_string(obj).context("serializing to YAML")
+    crate::yaml11::to_yaml_v11(obj).context("serializing to YAML")
 }
 
 /// The IPAM section for a secondary network's address range.
@@ -633,6 +636,11 @@ pub fn render(plan: &Plan) -> Result<Rendered> {
         }];
         h.extend(link_notes(plan, path));
         h.push(QOS_NOTE.into());
+        if let Some(g) = plan.gpu.as_ref().filter(|_| {
+            crate::gpu::applies_to(objects::rdma_resource_of(plan, path).is_some(), path)
+        }) {
+            h.push(g.header());
+        }
         let mut d = Doc::new(&header_lines(plan, &h));
         if path == PathKind::Host {
             if let Some(cm) = objects::host_addresses_configmap(plan) {
@@ -731,6 +739,34 @@ pub struct OutDir<'a> {
 /// starting with [`GENERATED_MARK`] that this render no longer produces)
 /// removed. Returns the stale files removed.
 pub fn write_all(dirs: &[OutDir]) -> Result<Vec<String>> {
+    // Inside an output directory, only real directories are written into
+    // (and pruned): a symlink there (DIR/cni -> /etc) would send the files,
+    // and the removal of stale ones, somewhere else. The directory named
+    // on the command line may itself be a link.
+    for d in dirs {
+        let subs = d
+            .files
+            .iter()
+            .filter_map(|f| Path::new(&f.rel_path).parent())
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .chain([
+                std::path::PathBuf::from("cni"),
+                std::path::PathBuf::from(crate::runner::RUN_DIR),
+            ]);
+        for rel in subs {
+            let mut at = d.dir.to_path_buf();
+            for c in rel.components() {
+                at.push(c);
+                if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                    anyhow::bail!(
+                        "{} is a symbolic link inside the output directory; the render writes into (and prunes) real directories only: remove the link or give another --out",
+                        at.display()
+                    );
+                }
+            }
+        }
+    }
     let mut outputs = Vec::new();
     for d in dirs {
         for f in d.files {

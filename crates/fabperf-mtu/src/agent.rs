@@ -82,8 +82,8 @@ impl TestKind for MtuKind {
         })?;
         sys::probe_mode(sock.as_raw_fd(), local.is_ipv6())
             .map_err(|e| ServeError::failed(format!("setting Don't Fragment: {e}")))?;
-        let interface = path::interface_of(local.ip())
-            .and_then(|n| path::describe(std::path::Path::new("/sys/class/net"), &n));
+        // The interface the answers leave through: the route back to the client.
+        let interface = path::interface_toward(ctx.peer().ip().to_canonical(), Some(local.ip()));
         let session = u32::from_be_bytes(fabperf_proto::auth::random_bytes::<4>());
         ctx.ctl.send(&Msg::Accept {
             info: serde_json::to_value(AcceptInfo {

@@ -24,6 +24,10 @@ pub struct Options {
     /// Wait per probe; `None` measures the round trip first and waits
     /// several of it (50 ms to 1 s).
     pub probe_timeout: Option<Duration>,
+    /// The longest the whole probing of a path may take (the agent is
+    /// asked for a test of this length too); `None`: the agent's
+    /// default ([`MtuParams`]'s 60 s).
+    pub duration: Option<Duration>,
 }
 
 impl Default for Options {
@@ -33,6 +37,7 @@ impl Default for Options {
             icmp: true,
             attempts: 3,
             probe_timeout: None,
+            duration: None,
         }
     }
 }
@@ -56,6 +61,44 @@ impl std::fmt::Display for MtuError {
 }
 
 impl std::error::Error for MtuError {}
+
+/// When the probing of a path must have ended, and how it says so.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    secs: f64,
+}
+
+impl Deadline {
+    fn new(opts: &Options) -> Deadline {
+        let d = opts
+            .duration
+            .unwrap_or(Duration::from_secs_f64(MtuParams::default().duration_s));
+        Deadline {
+            at: Instant::now() + d,
+            secs: d.as_secs_f64(),
+        }
+    }
+
+    fn passed(&self) -> bool {
+        Instant::now() >= self.at
+    }
+
+    /// An error for a probe asked for after the deadline.
+    fn check(&self) -> io::Result<()> {
+        if self.passed() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, self.text()));
+        }
+        Ok(())
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "the probing did not end within its duration of {} s; raise the duration (a plan's `duration`) or lower --attempts/--probe-timeout-ms",
+            self.secs
+        )
+    }
+}
 
 /// The smallest IP packet every IPv4 path carries, and IPv6's minimum MTU.
 fn smallest(v6: bool) -> usize {
@@ -110,8 +153,9 @@ pub fn discover(
     let hi_local = interface
         .as_ref()
         .map_or(largest(v6), |i| (i.mtu as usize).min(largest(v6)));
+    let deadline = Deadline::new(opts);
     if opts.udp {
-        udp(addr, cfg, opts, hi_local, &mut rep)?;
+        udp(addr, cfg, opts, hi_local, deadline, &mut rep)?;
     } else {
         rep.skipped
             .push("UDP probes (--icmp-only): no agent was asked".into());
@@ -122,12 +166,14 @@ pub fn discover(
                 let t = match opts.probe_timeout {
                     Some(t) => t,
                     None => rtt_timeout(|| {
+                        deadline.check()?;
                         p.probe(smallest(v6), Duration::from_secs(1))
                             .map(|e| e == Echo::Back)
                     })
                     .map_err(|e| MtuError::Probe(format!("ICMP echo: {e}")))?,
                 };
                 let r = search(smallest(v6), hi_local, opts.attempts, |size| {
+                    deadline.check()?;
                     Ok(match p.probe(size, t)? {
                         Echo::Back => Outcome::Pass,
                         Echo::Lost => Outcome::Lost,
@@ -143,6 +189,7 @@ pub fn discover(
                         p.kind(),
                         addr.ip()
                     )),
+                    Err(_) if deadline.passed() => return Err(MtuError::Probe(deadline.text())),
                     Err(e) => return Err(MtuError::Probe(format!("ICMP echo: {e}"))),
                 }
             }
@@ -284,28 +331,59 @@ fn udp(
     cfg: &ClientConfig,
     opts: &Options,
     hi_local: usize,
+    deadline: Deadline,
     rep: &mut PathReport,
 ) -> Result<(), MtuError> {
     let v6 = addr.is_ipv6();
-    let params = serde_json::to_value(MtuParams::default()).expect("params serialize");
+    // The agent answers for as long as the probing may take.
+    let params = serde_json::to_value(MtuParams {
+        duration_s: deadline.secs,
+    })
+    .expect("params serialize");
     let (mut ctl, info) = connect_test(addr, cfg, MTU_KIND, params).map_err(MtuError::Agent)?;
     let info: AcceptInfo = serde_json::from_value(info).map_err(|e| {
         MtuError::Agent(ProtoError::BadJson(format!("the agent's mtu accept: {e}")))
     })?;
-    rep.agent_interface = info.interface.clone().filter(valid_interface);
-    let res = udp_probe(addr, v6, &info, opts, hi_local, rep);
+    rep.agent_interface = info.interface.clone().and_then(plausible_interface);
+    let res = udp_probe(addr, v6, &info, opts, hi_local, deadline, rep);
     finish(&mut ctl);
     res
 }
 
-/// An interface a (possibly hostile) agent reported: plausible values only.
-fn valid_interface(i: &Interface) -> bool {
-    (68..=1 << 20).contains(&i.mtu)
-        && !i.name.is_empty()
-        && i.name.len() <= 64
-        && i.name.chars().all(|c| c.is_ascii_graphic())
+/// Most bytes an encapsulation can add per packet (Geneve over IPv6 with
+/// the most options, 14 + 40 + 8 + 8 + 252, rounded up).
+pub const MAX_OVERHEAD: u32 = 400;
+
+/// An interface a (possibly hostile) agent reported, with plausible values
+/// only: `None` when its name, kind or MTU is not one an interface can
+/// have; an encapsulation overhead or underlay that is not plausible is
+/// dropped (never shown as "4294967295 bytes per packet").
+pub fn plausible_interface(mut i: Interface) -> Option<Interface> {
+    let name_ok =
+        |n: &str| !n.is_empty() && n.len() <= 64 && n.chars().all(|c| c.is_ascii_graphic());
+    let mtu_ok = |m: u32| (68..=1 << 20).contains(&m);
+    if !(mtu_ok(i.mtu)
+        && name_ok(&i.name)
         && i.kind.len() <= 32
-        && i.kind.chars().all(|c| c.is_ascii_graphic())
+        && i.kind.chars().all(|c| c.is_ascii_graphic()))
+    {
+        return None;
+    }
+    if let Some(o) = &i.overhead {
+        let ok = (1..=MAX_OVERHEAD).contains(&o.bytes)
+            && o.bytes < i.mtu
+            && o.parts.len() <= 200
+            && o.parts.chars().all(|c| c == ' ' || c.is_ascii_graphic());
+        if !ok {
+            i.overhead = None;
+        }
+    }
+    if let Some(u) = &i.underlay {
+        if !(name_ok(&u.name) && mtu_ok(u.mtu)) {
+            i.underlay = None;
+        }
+    }
+    Some(i)
 }
 
 fn finish(ctl: &mut Control) {
@@ -319,6 +397,7 @@ fn udp_probe(
     info: &AcceptInfo,
     opts: &Options,
     hi_local: usize,
+    deadline: Deadline,
     rep: &mut PathReport,
 ) -> Result<(), MtuError> {
     let io_err = |what: &str, e: io::Error| MtuError::Probe(format!("{what}: {e}"));
@@ -343,12 +422,16 @@ fn udp_probe(
     let t = match opts.probe_timeout {
         Some(t) => t,
         None => rtt_timeout(|| {
+            deadline.check()?;
             u.forward(smallest(v6), Duration::from_secs(1))
                 .map(|o| o == Outcome::Pass)
         })
         .map_err(|e| io_err("UDP probes", e))?,
     };
     let no_udp = |e: SearchError| {
+        if deadline.passed() {
+            return MtuError::Probe(deadline.text());
+        }
         match e {
         SearchError::NothingCrosses { smallest, .. } => MtuError::Probe(format!(
             "no UDP probe crossed to {dest} (not even {smallest} bytes), though the agent accepted the test: \
@@ -358,14 +441,31 @@ fn udp_probe(
         e => MtuError::Probe(format!("UDP probes: {e}")),
     }
     };
-    let f = search(smallest(v6), hi_local, opts.attempts, |s| u.forward(s, t)).map_err(no_udp)?;
+    let f = search(smallest(v6), hi_local, opts.attempts, |s| {
+        deadline.check()?;
+        u.forward(s, t)
+    })
+    .map_err(no_udp)?;
     rep.forward = Some(crossing(&f, sys::udp_overhead(v6), "sending interface"));
     let hi_agent = rep
         .agent_interface
         .as_ref()
         .map_or(largest(v6), |i| (i.mtu as usize).min(largest(v6)));
-    let r = search(smallest(v6), hi_agent, opts.attempts, |s| u.reverse(s, t)).map_err(no_udp)?;
-    rep.reverse = Some(crossing(&r, sys::udp_overhead(v6), "agent's interface"));
+    // The forward direction is measured: a reverse that fails is reported
+    // as the reverse direction's, and the forward result is kept.
+    match search(smallest(v6), hi_agent, opts.attempts, |s| {
+        deadline.check()?;
+        u.reverse(s, t)
+    }) {
+        Err(_) if deadline.passed() => return Err(MtuError::Probe(deadline.text())),
+        Ok(r) => rep.reverse = Some(crossing(&r, sys::udp_overhead(v6), "agent's interface")),
+        Err(SearchError::NothingCrosses { smallest, probes }) => rep.skipped.push(format!(
+            "reverse (UDP from the agent): no datagram came back from {dest} (not even {smallest} bytes, {probes} probes), \
+             though probes to it crossed: a firewall or NetworkPolicy on the way back (agent to this host) drops UDP from port {}",
+            info.port
+        )),
+        Err(e) => rep.skipped.push(format!("reverse (UDP from the agent): {e}")),
+    }
     Ok(())
 }
 

@@ -4,25 +4,15 @@
 use crate::report::{MtuReport, PathReport, MTU_SCHEMA};
 use fabperf_detect::doctor::{Evidence, Finding, Severity};
 use fabperf_detect::Inventory;
-use std::io::Read;
 use std::path::Path;
 
 /// Largest results file read.
 pub const MAX_RESULTS_BYTES: u64 = 4 << 20;
 
-/// Read a `fabperf mtu --json` file.
+/// Read a `fabperf mtu --json` file (a regular file of at most
+/// [`MAX_RESULTS_BYTES`]: fabperf's one reader of input files).
 pub fn read_results(file: &Path) -> Result<MtuReport, String> {
-    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let mut text = String::new();
-    f.take(MAX_RESULTS_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{}: {e}", file.display()))?;
-    if text.len() as u64 > MAX_RESULTS_BYTES {
-        return Err(format!(
-            "{}: larger than {MAX_RESULTS_BYTES} bytes; not a fabperf mtu report",
-            file.display()
-        ));
-    }
+    let text = fabperf_results::files::read_text(file, MAX_RESULTS_BYTES, "mtu results file")?;
     parse_results(&text).map_err(|e| format!("{}: {e}", file.display()))
 }
 

@@ -51,6 +51,8 @@ impl Interface {
     /// One line naming the encapsulation, e.g. "VXLAN over mgmt0 (MTU
     /// 1500): 50 bytes per packet (outer Ethernet 14 + ...), so at most 1450".
     pub fn describe_overhead(&self) -> Option<String> {
+        // An agent's interface is peer text: escaped for the terminal.
+        let e = fabperf_results::escape::terminal;
         let o = self.overhead.as_ref()?;
         let what = match self.kind.as_str() {
             "vxlan" => "VXLAN",
@@ -63,12 +65,16 @@ impl Interface {
             "ip6tnl" => "IP-in-IPv6",
             k => k,
         };
+        let what = e(what);
         Some(match (&self.underlay, self.underlay_allows()) {
             (Some(u), Some(fit)) => format!(
                 "{what} over {} (MTU {}): {} bytes per packet ({}), so at most {fit}",
-                u.name, u.mtu, o.bytes, o.parts
+                e(&u.name),
+                u.mtu,
+                o.bytes,
+                e(&o.parts)
             ),
-            _ => format!("{what}: {} bytes per packet ({})", o.bytes, o.parts),
+            _ => format!("{what}: {} bytes per packet ({})", o.bytes, e(&o.parts)),
         })
     }
 }
@@ -118,8 +124,18 @@ fn read_trim(p: &Path) -> Option<String> {
 }
 
 /// The interface named `name` as sysfs describes it (under `sys`, normally
-/// `/sys/class/net`).
+/// `/sys/class/net`), an encapsulation's overhead for an IPv4 underlay
+/// unless the device says otherwise ([`describe_as`]).
 pub fn describe(sys: &Path, name: &str) -> Option<Interface> {
+    describe_as(sys, name, None)
+}
+
+/// As [`describe`], with the underlay's address family when the device
+/// fixes it (`Some(true)`: IPv6, e.g. a VXLAN device with a `local` or
+/// `remote` IPv6 address: 70 bytes instead of 50). When it is not known
+/// (a device in external mode), the IPv4 figure is given and the parts
+/// say what an IPv6 underlay adds.
+pub fn describe_as(sys: &Path, name: &str, underlay_v6: Option<bool>) -> Option<Interface> {
     let dir = sys.join(name);
     let mtu: u32 = read_trim(&dir.join("mtu"))?.parse().ok()?;
     let ty: u32 = read_trim(&dir.join("type"))
@@ -152,10 +168,17 @@ pub fn describe(sys: &Path, name: &str) -> Option<Interface> {
         }),
         _ => None,
     };
+    let mut over = overhead(&kind, underlay_v6 == Some(true));
+    if let Some(o) = over.as_mut() {
+        if underlay_v6.is_none() && matches!(kind.as_str(), "vxlan" | "geneve" | "wireguard") {
+            o.parts
+                .push_str("; IPv4 underlay assumed, an IPv6 underlay adds 20");
+        }
+    }
     Some(Interface {
         name: name.to_string(),
         mtu,
-        overhead: overhead(&kind, false),
+        overhead: over,
         kind,
         underlay,
     })
@@ -202,13 +225,32 @@ pub fn interface_of(ip: IpAddr) -> Option<String> {
         .map(|a| a.interface_name)
 }
 
-/// The local interface toward `dest`, described.
+/// The interface packets to `dest` leave through: the output device of the
+/// kernel's route to it (not the interface that holds the source address,
+/// which may be another one: a loopback or dummy service address), with
+/// its underlay's family from the device's link info. Falls back to the
+/// interface holding the source address when netlink cannot answer.
+pub fn interface_toward(dest: IpAddr, src: Option<IpAddr>) -> Option<Interface> {
+    let sys = Path::new("/sys/class/net");
+    if let Ok(route) = fabperf_detect::netlink::route_get(dest) {
+        if let Some(d) = route
+            .oif
+            .and_then(|i| fabperf_detect::netlink::link_details(i).ok().flatten())
+        {
+            if let Some(i) = describe_as(sys, &d.name, d.underlay_v6) {
+                return Some(i);
+            }
+        }
+    }
+    src.or_else(|| source_for(SocketAddr::new(dest, 9)))
+        .and_then(interface_of)
+        .and_then(|n| describe(sys, &n))
+}
+
+/// The local address and interface toward `dest`, described.
 pub fn toward(dest: SocketAddr) -> (Option<IpAddr>, Option<Interface>) {
     let src = source_for(dest);
-    let iface = src
-        .and_then(interface_of)
-        .and_then(|n| describe(Path::new("/sys/class/net"), &n));
-    (src, iface)
+    (src, interface_toward(dest.ip(), src))
 }
 
 #[cfg(test)]

@@ -75,6 +75,9 @@ pub fn run(
         icmp: p.icmp,
         attempts: p.attempts,
         probe_timeout: (p.probe_timeout_ms > 0).then(|| Duration::from_millis(p.probe_timeout_ms)),
+        // The plan's `duration`: the agent's test length and the bound of
+        // the whole probing.
+        duration: Some(Duration::from_secs_f64(p.duration_s)),
     };
     let t0 = Instant::now();
     let rep = discover(&target.to_string(), target, cfg, &opts)?;
@@ -87,7 +90,7 @@ pub fn records(rep: &PathReport, secs: f64) -> Vec<Record> {
     let rows: [(&str, &Option<Crossing>, Transport); 3] = [
         ("forward", &rep.forward, Transport::Udp),
         ("reverse", &rep.reverse, Transport::Udp),
-        ("icmp", &rep.icmp, Transport::Udp),
+        ("icmp", &rep.icmp, Transport::Icmp),
     ];
     for (op, c, transport) in rows {
         let Some(c) = c else { continue };
@@ -205,5 +208,16 @@ mod tests {
         assert!(r
             .iter()
             .all(|x| x.check_values().is_ok() && x.test == "mtu"));
+        assert!(r.iter().all(|x| x.transport == Transport::Udp));
+        // The ICMP round trip is an ICMP record, not a UDP one.
+        rep.icmp = Some(c(1400, "path"));
+        let r = records(&rep, 1.5);
+        let icmp = r.iter().find(|x| x.op.as_deref() == Some("icmp")).unwrap();
+        assert_eq!(icmp.transport, Transport::Icmp);
+        assert_eq!(
+            serde_json::to_value(icmp).unwrap()["transport"],
+            "icmp",
+            "as stored and exported"
+        );
     }
 }

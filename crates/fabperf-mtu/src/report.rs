@@ -129,12 +129,19 @@ impl PathReport {
 
     /// The report in words (several lines).
     pub fn text(&self) -> String {
-        let mut s = format!("path to {} ({})", self.addr, self.target);
+        // Names come from the agent (or a results file): escaped.
+        let e = fabperf_results::escape::terminal;
+        let mut s = format!("path to {} ({})", self.addr, e(&self.target));
         if let Some(l) = self.local {
             s.push_str(&format!(" from {l}"));
         }
         if let Some(i) = &self.interface {
-            s.push_str(&format!(" via {} (MTU {}, {})", i.name, i.mtu, i.kind));
+            s.push_str(&format!(
+                " via {} (MTU {}, {})",
+                e(&i.name),
+                i.mtu,
+                e(&i.kind)
+            ));
         }
         s.push('\n');
         for (who, i) in [
@@ -144,7 +151,7 @@ impl PathReport {
             if let Some(d) = i.as_ref().and_then(Interface::describe_overhead) {
                 s.push_str(&format!(
                     "  {who}: {}: {d}\n",
-                    i.as_ref().map_or("", |i| i.name.as_str())
+                    e(i.as_ref().map_or("", |i| i.name.as_str()))
                 ));
             }
         }
@@ -154,7 +161,10 @@ impl PathReport {
                 Some(c) => {
                     let mut r = format!(
                         "  {name:<22} {:>6} bytes (payload {}), limited by the {}, {} probes",
-                        c.mtu, c.payload, c.limited_by, c.probes
+                        c.mtu,
+                        c.payload,
+                        e(&c.limited_by),
+                        c.probes
                     );
                     if let Some(m) = c.too_big_mtu {
                         r.push_str(&format!(
@@ -172,7 +182,7 @@ impl PathReport {
         s.push_str(&row("reverse (UDP, DF)", &self.reverse));
         s.push_str(&row("round trip (ICMP, DF)", &self.icmp));
         for k in &self.skipped {
-            s.push_str(&format!("  skipped: {k}\n"));
+            s.push_str(&format!("  skipped: {}\n", e(k)));
         }
         if self.mismatches.is_empty() {
             if self.forward.is_some() || self.icmp.is_some() {
@@ -183,7 +193,7 @@ impl PathReport {
                 s.push_str(&format!(
                     "  MTU MISMATCH: {} {} is configured for {} but only {} crosses ({}): packets of {} to {} bytes are dropped; set its MTU to {}\n",
                     if m.side == "local" { "this host's" } else { "the agent's" },
-                    m.interface,
+                    e(&m.interface),
                     m.configured,
                     m.measured,
                     m.by,

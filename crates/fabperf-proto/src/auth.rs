@@ -101,11 +101,15 @@ pub fn verify(
         .is_ok()
 }
 
+/// Largest token file read (a token is a few dozen bytes).
+pub const MAX_TOKEN_BYTES: u64 = 4096;
+
 /// Read a token file: its contents with surrounding whitespace trimmed.
-/// An empty token is refused.
+/// Only a regular file of at most [`MAX_TOKEN_BYTES`] is read (the one
+/// reader of every secret and plan file: a FIFO, `/dev/zero` or a sparse
+/// giant is refused before it is read). An empty token is refused.
 pub fn read_token_file(path: &Path) -> Result<Vec<u8>, String> {
-    let raw = std::fs::read(path)
-        .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+    let raw = fabperf_results::files::read_capped(path, MAX_TOKEN_BYTES, "token file")?;
     let t = raw.trim_ascii().to_vec();
     if t.is_empty() {
         return Err(format!(
@@ -170,5 +174,28 @@ mod tests {
         assert!(read_token_file(&d).unwrap_err().contains("empty"));
         std::fs::remove_file(&d).unwrap();
         assert!(read_token_file(&d).is_err());
+    }
+
+    #[test]
+    fn token_file_must_be_a_small_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // /dev/zero never ends; a FIFO never opens; a sparse file is huge.
+        let e = read_token_file(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t0 = std::time::Instant::now();
+        let e = read_token_file(&fifo).unwrap_err();
+        assert!(e.contains("FIFO"), "{e}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+        let sparse = dir.path().join("sparse");
+        std::fs::File::create(&sparse)
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
+        let e = read_token_file(&sparse).unwrap_err();
+        assert!(e.contains("larger than 4096 bytes"), "{e}");
     }
 }

@@ -3,7 +3,8 @@
 use crate::auth::{self, Side};
 use crate::error::{ErrorCode, ProtoError};
 use crate::frame::{
-    read_frame, read_preamble, write_frame, write_preamble, AgentIdentity, Msg, MAX_FRAME,
+    read_frame, read_preamble, write_frame, write_preamble, AgentCapacity, AgentIdentity, Msg,
+    MAX_FRAME,
 };
 use rustix::io::Errno;
 use rustix::net::RecvFlags;
@@ -43,6 +44,8 @@ pub struct AgentHello {
     pub tests: Vec<String>,
     /// Its node name, path label and inventory, when it sends them.
     pub agent: Option<AgentIdentity>,
+    /// What it can hold, when it says.
+    pub capacity: Option<AgentCapacity>,
 }
 
 /// Reads from a stream with a per-message deadline: each read syscall
@@ -341,12 +344,14 @@ fn open(addr: SocketAddr, cfg: &ClientConfig) -> Result<Control, ProtoError> {
             nonce,
             tests,
             agent,
+            capacity,
         } => (
             AgentHello {
                 fabperf_version,
                 auth_required,
                 tests,
                 agent,
+                capacity,
             },
             nonce,
         ),

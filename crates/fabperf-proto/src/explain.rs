@@ -390,6 +390,7 @@ impl EndSetup {
             port_rate_gbps: self.link.rate_gbps,
             port_rate_source: self.link.rate_source.map(str::to_string),
             virtual_link: self.link.virtual_link,
+            gpu: None,
         }
     }
 

@@ -11,7 +11,11 @@ pub const MAGIC: [u8; 4] = *b"FBPF";
 pub const DATA_MAGIC: [u8; 4] = *b"FBPD";
 /// Control protocol version. Bump on any incompatible change.
 /// v2: mutual authentication (`Auth` / `AuthOk` before `Start`).
-pub const PROTO_VERSION: u16 = 2;
+/// v3: one start for concurrent flows: a test is set up completely, then
+/// started at an instant the client gives (`tcp-bw`'s `Go`, `rdma-bw`'s
+/// start delay, `drive`'s ready/go), and reports its measured interval in
+/// Unix time; the agent's hello says how many tests of one group it admits.
+pub const PROTO_VERSION: u16 = 3;
 /// Largest frame either side accepts.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Largest frame an agent reads from a peer that has not authenticated
@@ -54,6 +58,19 @@ pub struct AgentIdentity {
     pub inventory: Option<serde_json::Value>,
 }
 
+/// What an agent can hold, announced in its `Hello` so that a runner can
+/// check a plan against it before running anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentCapacity {
+    /// Most tests of one group (the senders of an incast) it runs at once.
+    pub group_tests: u32,
+    /// Open files it can give a group's tests: each holds its control
+    /// connection and one data connection per stream and direction.
+    pub group_fds: u64,
+    /// Threads likewise: one per connection.
+    pub group_threads: u64,
+}
+
 /// One control message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -70,6 +87,9 @@ pub enum Msg {
         /// Who the agent is (node, network path, inventory).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         agent: Option<AgentIdentity>,
+        /// What it can hold (concurrent tests of a group).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        capacity: Option<AgentCapacity>,
     },
     /// Client -> agent when the agent requires authentication: the
     /// client's own nonce and its proof over both nonces (see
@@ -271,6 +291,11 @@ mod tests {
                     path: "host".into(),
                     inventory: Some(json!({"rdma": []})),
                 }),
+                capacity: Some(AgentCapacity {
+                    group_tests: 1024,
+                    group_fds: 4096,
+                    group_threads: 4096,
+                }),
             },
             Msg::Hello {
                 fabperf_version: "0.1.0".into(),
@@ -278,6 +303,7 @@ mod tests {
                 nonce: None,
                 tests: vec![],
                 agent: None,
+                capacity: None,
             },
             Msg::Auth {
                 nonce: "ab".into(),
@@ -417,6 +443,7 @@ mod tests {
             nonce: None,
             tests: vec![],
             agent: None,
+            capacity: None,
         })
         .unwrap();
         assert!(v.get("agent").is_none());

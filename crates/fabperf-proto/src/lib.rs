@@ -43,16 +43,18 @@ mod error;
 pub mod explain;
 mod frame;
 mod plugin;
+pub mod start;
 pub mod text;
 
 pub use control::{connect_test, query_agent, resolve, AgentHello, ClientConfig, Control};
 pub use error::{ErrorCode, ProtoError};
 pub use frame::{
     decode_body, encode_frame, read_frame, read_preamble, write_frame, write_preamble,
-    AgentIdentity, Msg, Preamble, DATA_MAGIC, DEFAULT_PORT, MAGIC, MAX_FRAME, OPEN_START_FRAME,
-    PRE_AUTH_FRAME, PROTO_VERSION,
+    AgentCapacity, AgentIdentity, Msg, Preamble, DATA_MAGIC, DEFAULT_PORT, MAGIC, MAX_FRAME,
+    OPEN_START_FRAME, PRE_AUTH_FRAME, PROTO_VERSION,
 };
 pub use plugin::{
     connect_data, decode_params, Cookie, DataHub, DataWaiter, Limits, ServeCtx, ServeError,
     TestClock, TestKind,
 };
+pub use start::Start;

@@ -8,10 +8,10 @@ use crate::msg::{AcceptInfo, Report, Request, Step};
 use crate::prio::{PollPriority, Pollers};
 use crate::select::path_mtu;
 use crate::verbs::{open_device, Endpoint, EpConfig, Op};
-use crate::{slot_for, BwParams, LatParams};
+use crate::{slot_for, BwParams, GpuReg, LatParams, MemSpec};
 use fabperf_proto::cpu::{HostReport, ThreadCpu};
-use fabperf_proto::explain::{self, CpuSpec, EndSetup, Pinned};
-use fabperf_proto::{Control, Msg, ServeCtx, ServeError, TestKind};
+use fabperf_proto::explain::{CpuSpec, EndSetup, Pinned};
+use fabperf_proto::{Control, Msg, ServeCtx, ServeError, Start, TestKind};
 use fabperf_results::Side;
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,8 @@ trait LinkParams {
     fn link(&self) -> (Option<u32>, bool, PollPriority);
     /// `--cpu`.
     fn cpu(&self) -> &CpuSpec;
+    /// Where the agent's buffers live, and how GPU memory is registered.
+    fn memory(&self) -> (&MemSpec, GpuReg);
 }
 
 impl LinkParams for BwParams {
@@ -61,6 +63,9 @@ impl LinkParams for BwParams {
     fn cpu(&self) -> &CpuSpec {
         &self.cpu
     }
+    fn memory(&self) -> (&MemSpec, GpuReg) {
+        (self.agent_mem(), self.gpu_reg)
+    }
 }
 
 impl LinkParams for LatParams {
@@ -69,6 +74,9 @@ impl LinkParams for LatParams {
     }
     fn cpu(&self) -> &CpuSpec {
         &self.cpu
+    }
+    fn memory(&self) -> (&MemSpec, GpuReg) {
+        (self.agent_mem(), self.gpu_reg)
     }
 }
 
@@ -151,12 +159,21 @@ fn setup<P: LinkParams>(
         req.params.cpu(),
     )
     .map_err(RdmaError::BadRequest)?;
+    let (mem_spec, gpu_reg) = req.params.memory();
+    let mem = crate::gpu::prepare(mem_spec, gpu_reg, &dev.name)?;
     // Pinned before the buffers are allocated, so they land on its node.
     let pinned = end.pin();
-    let mut ep = Endpoint::new(dev, cfg)?;
+    let mut ep = Endpoint::with_memory(dev, cfg, &mem)?;
+    if let Some(g) = &ep.mem {
+        eprintln!(
+            "fabperf agent: buffers in GPU memory: {} ({})",
+            g.describe(),
+            g.name.as_deref().unwrap_or("GPU")
+        );
+    }
     let here = Here {
         setup: end,
-        buf_node: explain::page_node(ep.src.addr() as usize),
+        buf_node: crate::client::host_buffer_node(&ep),
         pinned,
     };
     let listening = if rdma_cm {
@@ -187,16 +204,28 @@ fn setup<P: LinkParams>(
     Ok((ep, link, pollers.idle, here))
 }
 
-/// Serve sizes until the client's `Finish`.
+/// Serve sizes until the client's `Finish`. A size with a start delay
+/// re-arms the agent's clock (`arm`: the delay) so the wait for the common
+/// start of concurrent flows is not counted against the test.
 fn size_loop(
     ctl: &mut Control,
     timeout: Duration,
-    mut one: impl FnMut(&mut Control, u64) -> Result<Report, RdmaError>,
+    arm: impl Fn(f64) -> Result<(), ServeError>,
+    mut one: impl FnMut(&mut Control, u64, Start) -> Result<Report, RdmaError>,
 ) -> Result<(), RdmaError> {
     loop {
         match recv_step(ctl, timeout, "the client's next step")? {
-            Step::Go { size } => {
-                let report = one(ctl, size)?;
+            Step::Go {
+                size,
+                start_in_s,
+                progress,
+            } => {
+                let delay_s = fabperf_proto::start::check_delay(start_in_s.unwrap_or(0.0))
+                    .map_err(RdmaError::BadRequest)?;
+                if start_in_s.is_some() {
+                    arm(delay_s)?;
+                }
+                let report = one(ctl, size, Start::after(delay_s, progress))?;
                 ctl.send_test(&Step::Report(Box::new(report)))?;
             }
             Step::Finish => return Ok(()),
@@ -207,6 +236,23 @@ fn size_loop(
                 }))
             }
         }
+    }
+}
+
+/// Re-arms the agent's clock for a test of `length` seconds (duration
+/// mode) starting after a delay.
+fn arm_after<'a>(
+    ctx: &ServeCtx<'a>,
+    length: Option<f64>,
+) -> impl Fn(f64) -> Result<(), ServeError> + 'a {
+    let clock = ctx.clock;
+    let limits = ctx.limits;
+    move |delay| {
+        if let Some(l) = length {
+            limits.check_duration(delay + l)?;
+            clock.arm(Duration::try_from_secs_f64(delay + l).unwrap_or(limits.max_duration));
+        }
+        Ok(())
     }
 }
 
@@ -259,13 +305,19 @@ impl TestKind for BwKind {
                 ep.post_recvs(q, rx_depth).map_err(|e| e.to_serve())?;
             }
         }
-        let r = size_loop(ctx.ctl, timeout, |ctl, size| {
+        let arm = arm_after(
+            ctx,
+            p.duration
+                .map(|d| p.sizes.len() as f64 * (d + p.warmup_secs())),
+        );
+        let r = size_loop(ctx.ctl, timeout, arm, |ctl, size, start| {
             check_size(size, slot)?;
             ctl.send_test(&Step::GoAck)?;
             if !recv && !p.bidir {
                 // Writes land in (or reads come from) our memory: no CPU needed.
                 return passive_report(ctl, timeout, &here);
             }
+            // This side sends too: from the common start.
             let plan = p.bidir.then(|| Plan {
                 op: p.op,
                 size: size as u32,
@@ -280,6 +332,8 @@ impl TestKind for BwKind {
                 tx_depth: p.tx_depth,
                 cq_mod: p.effective_cq_mod(size),
                 inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
+                progress: start.progress,
+                start_at: Some(start.at),
             });
             let o = with_peer(ctl, timeout, idle, |beat| {
                 bw_side(
@@ -320,11 +374,7 @@ impl TestKind for LatKind {
         }
         let rx_depth = if p.op == Op::Send { LAT_RX_DEPTH } else { 0 };
         let slot = slot_for(p.max_size());
-        let inline = if p.op == Op::Read {
-            0
-        } else {
-            p.inline.unwrap_or(236)
-        };
+        let inline = p.inline_for(p.agent_mem());
         let cfg = EpConfig {
             qps: 1,
             slot,
@@ -341,9 +391,16 @@ impl TestKind for LatKind {
             ep.post_recvs(0, rx_depth).map_err(|e| e.to_serve())?;
         }
         let op = p.op;
-        let r = size_loop(ctx.ctl, timeout, |ctl, size| {
+        let arm = arm_after(
+            ctx,
+            p.duration
+                .map(|d| p.sizes.len() as f64 * (d + p.warmup_secs())),
+        );
+        let r = size_loop(ctx.ctl, timeout, arm, |ctl, size, _start| {
             check_size(size, slot)?;
-            ep.dst.fill_range(0, size as usize, 0);
+            ep.dst
+                .fill_range(0, size as usize, 0)
+                .map_err(RdmaError::Setup)?;
             ctl.send_test(&Step::GoAck)?;
             if op == Op::Read {
                 return passive_report(ctl, timeout, &here);

@@ -10,8 +10,8 @@ use crate::verbs::{open_device, Device, Endpoint, EpConfig, Op};
 use crate::{slot_for, BwParams, LatParams};
 use fabperf_proto::cpu::HostReport;
 use fabperf_proto::explain::{self, EndSetup};
-use fabperf_proto::{connect_test, ClientConfig, Control, ErrorCode, Msg, ProtoError};
-use fabperf_results::{HostCpu, Side, Warning};
+use fabperf_proto::{connect_test, ClientConfig, Control, ErrorCode, Msg, ProtoError, Start};
+use fabperf_results::{GpuMemory, HostCpu, Side, Warning};
 use fabperf_results::{Record, Transport};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -52,6 +52,7 @@ fn expect_step(ctl: &mut Control, t: Duration, what: &str, want: &str) -> Result
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn start(
     addr: SocketAddr,
     cfg: &ClientConfig,
@@ -60,6 +61,7 @@ fn start(
     ep: &mut Endpoint,
     forced_mtu: Option<u32>,
     rdma_cm: bool,
+    agent_gpu: bool,
 ) -> Result<(Control, AcceptInfo, Option<CmLink>), RdmaError> {
     let req = serde_json::to_value(Request {
         params,
@@ -74,6 +76,14 @@ fn start(
             return Err(fail(&mut ctl, e));
         }
     };
+    if agent_gpu && acc.agent.mem.is_none() {
+        let e = RdmaError::Connect(format!(
+            "the agent at {addr} put its buffers in host memory although GPU memory was asked \
+             for: it is a fabperf without GPU memory support; upgrade it, or test host memory on \
+             its end with --remote-mem host"
+        ));
+        return Err(fail(&mut ctl, e));
+    }
     // Both ends compute the same path MTU; trust but check.
     match path_mtu(ep.dev.port.active_mtu, acc.agent.active_mtu, forced_mtu) {
         Ok(m) if m == acc.path_mtu => {}
@@ -199,6 +209,29 @@ fn mark_pollers(records: &mut [Record], mine: &Pollers, acc: &AcceptInfo) {
     }
 }
 
+/// The NUMA node of the endpoint's buffers (host memory only: GPU memory has none).
+pub(crate) fn host_buffer_node(ep: &Endpoint) -> Option<u32> {
+    ep.src
+        .is_host()
+        .then(|| explain::page_node(ep.src.addr() as usize))
+        .flatten()
+}
+
+/// Each end's GPU memory (which GPU, registration, relationship to the NIC) in the records'
+/// placement; nothing for host memory.
+fn mark_memory(records: &mut [Record], mine: Option<&GpuMemory>, theirs: Option<&GpuMemory>) {
+    for r in records {
+        for (p, g) in [
+            (&mut r.placement_local, mine),
+            (&mut r.placement_remote, theirs),
+        ] {
+            if let Some(g) = g {
+                p.get_or_insert_with(Default::default).gpu = Some(Box::new(g.clone()));
+            }
+        }
+    }
+}
+
 /// Tear the endpoint down now (not at the end of the scope) and put what
 /// failed into every record: a leaked buffer or queue pair is worth
 /// knowing about, but it does not make the figures wrong.
@@ -290,16 +323,121 @@ pub fn run_bw(
     p: &BwParams,
 ) -> Result<Vec<Record>, RdmaError> {
     p.validate().map_err(RdmaError::BadRequest)?;
-    on_measuring_thread(|| bw_client(addr, cfg, p))
+    if p.mem.is_cuda() {
+        crate::gpu::ensure_driver()?;
+    }
+    on_measuring_thread(|| bw_client(addr, cfg, p, &mut |r| r.map(|()| Some(Start::now()))))
 }
 
-fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<Record>, RdmaError> {
+/// An `rdma-bw` test set up to its start — device open, buffers
+/// registered, queue pairs connected, receives posted — on its measuring
+/// thread, which waits for [`BwPrepared::run`].
+pub struct BwPrepared {
+    start: std::sync::mpsc::Sender<Start>,
+    done: std::sync::mpsc::Receiver<Result<Vec<Record>, RdmaError>>,
+}
+
+/// Set an `rdma-bw` test up against the agent at `addr`, up to the start of
+/// its first size (the later sizes follow at once).
+pub fn prepare_bw(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &BwParams,
+) -> Result<BwPrepared, RdmaError> {
+    use std::sync::mpsc;
+    p.validate().map_err(RdmaError::BadRequest)?;
+    if p.mem.is_cuda() {
+        crate::gpu::ensure_driver()?;
+    }
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), RdmaError>>();
+    let (start_tx, start_rx) = mpsc::channel::<Start>();
+    let (done_tx, done_rx) = mpsc::channel();
+    let (cfg, p) = (cfg.clone(), p.clone());
+    std::thread::Builder::new()
+        .name("fabperf-rdma".into())
+        .spawn(move || {
+            // The set-up's outcome goes to `prepare_bw` (a failure with its
+            // own class); then the start is awaited (none: called off).
+            let mut wait = |r: Result<(), RdmaError>| -> Result<Option<Start>, RdmaError> {
+                let ok = r.is_ok();
+                let _ = ready_tx.send(r);
+                Ok(if ok { start_rx.recv().ok() } else { None })
+            };
+            let r = bw_client(addr, &cfg, &p, &mut wait);
+            let _ = done_tx.send(r);
+        })
+        .map_err(|e| RdmaError::Setup(format!("cannot start the measuring thread: {e}")))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(BwPrepared {
+            start: start_tx,
+            done: done_rx,
+        }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(RdmaError::Setup(
+            "the measuring thread ended during set-up".into(),
+        )),
+    }
+}
+
+impl BwPrepared {
+    /// Start at `start` (the agent's sending side too, with `--bidir`),
+    /// measure every size, and build the records.
+    pub fn run(self, start: Start) -> Result<Vec<Record>, RdmaError> {
+        self.start
+            .send(start)
+            .map_err(|_| RdmaError::Setup("the measuring thread ended before the start".into()))?;
+        self.done
+            .recv()
+            .unwrap_or_else(|_| Err(RdmaError::Setup("the measuring thread ended".into())))
+    }
+}
+
+/// What the set-up's outcome is handed to: it returns the start (None:
+/// called off), or the set-up's error back.
+type ReadyFn<'a> = dyn FnMut(Result<(), RdmaError>) -> Result<Option<Start>, RdmaError> + 'a;
+
+/// The client: set up, hand the outcome to `ready`, run from its start.
+fn bw_client(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &BwParams,
+    ready: &mut ReadyFn<'_>,
+) -> Result<Vec<Record>, RdmaError> {
+    let setup = bw_setup(addr, cfg, p);
+    let (mut t, r) = match setup {
+        Ok(t) => (Some(t), Ok(())),
+        Err(e) => (None, Err(e)),
+    };
+    match (ready(r)?, t.take()) {
+        (Some(start), Some(t)) => bw_sizes(t, cfg, p, start),
+        (None, Some(mut t)) => {
+            finish(&mut t.ctl, cfg.timeout);
+            Ok(Vec::new())
+        }
+        (_, None) => Ok(Vec::new()),
+    }
+}
+
+/// A client set up to its start.
+struct BwSetup {
+    ep: Endpoint,
+    ctl: Control,
+    acc: AcceptInfo,
+    here: Here,
+    pollers: Pollers,
+    recv: bool,
+    rx_depth: u32,
+    _cm: Option<CmLink>,
+}
+
+fn bw_setup(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<BwSetup, RdmaError> {
     let dev = client_device(p.device.as_deref(), p.ib_port, p.gid_index, addr)?;
     let pollers = Pollers::resolve(p.poll_priority, dev.software);
     let recv = p.op == Op::Send && p.bidir;
     let rx_depth = if recv { p.tx_depth.max(512) } else { 0 };
+    let mem = crate::gpu::prepare(&p.mem, p.gpu_reg, &dev.name)?;
     let (setup, pinned) = place(&dev, &p.cpu)?;
-    let mut ep = Endpoint::new(
+    let mut ep = Endpoint::with_memory(
         dev,
         EpConfig {
             qps: p.qps,
@@ -310,20 +448,60 @@ fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<R
             sl: p.sl,
             tclass: p.tclass,
         },
+        &mem,
     )?;
     let here = Here {
         setup,
-        buf_node: explain::page_node(ep.src.addr() as usize),
+        buf_node: host_buffer_node(&ep),
         pin_errors: pinned.error.iter().cloned().collect(),
     };
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
-    let (mut ctl, acc, _cm) = start(addr, cfg, "rdma-bw", params, &mut ep, p.mtu, p.rdma_cm)?;
+    let (mut ctl, acc, cm) = start(
+        addr,
+        cfg,
+        "rdma-bw",
+        params,
+        &mut ep,
+        p.mtu,
+        p.rdma_cm,
+        p.agent_mem().is_cuda(),
+    )?;
     if recv {
         for q in 0..ep.nqps() {
             ep.post_recvs(q, rx_depth).map_err(|e| fail(&mut ctl, e))?;
         }
     }
+    Ok(BwSetup {
+        ep,
+        ctl,
+        acc,
+        here,
+        pollers,
+        recv,
+        rx_depth,
+        _cm: cm,
+    })
+}
+
+/// Every size, the first from `start` (the later ones at once).
+fn bw_sizes(
+    t: BwSetup,
+    cfg: &ClientConfig,
+    p: &BwParams,
+    start: Start,
+) -> Result<Vec<Record>, RdmaError> {
+    let BwSetup {
+        mut ep,
+        mut ctl,
+        acc,
+        here,
+        pollers,
+        recv,
+        rx_depth,
+        _cm,
+    } = t;
     let mut out = Vec::new();
+    let mut start = Some(start);
     for &size in &p.sizes {
         let recs = bw_one(
             &mut ctl,
@@ -336,12 +514,14 @@ fn bw_client(addr: SocketAddr, cfg: &ClientConfig, p: &BwParams) -> Result<Vec<R
             cfg.timeout,
             pollers.idle,
             &here,
+            start.take(),
         )
         .map_err(|e| fail(&mut ctl, e))?;
         out.extend(recs);
     }
     finish(&mut ctl, cfg.timeout);
     mark_pollers(&mut out, &pollers, &acc);
+    mark_memory(&mut out, ep.mem.as_ref(), acc.agent.mem.as_ref());
     close(&mut ep, &mut out);
     Ok(out)
 }
@@ -358,8 +538,19 @@ fn bw_one(
     timeout: Duration,
     idle: bool,
     here: &Here,
+    start: Option<Start>,
 ) -> Result<Vec<Record>, RdmaError> {
-    ctl.send_test(&Step::Go { size })?;
+    // A start of its own (the common start of concurrent flows, or now):
+    // the delay goes to the agent, whose sending side waits for it too.
+    let delay = start
+        .map(|s| fabperf_proto::start::check_delay(s.delay_s()))
+        .transpose()
+        .map_err(RdmaError::BadRequest)?;
+    ctl.send_test(&Step::Go {
+        size,
+        start_in_s: delay,
+        progress: start.is_some_and(|s| s.progress),
+    })?;
     expect_step(ctl, timeout, "the agent's go-ahead", "go_ack")?;
     let plan = Plan {
         op: p.op,
@@ -375,6 +566,8 @@ fn bw_one(
         tx_depth: p.tx_depth,
         cq_mod: p.effective_cq_mod(size),
         inline: p.inline > 0 && size <= ep.max_inline as u64 && p.op != Op::Read,
+        progress: start.is_some_and(|s| s.progress),
+        start_at: start.map(|s| s.at),
     };
     let outcome = with_peer(ctl, timeout, idle, |beat| {
         bw_side(
@@ -463,6 +656,7 @@ fn bw_records(
         r.bw_peak_gbps = st.peak_gbps.filter(|_| r.bw_gbps.is_some());
         r.add_notes(&st.notes);
         no_interval(&mut r);
+        r.interval = st.interval.clone();
         r
     };
     let mut out = Vec::new();
@@ -477,6 +671,18 @@ fn bw_records(
             );
             r.add_notes(mine.notes.iter().chain(&t.notes));
             no_interval(&mut r);
+            // Both directions' interval (each on its own record with its
+            // progress).
+            r.interval = mine
+                .interval
+                .as_ref()
+                .zip(t.interval.as_ref())
+                .map(|(a, b)| fabperf_results::Interval {
+                    start_s: a.start_s.min(b.start_s),
+                    end_s: a.end_s.max(b.end_s),
+                    sent_from_s: a.sent_from_s.zip(b.sent_from_s).map(|(x, y)| x.min(y)),
+                    progress: None,
+                });
             r
         }
     };
@@ -522,6 +728,9 @@ pub fn run_lat(
     p: &LatParams,
 ) -> Result<Vec<Record>, RdmaError> {
     p.validate().map_err(RdmaError::BadRequest)?;
+    if p.mem.is_cuda() {
+        crate::gpu::ensure_driver()?;
+    }
     on_measuring_thread(|| lat_client(addr, cfg, p))
 }
 
@@ -533,13 +742,10 @@ fn lat_client(
     let dev = client_device(p.device.as_deref(), p.ib_port, p.gid_index, addr)?;
     let pollers = Pollers::resolve(p.poll_priority, dev.software);
     let rx_depth = if p.op == Op::Send { LAT_RX_DEPTH } else { 0 };
-    let inline = if p.op == Op::Read {
-        0
-    } else {
-        p.inline.unwrap_or(236)
-    };
+    let inline = p.inline_for(&p.mem);
+    let mem = crate::gpu::prepare(&p.mem, p.gpu_reg, &dev.name)?;
     let (setup, pinned) = place(&dev, &p.cpu)?;
-    let mut ep = Endpoint::new(
+    let mut ep = Endpoint::with_memory(
         dev,
         EpConfig {
             qps: 1,
@@ -550,14 +756,24 @@ fn lat_client(
             sl: p.sl,
             tclass: p.tclass,
         },
+        &mem,
     )?;
     let here = Here {
         setup,
-        buf_node: explain::page_node(ep.src.addr() as usize),
+        buf_node: host_buffer_node(&ep),
         pin_errors: pinned.error.iter().cloned().collect(),
     };
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
-    let (mut ctl, acc, _cm) = start(addr, cfg, "rdma-lat", params, &mut ep, p.mtu, p.rdma_cm)?;
+    let (mut ctl, acc, _cm) = start(
+        addr,
+        cfg,
+        "rdma-lat",
+        params,
+        &mut ep,
+        p.mtu,
+        p.rdma_cm,
+        p.agent_mem().is_cuda(),
+    )?;
     if rx_depth > 0 {
         ep.post_recvs(0, rx_depth).map_err(|e| fail(&mut ctl, e))?;
     }
@@ -578,6 +794,7 @@ fn lat_client(
     }
     finish(&mut ctl, cfg.timeout);
     mark_pollers(&mut out, &pollers, &acc);
+    mark_memory(&mut out, ep.mem.as_ref(), acc.agent.mem.as_ref());
     close(&mut ep, &mut out);
     Ok(out)
 }
@@ -596,8 +813,14 @@ fn lat_one(
     idle: bool,
     here: &Here,
 ) -> Result<Record, RdmaError> {
-    ep.dst.fill_range(0, size as usize, 0);
-    ctl.send_test(&Step::Go { size })?;
+    ep.dst
+        .fill_range(0, size as usize, 0)
+        .map_err(RdmaError::Setup)?;
+    ctl.send_test(&Step::Go {
+        size,
+        start_in_s: None,
+        progress: false,
+    })?;
     expect_step(ctl, timeout, "the agent's go-ahead", "go_ack")?;
     let plan = LatPlan {
         op: p.op,

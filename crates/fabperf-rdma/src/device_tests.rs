@@ -179,7 +179,12 @@ fn half_client(
 }
 
 fn go(ctl: &mut fabperf_proto::Control, size: u64) {
-    ctl.send_test(&Step::Go { size }).unwrap();
+    ctl.send_test(&Step::Go {
+        size,
+        start_in_s: None,
+        progress: false,
+    })
+    .unwrap();
     loop {
         match ctl.recv_test::<Step>("go ack").unwrap() {
             Step::GoAck => return,

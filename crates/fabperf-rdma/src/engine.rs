@@ -13,7 +13,9 @@ use crate::verbs::{wr_qp, wr_seq, Endpoint, Op, Wc, RECV_FLAG};
 use fabperf_proto::cpu::{HostMeter, HostReport, ThreadCpu};
 use fabperf_proto::explain::EndSetup;
 use fabperf_proto::{write_frame, Control, Msg, ProtoError};
-use fabperf_results::{LatencyHistogram, LatencyKind, Warning};
+use fabperf_results::{
+    Interval, LatencyHistogram, LatencyKind, ProgressRecorder, WallClock, Warning,
+};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -285,6 +287,11 @@ pub(crate) struct Plan {
     pub tx_depth: u32,
     pub cq_mod: u32,
     pub inline: bool,
+    /// Record the bytes completed over time (concurrent flows).
+    pub progress: bool,
+    /// Start sending at this instant (the common start of concurrent
+    /// flows): after the counters' snapshot, which can take a while.
+    pub start_at: Option<Instant>,
 }
 
 /// Result of one side's bandwidth loop.
@@ -485,7 +492,17 @@ pub(crate) fn bw_side(
     let mut wcs = Vec::with_capacity(64);
     // Read before the clock starts: the counters' snapshot is not inside the interval.
     let mut host = meter(setup);
+    if let Some(at) = plan.and_then(|p| p.start_at) {
+        let left = at.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            std::thread::sleep(left);
+        }
+    }
     let start = Instant::now();
+    let clock = WallClock::now();
+    let mut progress = plan
+        .filter(|p| p.progress)
+        .map(|_| ProgressRecorder::new(start));
     let warm_iters = plan.map(|p| p.warmup_iters).unwrap_or(0);
     let mut phase = match plan {
         Some(p) if p.duration.is_some() && !p.warmup.is_zero() => Phase::Warmup,
@@ -585,6 +602,7 @@ pub(crate) fn bw_side(
         }
         let now = Instant::now();
         let mut got_send = false;
+        let done_before = b.total_completed;
         if n > 0 {
             for wc in &wcs {
                 if wc.status != 0 {
@@ -610,6 +628,9 @@ pub(crate) fn bw_side(
                     last_completion = now;
                     got_send = true;
                 }
+            }
+            if let Some(r) = progress.as_mut().filter(|_| got_send) {
+                r.at(now, done_before * size, b.total_completed * size);
             }
             if got_send && phase == Phase::Measure {
                 if let Some(t) = peak.as_mut() {
@@ -732,22 +753,35 @@ pub(crate) fn bw_side(
     let window_secs = t_end.duration_since(m_start).as_secs_f64();
     let cpu_pct = cpu_used.and_then(|c| cpu_pct(c, window_secs));
     let mut notes = Vec::new();
-    let (secs, per_qp): (f64, Vec<u64>) = match (p.duration, &m_first, &m_last) {
-        (None, _, _) => (
-            window_secs,
-            (0..nqp).map(|q| done_end[q] - m_done[q]).collect(),
-        ),
-        (Some(_), Some((ta, ca)), Some((tb, cb))) if tb > ta => (
-            tb.duration_since(*ta).as_secs_f64(),
-            (0..nqp).map(|q| cb[q] - ca[q]).collect(),
-        ),
-        (Some(_), _, _) => {
-            notes.push(Warning::WindowTooFewCompletions { cq_mod: p.cq_mod }.note());
-            (
-                last_completion.duration_since(start).as_secs_f64(),
-                b.completed.clone(),
-            )
-        }
+    let (secs, per_qp, from, to): (f64, Vec<u64>, Instant, Instant) =
+        match (p.duration, &m_first, &m_last) {
+            (None, _, _) => (
+                window_secs,
+                (0..nqp).map(|q| done_end[q] - m_done[q]).collect(),
+                m_start,
+                t_end,
+            ),
+            (Some(_), Some((ta, ca)), Some((tb, cb))) if tb > ta => (
+                tb.duration_since(*ta).as_secs_f64(),
+                (0..nqp).map(|q| cb[q] - ca[q]).collect(),
+                *ta,
+                *tb,
+            ),
+            (Some(_), _, _) => {
+                notes.push(Warning::WindowTooFewCompletions { cq_mod: p.cq_mod }.note());
+                (
+                    last_completion.duration_since(start).as_secs_f64(),
+                    b.completed.clone(),
+                    start,
+                    last_completion,
+                )
+            }
+        };
+    let interval = Interval {
+        start_s: clock.unix(from),
+        end_s: clock.unix(to.max(from)),
+        sent_from_s: Some(clock.unix(start)),
+        progress: progress.map(|r| r.finish(&clock)),
     };
     let msgs: u64 = per_qp.iter().sum();
     let bytes = msgs * p.size as u64;
@@ -767,6 +801,7 @@ pub(crate) fn bw_side(
             peak_gbps,
             per_qp_msgs: per_qp,
             notes,
+            interval: Some(interval),
         }),
         cpu_pct,
         host: host_fig,
@@ -1210,6 +1245,8 @@ mod tests {
             tx_depth,
             cq_mod,
             inline: false,
+            progress: true,
+            start_at: None,
         }
     }
 
@@ -1227,6 +1264,30 @@ mod tests {
         let avg = st.bytes as f64 * 8.0 / st.secs / 1e9;
         assert!(peak >= avg * (1.0 - 1e-9), "peak {peak} avg {avg}");
         assert!(st.notes.is_empty(), "{:?}", st.notes);
+        // The interval in Unix time, after the sender's start, with the
+        // bytes completed over time (every request, warm-up included).
+        let i = st.interval.expect("the measured interval");
+        assert!(i.check().is_empty(), "{:?}", i.check());
+        assert!(i.start_s >= i.sent_from_s.unwrap() && i.end_s >= i.start_s);
+        assert!((i.len_s() - st.secs).abs() < 1e-6, "{i:?} vs {}", st.secs);
+        let pr = i.progress.expect("progress when asked for");
+        assert_eq!(pr.last_bytes, 2100 * 4096);
+    }
+
+    #[test]
+    fn a_sender_starts_at_the_given_instant() {
+        let at = Instant::now() + Duration::from_millis(200);
+        let want = WallClock::now().unix(at);
+        let mut ep = FakeCq::new(1);
+        let p = Plan {
+            start_at: Some(at),
+            ..plan(Some(100), 0, 10, 16)
+        };
+        let o = run(&mut ep, p).unwrap();
+        let i = o.stats.unwrap().interval.unwrap();
+        let sent = i.sent_from_s.unwrap();
+        assert!(sent >= want - 0.002, "started {:.3} s early", want - sent);
+        assert!(sent < want + 0.5, "started {:.3} s late", sent - want);
     }
 
     #[test]

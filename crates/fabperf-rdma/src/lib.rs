@@ -29,6 +29,7 @@ mod cm;
 mod device_tests;
 mod engine;
 pub mod error;
+pub mod gpu;
 pub mod msg;
 mod peak;
 pub mod prio;
@@ -37,8 +38,9 @@ mod sys;
 mod verbs;
 
 pub use agent::{kinds, AgentRdmaOpts};
-pub use client::{run_bw, run_lat};
+pub use client::{prepare_bw, run_bw, run_lat, BwPrepared};
 pub use error::{RdmaError, RdmaUnavailable};
+pub use gpu::{GpuReg, GpuSel, MemSpec};
 pub use prio::PollPriority;
 pub use verbs::Op;
 
@@ -101,6 +103,17 @@ pub struct BwParams {
     /// both ends. Sent only when not `auto`.
     #[serde(skip_serializing_if = "CpuSpec::is_auto")]
     pub cpu: CpuSpec,
+    /// Where the client's buffers live (`--mem`): host memory, or GPU memory (`cuda`, the
+    /// GPU nearest the NIC; `cuda:N`; `cuda:<PCI address>`).
+    #[serde(skip_serializing_if = "MemSpec::is_host")]
+    pub mem: MemSpec,
+    /// Where the agent's buffers live (`--remote-mem`); `None`: as `mem` (each end picks its
+    /// own GPU when `mem` says `cuda`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_mem: Option<MemSpec>,
+    /// How GPU memory is registered, both ends (`--gpu-reg`).
+    #[serde(skip_serializing_if = "GpuReg::is_auto")]
+    pub gpu_reg: GpuReg,
 }
 
 impl Default for BwParams {
@@ -126,6 +139,9 @@ impl Default for BwParams {
             rdma_cm: false,
             poll_priority: PollPriority::Auto,
             cpu: CpuSpec::Auto,
+            mem: MemSpec::Host,
+            remote_mem: None,
+            gpu_reg: GpuReg::Auto,
         }
     }
 }
@@ -161,6 +177,17 @@ pub struct LatParams {
     /// both ends. Sent only when not `auto`.
     #[serde(skip_serializing_if = "CpuSpec::is_auto")]
     pub cpu: CpuSpec,
+    /// Where the client's buffers live (`--mem`): host memory, or GPU memory (`cuda`, the
+    /// GPU nearest the NIC; `cuda:N`; `cuda:<PCI address>`).
+    #[serde(skip_serializing_if = "MemSpec::is_host")]
+    pub mem: MemSpec,
+    /// Where the agent's buffers live (`--remote-mem`); `None`: as `mem` (each end picks its
+    /// own GPU when `mem` says `cuda`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_mem: Option<MemSpec>,
+    /// How GPU memory is registered, both ends (`--gpu-reg`).
+    #[serde(skip_serializing_if = "GpuReg::is_auto")]
+    pub gpu_reg: GpuReg,
 }
 
 impl Default for LatParams {
@@ -182,6 +209,9 @@ impl Default for LatParams {
             rdma_cm: false,
             poll_priority: PollPriority::Auto,
             cpu: CpuSpec::Auto,
+            mem: MemSpec::Host,
+            remote_mem: None,
+            gpu_reg: GpuReg::Auto,
         }
     }
 }
@@ -198,6 +228,13 @@ struct Common<'a> {
     warmup_iterations: u64,
     mtu: Option<u32>,
     sl: u8,
+    mem: &'a MemSpec,
+    agent_mem: &'a MemSpec,
+    gpu_reg: GpuReg,
+    /// Inline bytes asked for explicitly (0: none).
+    inline: u32,
+    /// A latency test that polls the peer's write with the CPU.
+    polls_memory: bool,
 }
 
 fn check_common(c: Common<'_>) -> Result<(), String> {
@@ -209,7 +246,33 @@ fn check_common(c: Common<'_>) -> Result<(), String> {
         warmup_iterations,
         mtu,
         sl,
+        mem,
+        agent_mem,
+        gpu_reg,
+        inline,
+        polls_memory,
     } = c;
+    let gpu = mem.is_cuda() || agent_mem.is_cuda();
+    if !gpu && !gpu_reg.is_auto() {
+        return Err(
+            "--gpu-reg applies to GPU memory: add --mem cuda (or --remote-mem cuda)".into(),
+        );
+    }
+    if gpu && inline > 0 {
+        return Err(format!(
+            "--inline {inline}: an inline send copies the message with the CPU, which cannot \
+             read GPU memory; leave --inline at 0 with GPU memory (perftest refuses inline \
+             device-memory tests too)"
+        ));
+    }
+    if gpu && polls_memory {
+        return Err(
+            "rdma-lat --op write polls the last byte of the peer's write with the CPU, which \
+             cannot read GPU memory; use --op send or --op read with GPU memory (perftest \
+             refuses write latency on device memory too)"
+                .into(),
+        );
+    }
     if sizes.is_empty() {
         return Err("no message size given".into());
     }
@@ -254,6 +317,11 @@ fn check_common(c: Common<'_>) -> Result<(), String> {
 }
 
 impl BwParams {
+    /// The agent's memory: `remote_mem`, else `mem`.
+    pub fn agent_mem(&self) -> &MemSpec {
+        self.remote_mem.as_ref().unwrap_or(&self.mem)
+    }
+
     /// Reject parameters that cannot work, with the reason.
     pub fn validate(&self) -> Result<(), String> {
         check_common(Common {
@@ -264,6 +332,11 @@ impl BwParams {
             warmup_iterations: self.warmup_iterations,
             mtu: self.mtu,
             sl: self.sl,
+            mem: &self.mem,
+            agent_mem: self.agent_mem(),
+            gpu_reg: self.gpu_reg,
+            inline: self.inline,
+            polls_memory: false,
         })?;
         if self.qps == 0 || self.qps > 4096 {
             return Err(format!("--qps {} must be 1 .. 4096", self.qps));
@@ -328,6 +401,21 @@ impl BwParams {
 }
 
 impl LatParams {
+    /// The agent's memory: `remote_mem`, else `mem`.
+    pub fn agent_mem(&self) -> &MemSpec {
+        self.remote_mem.as_ref().unwrap_or(&self.mem)
+    }
+
+    /// The inline limit one end uses: none for reads or from GPU memory, else the one asked
+    /// for or 236 bytes (perftest's latency default, as far as the device allows).
+    pub fn inline_for(&self, mem: &MemSpec) -> u32 {
+        if self.op == Op::Read || mem.is_cuda() {
+            0
+        } else {
+            self.inline.unwrap_or(236)
+        }
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         check_common(Common {
             sizes: &self.sizes,
@@ -337,6 +425,11 @@ impl LatParams {
             warmup_iterations: self.warmup_iterations,
             mtu: self.mtu,
             sl: self.sl,
+            mem: &self.mem,
+            agent_mem: self.agent_mem(),
+            gpu_reg: self.gpu_reg,
+            inline: self.inline.unwrap_or(0),
+            polls_memory: self.op == Op::Write,
         })?;
         if let Some(i) = self.inline {
             if i > 4096 {
@@ -467,6 +560,59 @@ mod tests {
         assert!(l.validate().unwrap_err().contains("iterations"));
         l.duration = Some(1.0);
         assert!(l.validate().is_ok());
+    }
+
+    #[test]
+    fn gpu_memory_parameters() {
+        // Host memory serializes exactly as before (an older agent sees nothing new).
+        let j = serde_json::to_value(BwParams::default()).unwrap();
+        for k in ["mem", "remote_mem", "gpu_reg"] {
+            assert!(j.get(k).is_none(), "{k} in {j}");
+        }
+        let mut b = BwParams {
+            mem: "cuda".parse().unwrap(),
+            ..BwParams::default()
+        };
+        assert!(b.validate().is_ok());
+        assert_eq!(b.agent_mem(), &MemSpec::Cuda(GpuSel::Nearest));
+        let j = serde_json::to_value(&b).unwrap();
+        assert_eq!(j["mem"], "cuda");
+        assert_eq!(serde_json::from_value::<BwParams>(j).unwrap(), b);
+        // GPU memory on this end only.
+        b.remote_mem = Some(MemSpec::Host);
+        assert!(b.agent_mem().is_host());
+        b.inline = 64;
+        assert!(b.validate().unwrap_err().contains("--inline 64"));
+        b.inline = 0;
+        b.gpu_reg = GpuReg::Peermem;
+        assert!(b.validate().is_ok());
+        // --gpu-reg without GPU memory anywhere.
+        let h = BwParams {
+            gpu_reg: GpuReg::Dmabuf,
+            ..BwParams::default()
+        };
+        assert!(h
+            .validate()
+            .unwrap_err()
+            .contains("--gpu-reg applies to GPU memory"));
+        // Latency: write polls with the CPU; send and read work; the default inline drops to 0.
+        let mut l = LatParams {
+            op: Op::Write,
+            remote_mem: Some("cuda:2".parse().unwrap()),
+            ..LatParams::default()
+        };
+        assert!(l.validate().unwrap_err().contains("--op send or --op read"));
+        l.op = Op::Send;
+        assert!(l.validate().is_ok());
+        assert_eq!(l.inline_for(&MemSpec::Host), 236);
+        assert_eq!(l.inline_for(l.agent_mem()), 0);
+        l.inline = Some(16);
+        assert!(l.validate().unwrap_err().contains("inline"));
+        // The agent refuses a bad memory spec with the reason.
+        let e = serde_json::from_value::<LatParams>(serde_json::json!({"mem": "cuda:zz"}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use host, cuda"), "{e}");
     }
 
     #[test]

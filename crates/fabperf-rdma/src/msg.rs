@@ -4,7 +4,7 @@
 
 use crate::select::{GidKind, LinkLayer};
 use fabperf_proto::cpu::HostReport;
-use fabperf_results::Note;
+use fabperf_results::{Interval, Note};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv6Addr;
 
@@ -43,12 +43,25 @@ pub struct EndpointInfo {
     pub dst_addr: u64,
     pub dst_rkey: u32,
     pub qps: Vec<QpInfo>,
+    /// The buffers are in GPU memory: which GPU, registered how (absent: host memory, and
+    /// from a fabperf that predates GPU memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem: Option<fabperf_results::GpuMemory>,
 }
 
 impl EndpointInfo {
     /// e.g. `rxe0 port 1, GID index 1 (RoCE v2) ::ffff:10.77.0.1` or
-    /// `mlx5_0 port 1, LID 7`.
+    /// `mlx5_0 port 1, LID 7`, then `, GPU memory GPU0 0000:1a:00.0 (dma-buf, PIX)` when the
+    /// buffers are in GPU memory.
     pub fn describe(&self) -> String {
+        let base = self.describe_port();
+        match &self.mem {
+            Some(m) => format!("{base}, GPU memory {}", m.describe()),
+            None => base,
+        }
+    }
+
+    fn describe_port(&self) -> String {
         if self.use_grh {
             format!(
                 "{} port {}, GID index {} ({}) {}",
@@ -104,6 +117,10 @@ pub struct SideStats {
     /// Why the figure may mislead (goes into the record's warnings).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<Note>,
+    /// The measured interval in Unix time (this side's clock), with the
+    /// bytes completed over time when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Interval>,
 }
 
 /// The agent's account of one size.
@@ -139,6 +156,13 @@ impl Report {
         }
         if let Some(s) = &self.sent {
             num("sent.secs", s.secs)?;
+            if let Some(m) = s
+                .interval
+                .as_ref()
+                .and_then(|i| i.check().into_iter().next())
+            {
+                return Err(format!("sent.interval: {m}"));
+            }
             if let Some(p) = s.peak_gbps {
                 num("sent.peak_gbps", p)?;
             }
@@ -161,8 +185,16 @@ impl Report {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "snake_case")]
 pub enum Step {
-    /// Client: run `size` now.
-    Go { size: u64 },
+    /// Client: run `size`, `start_in_s` seconds after this message (at
+    /// once when absent: a test on its own); with `progress`, record the
+    /// bytes completed over time.
+    Go {
+        size: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_in_s: Option<f64>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        progress: bool,
+    },
     /// Agent: receives posted, ready.
     GoAck,
     /// Either side: still working (sent every second while a side runs).
@@ -200,6 +232,7 @@ mod tests {
                 qpn: 17,
                 psn: 0xabcdef,
             }],
+            mem: None,
         }
     }
 
@@ -234,9 +267,18 @@ mod tests {
                 peak_gbps: Some(1.0),
                 per_qp_msgs: vec![1],
                 notes: Vec::new(),
+                interval: None,
             }),
         };
         ok.check_plausible(65536).unwrap();
+        let mut r = ok.clone();
+        r.sent.as_mut().unwrap().interval = Some(Interval {
+            start_s: 10.0,
+            end_s: f64::NAN,
+            sent_from_s: None,
+            progress: None,
+        });
+        assert!(r.check_plausible(1).unwrap_err().contains("sent.interval"));
         let mut r = ok.clone();
         r.cpu_pct = Some(f64::INFINITY);
         assert!(r.check_plausible(1).unwrap_err().contains("cpu_pct"));
@@ -256,7 +298,12 @@ mod tests {
 
     #[test]
     fn steps_are_tagged() {
-        let s = serde_json::to_value(Step::Go { size: 65536 }).unwrap();
+        let s = serde_json::to_value(Step::Go {
+            size: 65536,
+            start_in_s: None,
+            progress: false,
+        })
+        .unwrap();
         assert_eq!(s, serde_json::json!({"step": "go", "size": 65536}));
         let r = Step::Report(Box::new(Report {
             cpu_pct: Some(1.5),
@@ -268,6 +315,12 @@ mod tests {
                 peak_gbps: None,
                 per_qp_msgs: vec![1],
                 notes: vec![],
+                interval: Some(Interval {
+                    start_s: 1.0e9,
+                    end_s: 1.0e9 + 1.0,
+                    sent_from_s: Some(1.0e9 - 0.5),
+                    progress: None,
+                }),
             }),
         }));
         let back: Step = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();

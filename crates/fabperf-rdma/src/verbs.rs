@@ -12,11 +12,12 @@
 //! (see `sys::RegBuf`).
 
 use crate::error::{register_error, wc_hint, RdmaError, RdmaUnavailable};
+use crate::gpu::{GpuReg, MemPlan};
 use crate::msg::{EndpointInfo, QpInfo};
 use crate::select::{
     mtu_bytes, pick_gid, pick_port, Addressing, DevSnap, GidEntry, GidKind, LinkLayer, PortSnap,
 };
-use crate::sys::{self, RegBuf};
+use crate::sys::{self, DeviceReg, RegBuf};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
 use sideway::ibverbs::completion::GenericCompletionQueue;
 use sideway::ibverbs::device::{Device as DeviceInfo_, DeviceInfo, DeviceList};
@@ -372,6 +373,8 @@ pub(crate) struct Endpoint {
     pub tx_depth: u32,
     pub sl: u8,
     pub tclass: u8,
+    /// The buffers' GPU and registration when they are in GPU memory.
+    pub mem: Option<fabperf_results::GpuMemory>,
     closed: bool,
 }
 
@@ -393,8 +396,171 @@ fn psn_seed(i: usize) -> u32 {
     (t ^ (std::process::id() << 8) ^ ((i as u32) * 0x9e37)) & 0xff_ffff
 }
 
+/// Access of the source buffer (local writes, peers' RDMA reads) and of the destination
+/// buffer (peers' RDMA writes too).
+fn src_access() -> AccessFlags {
+    AccessFlags::LocalWrite | AccessFlags::RemoteRead
+}
+
+fn dst_access() -> AccessFlags {
+    AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead
+}
+
+/// Two registered host buffers of `len` bytes, the source filled.
+fn host_buffers(pd: &Arc<ProtectionDomain>, len: usize) -> Result<(RegBuf, RegBuf), RdmaError> {
+    let mut src = RegBuf::new(len).map_err(RdmaError::Setup)?;
+    let mut dst = RegBuf::new(len).map_err(RdmaError::Setup)?;
+    src.fill(0x5a).map_err(RdmaError::Setup)?;
+    let memlock = sys::memlock_limit();
+    src.register(pd, src_access()).map_err(|e| {
+        RdmaError::Register(register_error(
+            e.bytes,
+            "source buffer",
+            &e.source,
+            memlock,
+            0,
+        ))
+    })?;
+    dst.register(pd, dst_access()).map_err(|e| {
+        RdmaError::Register(register_error(
+            e.bytes,
+            "destination buffer",
+            &e.source,
+            memlock,
+            src.len(),
+        ))
+    })?;
+    Ok((src, dst))
+}
+
+/// Why one way of registering GPU memory failed, in words.
+fn gpu_reg_error(how: DeviceReg, dev: &str, e: &sys::RegError) -> String {
+    let errno = e.source.raw_os_error();
+    match how {
+        DeviceReg::DmaBuf if errno == Some(libc::EOPNOTSUPP) => format!(
+            "ibv_reg_dmabuf_mr on {dev}: {}: the loaded libibverbs has no ibv_reg_dmabuf_mr \
+             (rdma-core 34 or later has it) or {dev}'s provider cannot import dma-bufs (mlx5 \
+             can; rxe cannot)",
+            e.source
+        ),
+        DeviceReg::DmaBuf => format!(
+            "registering {} bytes of GPU memory as a dma-buf on {dev}: {}",
+            e.bytes, e.source
+        ),
+        DeviceReg::Peermem => format!(
+            "ibv_reg_mr of {} bytes of GPU memory on {dev}: {}: without the nvidia_peermem \
+             module the RDMA core cannot resolve a GPU address (`modprobe nvidia_peermem`; \
+             /sys/module/nvidia_peermem is {})",
+            e.bytes,
+            e.source,
+            if crate::gpu::peermem_loaded() {
+                "present"
+            } else {
+                "absent"
+            }
+        ),
+    }
+}
+
+/// Register both GPU buffers one way; on failure neither stays registered (or the one that
+/// cannot be deregistered is leaked, never freed).
+fn register_gpu_as(
+    src: &mut RegBuf,
+    dst: &mut RegBuf,
+    pd: &Arc<ProtectionDomain>,
+    how: DeviceReg,
+    dev: &str,
+) -> Result<(), String> {
+    src.register_device(pd, src_access(), how, dev)
+        .map_err(|e| gpu_reg_error(how, dev, &e))?;
+    if let Err(e) = dst.register_device(pd, dst_access(), how, dev) {
+        let msg = gpu_reg_error(how, dev, &e);
+        return Err(match src.deregister() {
+            Ok(()) => msg,
+            Err(d) => format!("{msg}; {d}"),
+        });
+    }
+    Ok(())
+}
+
+/// Register GPU buffers as `reg` asks: dma-buf, peermem, or dma-buf falling back to peermem
+/// (`auto`, with the reason as a note).
+fn register_gpu(
+    src: &mut RegBuf,
+    dst: &mut RegBuf,
+    pd: &Arc<ProtectionDomain>,
+    gpu: &sys::cuda::Gpu,
+    reg: GpuReg,
+    dev: &str,
+) -> Result<(DeviceReg, Option<String>), RdmaError> {
+    let err = |m: String| RdmaError::Register(m);
+    match reg {
+        GpuReg::Dmabuf => {
+            if let Some(why) = gpu.dmabuf_missing() {
+                return Err(err(format!("--gpu-reg dmabuf: {why}")));
+            }
+            register_gpu_as(src, dst, pd, DeviceReg::DmaBuf, dev).map_err(err)?;
+            Ok((DeviceReg::DmaBuf, None))
+        }
+        GpuReg::Peermem => {
+            register_gpu_as(src, dst, pd, DeviceReg::Peermem, dev).map_err(err)?;
+            Ok((DeviceReg::Peermem, None))
+        }
+        GpuReg::Auto => {
+            let why = match gpu.dmabuf_missing() {
+                None => match register_gpu_as(src, dst, pd, DeviceReg::DmaBuf, dev) {
+                    Ok(()) => return Ok((DeviceReg::DmaBuf, None)),
+                    Err(e) => e,
+                },
+                Some(w) => w,
+            };
+            if !crate::gpu::peermem_loaded() {
+                return Err(err(format!(
+                    "no way to register GPU memory with {dev}: dma-buf: {why}; peermem: the \
+                     nvidia_peermem module is not loaded (`modprobe nvidia_peermem`); \
+                     `fabperf doctor` lists what GPUDirect RDMA needs"
+                )));
+            }
+            register_gpu_as(src, dst, pd, DeviceReg::Peermem, dev)
+                .map_err(|e| err(format!("dma-buf: {why}; peermem: {e}")))?;
+            Ok((
+                DeviceReg::Peermem,
+                Some(format!(
+                    "dma-buf unavailable ({why}); registered through nvidia_peermem"
+                )),
+            ))
+        }
+    }
+}
+
 impl Endpoint {
+    /// An endpoint with its buffers in host memory.
+    #[cfg(test)]
     pub fn new(dev: Device, cfg: EpConfig) -> Result<Endpoint, RdmaError> {
+        Endpoint::with_memory(dev, cfg, &MemPlan::Host)
+    }
+
+    /// An endpoint with its buffers where `mem` says (host or GPU memory).
+    pub fn with_memory(
+        dev: Device,
+        mut cfg: EpConfig,
+        mem: &MemPlan,
+    ) -> Result<Endpoint, RdmaError> {
+        if let MemPlan::Cuda { .. } = mem {
+            // The CPU cannot read GPU memory: nothing is sent inline from it.
+            cfg.inline = 0;
+            if cfg.rx_depth > 0 && !sys::receives_bypass_cpu(&dev.name) {
+                return Err(RdmaError::Setup(format!(
+                    "receiving sends into GPU memory on {}: the mlx5 provider writes received \
+                     messages of up to 64 bytes into the completion entry and copies them to the \
+                     buffer with the CPU, which cannot write GPU memory; start this fabperf \
+                     (client, or `fabperf server` for the agent's end) with \
+                     MLX5_SCATTER_TO_CQE=0 in its environment (perftest sets the same variable \
+                     for its device-memory send tests)",
+                    dev.name
+                )));
+            }
+        }
         let setup = |what: &str, e: &dyn std::fmt::Display| {
             RdmaError::Setup(format!("{what} on {}: {e}", dev.name))
         };
@@ -423,33 +589,29 @@ impl Endpoint {
             })?
             .into();
         let len = cfg.slot * cfg.qps as usize;
-        let mut src = RegBuf::new(len).map_err(RdmaError::Setup)?;
-        let mut dst = RegBuf::new(len).map_err(RdmaError::Setup)?;
-        src.fill(0x5a);
-        let memlock = sys::memlock_limit();
-        src.register(&pd, AccessFlags::LocalWrite | AccessFlags::RemoteRead)
-            .map_err(|e| {
-                RdmaError::Register(register_error(
-                    e.bytes,
-                    "source buffer",
-                    &e.source,
-                    memlock,
-                    0,
-                ))
-            })?;
-        dst.register(
-            &pd,
-            AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
-        )
-        .map_err(|e| {
-            RdmaError::Register(register_error(
-                e.bytes,
-                "destination buffer",
-                &e.source,
-                memlock,
-                src.len(),
-            ))
-        })?;
+        let (src, dst, gpu_info) = match mem {
+            MemPlan::Host => {
+                let (src, dst) = host_buffers(&pd, len)?;
+                (src, dst, None)
+            }
+            MemPlan::Cuda { gpu, reg, info } => {
+                let mut src = RegBuf::new_device(gpu, len).map_err(RdmaError::Setup)?;
+                let mut dst = RegBuf::new_device(gpu, len).map_err(RdmaError::Setup)?;
+                src.fill(0x5a).map_err(RdmaError::Setup)?;
+                let (how, note) = register_gpu(&mut src, &mut dst, &pd, gpu, *reg, &dev.name)?;
+                let info = fabperf_results::GpuMemory {
+                    registration: match how {
+                        DeviceReg::DmaBuf => "dma-buf",
+                        DeviceReg::Peermem => "peermem",
+                    }
+                    .into(),
+                    note,
+                    ..info.clone()
+                };
+                (src, dst, Some(info))
+            }
+        };
+        debug_assert!(src.is_registered() && dst.is_registered());
         let mut qps = Vec::new();
         let mut max_inline = cfg.inline;
         for i in 0..cfg.qps {
@@ -507,6 +669,7 @@ impl Endpoint {
             tx_depth: cfg.tx_depth,
             sl: cfg.sl,
             tclass: cfg.tclass,
+            mem: gpu_info,
             closed: false,
             dev,
         };
@@ -620,6 +783,7 @@ impl Endpoint {
                     psn,
                 })
                 .collect(),
+            mem: self.mem.clone(),
         }
     }
 
@@ -1061,6 +1225,7 @@ mod tests {
             dst_addr: 0,
             dst_rkey: 0,
             qps: vec![],
+            mem: None,
         };
         let a = mk("mlx5_0", 0, GidKind::RoceV1, "fe80::1");
         let b = mk("mlx5_1", 3, GidKind::RoceV2, "::ffff:10.0.0.2");

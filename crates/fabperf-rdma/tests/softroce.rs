@@ -460,6 +460,69 @@ fn bad_requests_are_explained() {
     assert!(e.contains("GID index 99"), "{e}");
 }
 
+/// GPU memory where there is no GPU (the soft-RoCE guest has no NVIDIA driver): the client
+/// fails before connecting when its own end asks for it, the agent refuses with the same reason
+/// when its end does, and keeps serving host-memory tests afterwards. (GPU memory itself is
+/// tested on a GPU node by hw-tests/gpu.sh.)
+#[test]
+#[ignore = "needs an RDMA device (run in the soft-RoCE guest)"]
+fn gpu_memory_without_a_gpu_is_explained() {
+    let dev = device();
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if std::path::Path::new("/sys/module/nvidia").exists() {
+        eprintln!("skipped: this host has the NVIDIA driver (hw-tests/gpu.sh covers GPU memory)");
+        return;
+    }
+    let a = agent(&dev, limits());
+    let e = run_bw(
+        a.addr(),
+        &cfg(),
+        &BwParams {
+            mem: "cuda".parse().unwrap(),
+            ..bw(&dev, Op::Write)
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("CUDA driver library libcuda.so.1"), "{e}");
+    let e = run_lat(
+        a.addr(),
+        &cfg(),
+        &LatParams {
+            remote_mem: Some("cuda:0".parse().unwrap()),
+            ..lat(&dev, Op::Send)
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("agent") && e.contains("CUDA driver library libcuda.so.1"),
+        "{e}"
+    );
+    // Host memory still works on both ends (once the agent has finished the refused test),
+    // and says nothing about GPUs.
+    let t = std::time::Instant::now();
+    let recs = loop {
+        match run_bw(a.addr(), &cfg(), &bw(&dev, Op::Write)) {
+            Ok(r) => break r,
+            Err(e) if e.to_string().contains("busy") && t.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(e) => panic!("the agent did not keep serving after refusing GPU memory: {e}"),
+        }
+    };
+    consistent(&recs);
+    for r in &recs {
+        for p in [&r.placement_local, &r.placement_remote]
+            .into_iter()
+            .flatten()
+        {
+            assert!(p.gpu.is_none(), "{p:?}");
+        }
+        assert!(!r.local.as_deref().unwrap_or("").contains("GPU"));
+    }
+}
+
 /// The agent serving in the peer node (`FABPERF_AGENT`, host:port): the
 /// connection manager resolves real addresses, so `--rdma-cm` needs an agent
 /// on the peer's RDMA address, not the in-process agent on loopback.

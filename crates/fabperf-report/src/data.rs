@@ -40,8 +40,19 @@ pub struct HostCpuView {
     pub cpus: Option<u32>,
 }
 
+/// What an aggregate of concurrent flows says about them (`flows`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct FlowsView {
+    /// Flows in the aggregate (one direction's).
+    pub count: Option<u64>,
+    /// The common interval in percent of the longest flow's interval.
+    pub overlap_pct: Option<f64>,
+    /// Latest minus earliest sender start, seconds.
+    pub start_skew_s: Option<f64>,
+}
+
 /// The figures of one stored record a report uses. Every key is optional:
-/// a missing, mistyped or non-finite value is simply absent.
+/// a missing, mistyped, non-finite or negative value is simply absent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RecView {
     pub test: String,
@@ -81,10 +92,17 @@ pub struct RecView {
     pub port_remote_gbps: Option<f64>,
     pub warnings: Vec<String>,
     pub started_at: Option<String>,
+    /// The measured interval in absolute time, when it is a sound one
+    /// (`Interval::check`): a flow's, or an aggregate's common interval.
+    pub interval: Option<fabperf_results::Interval>,
+    /// An aggregate of concurrent flows: their count, overlap, start skew.
+    pub flows: Option<FlowsView>,
 }
 
+/// A figure of a stored record: finite and not negative (no figure a
+/// record holds can be below zero: a negative one is not data).
 fn num(v: &Value, k: &str) -> Option<f64> {
-    v.get(k)?.as_f64().filter(|x| x.is_finite())
+    v.get(k)?.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
 }
 
 fn uint(v: &Value, k: &str) -> Option<u64> {
@@ -180,6 +198,16 @@ impl RecView {
             port_remote_gbps: port("placement_remote"),
             warnings,
             started_at: text(v, "started_at"),
+            interval: v
+                .get("interval")
+                .filter(|i| i.is_object())
+                .and_then(|i| serde_json::from_value::<fabperf_results::Interval>(i.clone()).ok())
+                .filter(|i| i.check().is_empty()),
+            flows: v.get("flows").filter(|f| f.is_object()).map(|f| FlowsView {
+                count: uint(f, "count"),
+                overlap_pct: num(f, "overlap_pct").filter(|p| *p <= 100.0),
+                start_skew_s: num(f, "start_skew_s"),
+            }),
         }
     }
 }

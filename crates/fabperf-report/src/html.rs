@@ -55,7 +55,14 @@ fn nice_axis(max: f64) -> (f64, f64) {
     ((max / step).ceil() * step, step)
 }
 
+/// A coordinate or size for an SVG attribute: always a finite number (a
+/// statistic that overflowed never writes `inf` or `NaN` into the file).
 fn n(v: f64) -> String {
+    let v = if v.is_finite() {
+        v.clamp(-1e6, 1e6)
+    } else {
+        0.0
+    };
     format!("{v:.1}")
 }
 
@@ -108,7 +115,13 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
     let rows: Vec<&Row> = rep
         .rows
         .iter()
-        .filter(|r| r.family == fam && r.pattern == "pairs" && r.stats.is_some())
+        .filter(|r| r.family == fam && r.pattern == "pairs")
+        // A mean that overflowed (or is not a figure at all) is not drawn.
+        .filter(|r| {
+            r.stats
+                .as_ref()
+                .is_some_and(|s| s.mean.is_finite() && s.mean >= 0.0)
+        })
         .collect();
     if rows.is_empty() {
         return None;
@@ -142,7 +155,7 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
         .flat_map(|(_, v)| v.iter())
         .map(|r| {
             let s = r.stats.as_ref().expect("filtered");
-            s.mean + s.ci95.unwrap_or(0.0)
+            s.mean + s.ci95.filter(|c| c.is_finite()).unwrap_or(0.0)
         })
         .fold(0.0, f64::max);
     let (ymax, step) = nice_axis(top * 1.05);
@@ -241,7 +254,7 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
                 },
                 tip = esc(&tip)
             );
-            if let Some(ci) = st.ci95 {
+            if let Some(ci) = st.ci95.filter(|c| c.is_finite()) {
                 let cx = bx + bar_w / 2.0;
                 let (lo, hi) = (y((st.mean - ci).max(0.0)), y(st.mean + ci));
                 let _ = write!(
@@ -259,7 +272,7 @@ fn bars_chart(rep: &Report, fam: Family, id: &str) -> Option<String> {
                     s,
                     r#"<text x="{}" y="{}" font-size="10" text-anchor="middle">base</text>"#,
                     n(bx + bar_w / 2.0),
-                    n(y(st.mean + st.ci95.unwrap_or(0.0)) - 4.0)
+                    n(y(st.mean + st.ci95.filter(|c| c.is_finite()).unwrap_or(0.0)) - 4.0)
                 );
             }
         }
@@ -968,69 +981,19 @@ pub fn render(rep: &Report) -> String {
             let _ = write!(s, "<pre>{}</pre>", esc(&fabperf_run::summary::render(m)));
         }
     }
-    if !rep.incasts.is_empty() {
-        s.push_str(r#"<h2 id="incast">Incast</h2><table><thead><tr><th class="l">test</th><th class="l">path</th><th class="l">receiver</th><th>repeat</th><th>Gbit/s</th><th>% port</th><th>Jain</th><th class="l">per-sender share</th></tr></thead><tbody>"#);
-        for ic in &rep.incasts {
-            let _ = write!(
-                s,
-                r#"<tr><td class="l">{}</td><td class="l">{}</td><td class="l">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
-                esc(&ic.test),
-                esc(&ic.path),
-                esc(&ic.receiver),
-                ic.repeat + 1,
-                ic.aggregate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
-                match (ic.pct_port, &ic.port_finding) {
-                    (Some(p), _) => format!("{p:.0}"),
-                    (None, Some(_)) => ">port".into(),
-                    _ => "-".into(),
-                },
-                ic.jain
-                    .map(|j| format!("{j:.3}"))
-                    .unwrap_or_else(|| "-".into()),
-                esc(&ic
-                    .senders
-                    .iter()
-                    .map(|x| format!(
-                        "{} {:.0} % ({} Gbit/s)",
-                        x.src,
-                        x.share * 100.0,
-                        fmt_num(x.gbps)
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", "))
-            );
-        }
-        s.push_str("</tbody></table>");
+    if let Some(t) = crate::text::incast_table(rep) {
+        let _ = write!(
+            s,
+            r#"<h2 id="incast">Incast</h2><p class="meta">Per cell and direction: forward is the senders into the receiver, reverse the receiver back to them (a bidir test measures both at once); each direction's aggregate is over its flows' common interval, against the receiver's port one way; Jain's index over that direction's flows; skew: how far apart the senders started; overlap: the common interval in % of the longest flow's.</p><div class="scroll">{}</div>"#,
+            table_html(&t)
+        );
     }
-    if !rep.bisections.is_empty() {
-        s.push_str(r#"<h2 id="bisection">Bisection</h2><table><thead><tr><th class="l">test</th><th class="l">path</th><th>cut</th><th>repeat</th><th>Gbit/s</th><th>port sum</th><th>%</th><th>Jain</th><th class="l">flows</th></tr></thead><tbody>"#);
-        for b in &rep.bisections {
-            let _ = write!(
-                s,
-                r#"<tr><td class="l">{}</td><td class="l">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
-                esc(&b.test),
-                esc(&b.path),
-                b.cut,
-                b.repeat + 1,
-                b.aggregate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
-                b.port_sum_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
-                match (b.pct_port, &b.port_finding) {
-                    (Some(p), _) => format!("{p:.0}"),
-                    (None, Some(_)) => ">port".into(),
-                    _ => "-".into(),
-                },
-                b.jain
-                    .map(|j| format!("{j:.3}"))
-                    .unwrap_or_else(|| "-".into()),
-                esc(&b
-                    .flows
-                    .iter()
-                    .map(|(a, c, g)| format!("{a}→{c} {}", fmt_num(*g)))
-                    .collect::<Vec<_>>()
-                    .join(", "))
-            );
-        }
-        s.push_str("</tbody></table>");
+    if let Some(t) = crate::text::bisection_table(rep) {
+        let _ = write!(
+            s,
+            r#"<h2 id="bisection">Bisection</h2><p class="meta">Per cell and direction: the aggregate over the cut's common interval against the sum of its flows' port rates, Jain's index over that direction's flows.</p><div class="scroll">{}</div>"#,
+            table_html(&t)
+        );
     }
     if !rep.agents.is_empty() {
         s.push_str(r#"<h2 id="agents">Agents and inventories</h2><table><thead><tr><th class="l">node</th><th class="l">path</th><th class="l">address</th><th class="l">interface</th><th>port Gbit/s</th><th>MTU</th><th>NUMA</th></tr></thead><tbody>"#);

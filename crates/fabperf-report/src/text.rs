@@ -1,8 +1,20 @@
 //! The report as a terminal table, Markdown, CSV or JSON.
 
 use crate::analysis::{fmt_num, signed, Family, LatSource, Level, Report, Row};
+use crate::flows::Leg;
 use crate::units::size_label;
+use fabperf_results::escape;
 use std::fmt::Write as _;
+
+/// A piece of stored text for the output: escaped for Markdown or for a
+/// terminal (a tampered store cannot forge lines, headings or HTML).
+fn esc(s: &str, md: bool) -> String {
+    if md {
+        escape::markdown(s)
+    } else {
+        escape::terminal(s)
+    }
+}
 
 /// Output formats of `fabperf report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,16 +42,21 @@ impl Table {
         }
     }
 
+    /// Aligned columns; every cell escaped for a terminal.
     pub fn text(&self) -> String {
         let n = self.head.len();
+        let esc_row =
+            |r: &Vec<String>| -> Vec<String> { r.iter().map(|c| escape::terminal(c)).collect() };
+        let head = esc_row(&self.head);
+        let rows: Vec<Vec<String>> = self.rows.iter().map(esc_row).collect();
         let mut w = vec![0usize; n];
-        for r in std::iter::once(&self.head).chain(&self.rows) {
+        for r in std::iter::once(&head).chain(&rows) {
             for (i, c) in r.iter().enumerate().take(n) {
                 w[i] = w[i].max(c.chars().count());
             }
         }
         let mut o = String::new();
-        for r in std::iter::once(&self.head).chain(&self.rows) {
+        for r in std::iter::once(&head).chain(&rows) {
             let mut line = String::new();
             for (i, c) in r.iter().enumerate().take(n) {
                 let pad = w[i] - c.chars().count();
@@ -60,8 +77,9 @@ impl Table {
         o
     }
 
+    /// A Markdown table; every cell escaped for Markdown.
     pub fn markdown(&self) -> String {
-        let cell = |s: &str| s.replace('|', "\\|").replace(['\n', '\r'], " ");
+        let cell = escape::markdown;
         let mut o = String::new();
         let _ = writeln!(
             o,
@@ -112,8 +130,8 @@ fn sweep(r: &Row) -> String {
     if let Some(n) = r.streams.filter(|n| *n > 1 && !http) {
         parts.push(format!("x{n}"));
     }
-    if let Some(d) = r.direction.as_deref().filter(|d| *d != "forward" && !http) {
-        parts.push(d.to_string());
+    if let Some(d) = r.direction_words().filter(|_| !http) {
+        parts.push(d);
     }
     if let Some(m) = r.mtu {
         parts.push(format!("mtu {m}"));
@@ -497,7 +515,56 @@ pub fn overhead_words(r: &Row) -> String {
     }
 }
 
-fn incast_table(rep: &Report) -> Option<Table> {
+/// A direction's cells shared by the incast and bisection tables: the
+/// direction, Gbit/s, the port share, Jain's index, the start skew and the
+/// overlap of the common interval.
+fn leg_cells(l: &Leg, with_port: bool) -> Vec<String> {
+    let mut v = vec![l.direction_words(), opt(l.aggregate_gbps)];
+    if with_port {
+        v.push(opt(l.port_rate_gbps));
+    }
+    v.extend([
+        match (l.pct_port, &l.port_finding) {
+            (Some(p), _) => format!("{p:.0}"),
+            (None, Some(_)) => ">port".into(),
+            _ => "-".into(),
+        },
+        l.jain
+            .map(|j| format!("{j:.3}"))
+            .unwrap_or_else(|| "-".into()),
+        l.start_skew_s
+            .map(|k| format!("{:.1}", k * 1e3))
+            .unwrap_or_else(|| "-".into()),
+        l.overlap_pct
+            .map(|o| format!("{o:.1}"))
+            .unwrap_or_else(|| "-".into()),
+    ]);
+    v
+}
+
+/// The flows of a direction (`n2 43% (3.00)`), or why it has no figure.
+fn leg_flows(l: &Leg, each: impl Fn(&crate::flows::FlowShare) -> String) -> String {
+    if let Some(f) = &l.failed {
+        return format!("FAILED: {f}");
+    }
+    let mut s = l.flows.iter().map(each).collect::<Vec<_>>().join(", ");
+    if l.own_interval_flows > 0 {
+        s.push_str(&format!(
+            " ({} flow(s) without progress counts: over their own interval)",
+            l.own_interval_flows
+        ));
+    }
+    if let Some(n) = &l.note {
+        if !s.is_empty() {
+            s.push_str("; ");
+        }
+        s.push_str(n);
+    }
+    s
+}
+
+/// One line per incast cell and direction.
+pub fn incast_table(rep: &Report) -> Option<Table> {
     if rep.incasts.is_empty() {
         return None;
     }
@@ -507,93 +574,97 @@ fn incast_table(rep: &Report) -> Option<Table> {
             "path",
             "receiver",
             "rep",
+            "direction",
             "Gbit/s",
             "%port",
             "Jain",
-            "per-sender share",
+            "skew ms",
+            "overlap%",
+            "per-flow share (forward: senders; reverse: peers)",
         ],
-        &[0, 1, 2, 7],
+        &[0, 1, 2, 4, 10],
     );
     for ic in &rep.incasts {
-        t.rows.push(vec![
+        let l = &ic.leg;
+        let mut row = vec![
             ic.test.clone(),
             ic.path.clone(),
             ic.receiver.clone(),
             (ic.repeat + 1).to_string(),
-            opt(ic.aggregate_gbps),
-            match (ic.pct_port, &ic.port_finding) {
-                (Some(p), _) => format!("{p:.0}"),
-                (None, Some(_)) => ">port".into(),
-                _ => "-".into(),
-            },
-            ic.jain
-                .map(|j| format!("{j:.3}"))
-                .unwrap_or_else(|| "-".into()),
-            ic.senders
-                .iter()
-                .map(|s| format!("{} {:.0}% ({})", s.src, s.share * 100.0, fmt_num(s.gbps)))
-                .collect::<Vec<_>>()
-                .join(", "),
-        ]);
+        ];
+        row.extend(leg_cells(l, false));
+        let reverse = l.to_clients;
+        row.push(leg_flows(l, |f| {
+            format!(
+                "{} {:.0}% ({})",
+                if reverse { &f.dst } else { &f.src },
+                f.share * 100.0,
+                fmt_num(f.gbps)
+            )
+        }));
+        t.rows.push(row);
     }
     Some(t)
 }
 
-fn bisection_table(rep: &Report) -> Option<Table> {
+/// One line per bisection cell and direction.
+pub fn bisection_table(rep: &Report) -> Option<Table> {
     if rep.bisections.is_empty() {
         return None;
     }
     let mut t = Table::new(
         &[
-            "test", "path", "cut", "rep", "Gbit/s", "port sum", "%", "Jain", "flows",
+            "test",
+            "path",
+            "cut",
+            "rep",
+            "direction",
+            "Gbit/s",
+            "port sum",
+            "%",
+            "Jain",
+            "skew ms",
+            "overlap%",
+            "flows (where the data went)",
         ],
-        &[0, 1, 2, 8],
+        &[0, 1, 4, 11],
     );
     for b in &rep.bisections {
-        t.rows.push(vec![
+        let mut row = vec![
             b.test.clone(),
             b.path.clone(),
             b.cut.to_string(),
             (b.repeat + 1).to_string(),
-            opt(b.aggregate_gbps),
-            opt(b.port_sum_gbps),
-            match (b.pct_port, &b.port_finding) {
-                (Some(p), _) => format!("{p:.0}"),
-                (None, Some(_)) => ">port".into(),
-                _ => "-".into(),
-            },
-            b.jain
-                .map(|j| format!("{j:.3}"))
-                .unwrap_or_else(|| "-".into()),
-            b.flows
-                .iter()
-                .map(|(s, d, g)| format!("{s}->{d} {}", fmt_num(*g)))
-                .collect::<Vec<_>>()
-                .join(", "),
-        ]);
+        ];
+        row.extend(leg_cells(&b.leg, true));
+        row.push(leg_flows(&b.leg, |f| {
+            format!("{}->{} {}", f.src, f.dst, fmt_num(f.gbps))
+        }));
+        t.rows.push(row);
     }
     Some(t)
 }
 
-fn header(rep: &Report) -> String {
+fn header(rep: &Report, md: bool) -> String {
     let r = &rep.run;
     let mut o = format!(
         "run {} of plan {} (started {}, {}), fabperf {}; cells: {} done, {} failed, {} pending",
         r.id,
-        r.plan,
-        r.started_at,
+        esc(&r.plan, md),
+        esc(&r.started_at, md),
         r.ended_at
             .as_deref()
-            .map(|e| format!("ended {e}"))
+            .map(|e| format!("ended {}", esc(e, md)))
             .unwrap_or_else(|| "not finished".into()),
-        r.fabperf_version,
+        esc(&r.fabperf_version, md),
         r.cells_done,
         r.cells_failed,
         r.cells_pending
     );
     match (&rep.baseline, rep.baseline_from) {
-        (Some(b), Some(from)) => {
-            if crate::analysis::dim_baseline(b).is_some() {
+        (Some(raw), Some(from)) => {
+            let b = esc(raw, md);
+            if crate::analysis::dim_baseline(raw).is_some() {
                 let _ = write!(
                     o,
                     "\nbaseline: {b} (each row against the same test, path and other dimensions \
@@ -638,12 +709,12 @@ pub fn render(rep: &Report, md: bool) -> String {
         }
     };
     if md {
-        let _ = writeln!(o, "# fabperf report: {}\n", rep.run.plan);
-        for l in header(rep).lines() {
+        let _ = writeln!(o, "# fabperf report: {}\n", esc(&rep.run.plan, md));
+        for l in header(rep, md).lines() {
             let _ = writeln!(o, "{l}  ");
         }
     } else {
-        let _ = writeln!(o, "fabperf report: {}", header(rep));
+        let _ = writeln!(o, "fabperf report: {}", header(rep, md));
     }
     for fam in Family::ALL {
         if let Some((title, t, notes)) = family_table(rep, fam) {
@@ -653,7 +724,13 @@ pub fn render(rep: &Report, md: bool) -> String {
                 o.push('\n');
             }
             for (i, n) in notes.iter().enumerate() {
-                let _ = writeln!(o, "{}[{}] {n}", if md { "- " } else { "  " }, i + 1);
+                let _ = writeln!(
+                    o,
+                    "{}[{}] {}",
+                    if md { "- " } else { "  " },
+                    i + 1,
+                    esc(n, md)
+                );
             }
         }
     }
@@ -665,18 +742,26 @@ pub fn render(rep: &Report, md: bool) -> String {
         for m in &rep.meshes {
             let s = fabperf_run::summary::render(m);
             if md {
-                let _ = writeln!(o, "```\n{}```", s);
+                // A fence no stored text can close.
+                let fence = escape::markdown_fence(&s);
+                let _ = writeln!(o, "{fence}\n{s}{fence}");
             } else {
                 o.push_str(&s);
             }
         }
     }
     if let Some(t) = incast_table(rep) {
-        h(&mut o, "Incast (N−1 senders into one receiver)");
+        h(
+            &mut o,
+            "Incast (N−1 senders into one receiver; reverse: the receiver back to them; per cell and direction)",
+        );
         o.push_str(&if md { t.markdown() } else { t.text() });
     }
     if let Some(t) = bisection_table(rep) {
-        h(&mut o, "Bisection (half the nodes into the other half)");
+        h(
+            &mut o,
+            "Bisection (half the nodes into the other half; per cell and direction)",
+        );
         o.push_str(&if md { t.markdown() } else { t.text() });
     }
     if !rep.verdicts.is_empty() {
@@ -696,6 +781,7 @@ pub fn render(rep: &Report, md: bool) -> String {
         } else {
             // Long reasons stay on one line each: easier to grep.
             for r in &t.rows {
+                let r: Vec<String> = r.iter().map(|c| escape::terminal(c)).collect();
                 let _ = writeln!(o, "{:<4} {:<16} {:<4}  {}", r[0], r[1], r[2], r[3]);
             }
         }
@@ -708,13 +794,13 @@ pub fn render(rep: &Report, md: bool) -> String {
                 o,
                 "{}{} [{}] {}{}",
                 if md { "- " } else { "  " },
-                f.label(),
-                f.severity.as_deref().unwrap_or(&f.kind),
-                f.summary.as_deref().unwrap_or(""),
+                esc(&f.label(), md),
+                esc(f.severity.as_deref().unwrap_or(&f.kind), md),
+                esc(f.summary.as_deref().unwrap_or(""), md),
                 if f.fix.is_empty() {
                     String::new()
                 } else {
-                    format!(" — fix: {}", f.fix.join("; "))
+                    format!(" — fix: {}", esc(&f.fix.join("; "), md))
                 }
             );
         }
@@ -726,22 +812,25 @@ pub fn render(rep: &Report, md: bool) -> String {
                 o,
                 "{}{} {} on {} ({}): {}",
                 if md { "- " } else { "  " },
-                f.cell,
-                f.test,
-                f.path,
-                f.flows
-                    .iter()
-                    .map(|(a, b)| format!("{a}->{b}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                f.error
+                esc(&f.cell, md),
+                esc(&f.test, md),
+                esc(&f.path, md),
+                esc(
+                    &f.flows
+                        .iter()
+                        .map(|(a, b)| format!("{a}->{b}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    md
+                ),
+                esc(&f.error, md)
             );
         }
     }
     if !rep.notes.is_empty() {
         h(&mut o, "Notes");
         for n in &rep.notes {
-            let _ = writeln!(o, "{}{n}", if md { "- " } else { "  " });
+            let _ = writeln!(o, "{}{}", if md { "- " } else { "  " }, esc(n, md));
         }
     }
     if !rep.gates.is_empty() {
@@ -766,10 +855,10 @@ pub fn gates_text(rep: &Report, md: bool) -> String {
         let _ = writeln!(
             o,
             "{li}{status} {}{} ({} checked{})",
-            g.gate,
+            esc(&g.gate, md),
             g.preset
                 .as_deref()
-                .map(|p| format!(" [preset {p}]"))
+                .map(|p| format!(" [preset {}]", esc(p, md)))
                 .unwrap_or_default(),
             g.checked,
             if g.not_applicable {
@@ -786,16 +875,16 @@ pub fn gates_text(rep: &Report, md: bool) -> String {
                 o,
                 "{}  {}: measured {}, required {}{}",
                 if md { "  " } else { "" },
-                v.subject,
-                v.measured,
-                v.required,
+                esc(&v.subject, md),
+                esc(&v.measured, md),
+                esc(&v.required, md),
                 if v.cells.is_empty() {
                     String::new()
                 } else {
                     format!(
                         " (cell{} {})",
                         if v.cells.len() == 1 { "" } else { "s" },
-                        v.cells.join(", ")
+                        esc(&v.cells.join(", "), md)
                     )
                 }
             );
@@ -804,7 +893,7 @@ pub fn gates_text(rep: &Report, md: bool) -> String {
     o
 }
 
-/// The rows as CSV.
+/// The rows as CSV (every cell through the CSV escaping rule).
 pub fn csv(rep: &Report) -> Result<String, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
@@ -862,6 +951,13 @@ pub fn csv(rep: &Report) -> Result<String, csv::Error> {
         "d_error_pp",
         "d_bytes",
         "overhead",
+        "of_bidir",
+        "overlap_pct_min",
+        "overlap_pct_max",
+        "start_skew_ms_min",
+        "start_skew_ms_max",
+        "failed_repeats",
+        "unmeasured",
     ])?;
     let f = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
@@ -873,80 +969,105 @@ pub fn csv(rep: &Report) -> Result<String, csv::Error> {
         let s = r.stats.as_ref();
         let l = r.lat.as_ref();
         let d = r.base.as_ref();
-        w.write_record([
-            rep.run.id.to_string(),
-            format!("{:?}", r.family).to_lowercase(),
-            r.test.clone(),
-            r.kind.clone(),
-            r.path.clone(),
-            r.pattern.clone(),
-            r.scope.clone(),
-            u(r.size),
-            u(r.streams),
-            r.op.clone().unwrap_or_default(),
-            r.direction.clone().unwrap_or_default(),
-            u(r.mtu),
-            r.rate.clone().unwrap_or_default(),
-            s.map(|s| s.n.to_string()).unwrap_or_default(),
-            r.family.unit().to_string(),
-            f(s.map(|s| s.mean)),
-            f(s.and_then(|s| s.stdev)),
-            f(s.and_then(|s| s.ci95)),
-            f(s.map(|s| s.min)),
-            f(s.map(|s| s.max)),
-            f(r.port_rate_gbps),
-            f(r.pct_port),
-            f(r.cpu.as_ref().and_then(|c| c.client)),
-            f(r.cpu.as_ref().and_then(|c| c.agent)),
-            r.cpu
-                .as_ref()
-                .map(|c| c.source.to_string())
-                .unwrap_or_default(),
-            f(r.retransmits),
-            f(r.loss_pct),
-            f(l.and_then(|l| l.p50)),
-            f(l.and_then(|l| l.p90)),
-            f(l.and_then(|l| l.p99)),
-            f(l.and_then(|l| l.p999)),
-            f(l.and_then(|l| l.mean)),
-            match l.map(|l| &l.source) {
-                Some(LatSource::Histograms { .. }) => "histograms".into(),
-                Some(LatSource::StoredPercentiles) => "stored_percentiles".into(),
-                None => String::new(),
-            },
-            d.map(|d| d.path.clone()).unwrap_or_default(),
-            f(d.and_then(|d| d.d_gbps)),
-            f(d.and_then(|d| d.d_pct)),
-            f(d.and_then(|d| d.d_p50_us)),
-            f(d.and_then(|d| d.d_p99_us)),
-            f(d.and_then(|d| d.d_loss_pp)),
-            d.and_then(|d| d.within_noise)
-                .map(|b| b.to_string())
-                .unwrap_or_default(),
-            r.warnings.join(" | "),
-            r.cells.join(" "),
-            r.spread
-                .as_ref()
-                .map(|sp| format!("{} {}", sp.count, sp.of))
-                .unwrap_or_default(),
-            f(r.spread.as_ref().map(|sp| sp.min)),
-            f(r.spread.as_ref().map(|sp| sp.median)),
-            f(r.spread.as_ref().map(|sp| sp.max)),
-            f(d.and_then(|d| d.welch).map(|w| w.p)),
-            d.map(|d| d.unlike.join("; ")).unwrap_or_default(),
-            r.port_finding.clone().unwrap_or_default(),
-            r.http.as_ref().map(errors_words).unwrap_or_default(),
-            f(r.http.as_ref().and_then(|h| h.error_pct)),
-            f(d.and_then(|d| d.d_error_pp)),
-            d.and_then(|d| d.d_bytes)
-                .map(|b| b.to_string())
-                .unwrap_or_default(),
-            if r.family == Family::Mtu {
-                overhead_words(r)
-            } else {
-                String::new()
-            },
-        ])?;
+        w.write_record(
+            [
+                rep.run.id.to_string(),
+                format!("{:?}", r.family).to_lowercase(),
+                r.test.clone(),
+                r.kind.clone(),
+                r.path.clone(),
+                r.pattern.clone(),
+                r.scope.clone(),
+                u(r.size),
+                u(r.streams),
+                r.op.clone().unwrap_or_default(),
+                r.direction.clone().unwrap_or_default(),
+                u(r.mtu),
+                r.rate.clone().unwrap_or_default(),
+                s.map(|s| s.n.to_string()).unwrap_or_default(),
+                r.family.unit().to_string(),
+                f(s.map(|s| s.mean)),
+                f(s.and_then(|s| s.stdev)),
+                f(s.and_then(|s| s.ci95)),
+                f(s.map(|s| s.min)),
+                f(s.map(|s| s.max)),
+                f(r.port_rate_gbps),
+                f(r.pct_port),
+                f(r.cpu.as_ref().and_then(|c| c.client)),
+                f(r.cpu.as_ref().and_then(|c| c.agent)),
+                r.cpu
+                    .as_ref()
+                    .map(|c| c.source.to_string())
+                    .unwrap_or_default(),
+                f(r.retransmits),
+                f(r.loss_pct),
+                f(l.and_then(|l| l.p50)),
+                f(l.and_then(|l| l.p90)),
+                f(l.and_then(|l| l.p99)),
+                f(l.and_then(|l| l.p999)),
+                f(l.and_then(|l| l.mean)),
+                match l.map(|l| &l.source) {
+                    Some(LatSource::Histograms { .. }) => "histograms".into(),
+                    Some(LatSource::StoredPercentiles) => "stored_percentiles".into(),
+                    None => String::new(),
+                },
+                d.map(|d| d.path.clone()).unwrap_or_default(),
+                f(d.and_then(|d| d.d_gbps)),
+                f(d.and_then(|d| d.d_pct)),
+                f(d.and_then(|d| d.d_p50_us)),
+                f(d.and_then(|d| d.d_p99_us)),
+                f(d.and_then(|d| d.d_loss_pp)),
+                d.and_then(|d| d.within_noise)
+                    .map(|b| b.to_string())
+                    .unwrap_or_default(),
+                r.warnings.join(" | "),
+                r.cells.join(" "),
+                r.spread
+                    .as_ref()
+                    .map(|sp| format!("{} {}", sp.count, sp.of))
+                    .unwrap_or_default(),
+                f(r.spread.as_ref().map(|sp| sp.min)),
+                f(r.spread.as_ref().map(|sp| sp.median)),
+                f(r.spread.as_ref().map(|sp| sp.max)),
+                f(d.and_then(|d| d.welch).map(|w| w.p)),
+                d.map(|d| d.unlike.join("; ")).unwrap_or_default(),
+                r.port_finding.clone().unwrap_or_default(),
+                r.http.as_ref().map(errors_words).unwrap_or_default(),
+                f(r.http.as_ref().and_then(|h| h.error_pct)),
+                f(d.and_then(|d| d.d_error_pp)),
+                d.and_then(|d| d.d_bytes)
+                    .map(|b| b.to_string())
+                    .unwrap_or_default(),
+                if r.family == Family::Mtu {
+                    overhead_words(r)
+                } else {
+                    String::new()
+                },
+                if r.of_bidir {
+                    "true".into()
+                } else {
+                    String::new()
+                },
+                f(r.concurrency.as_ref().map(|c| c.overlap_pct_min)),
+                f(r.concurrency.as_ref().map(|c| c.overlap_pct_max)),
+                f(r.concurrency
+                    .as_ref()
+                    .and_then(|c| c.start_skew_s_min)
+                    .map(|x| x * 1e3)),
+                f(r.concurrency
+                    .as_ref()
+                    .and_then(|c| c.start_skew_s_max)
+                    .map(|x| x * 1e3)),
+                r.failed
+                    .iter()
+                    .map(|x| format!("{} (repeat {}): {}", x.cell, x.repeat + 1, x.reason))
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+                r.unmeasured.join(" | "),
+            ]
+            .iter()
+            .map(|f| escape::csv_field(f).into_owned()),
+        )?;
     }
     let bytes = w
         .into_inner()

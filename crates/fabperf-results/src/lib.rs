@@ -15,7 +15,10 @@
 mod check;
 pub mod counters;
 pub mod csv;
+pub mod escape;
+pub mod files;
 pub mod finding;
+pub mod interval;
 pub mod json;
 mod latency;
 pub mod table;
@@ -27,9 +30,10 @@ mod plausible;
 pub use crate::counters::{CounterDelta, CounterSource, Counters, Unit};
 pub use crate::csv::{csv_header, write_csv};
 pub use finding::{Evidence, Finding, Severity};
+pub use interval::{FlowSet, Interval, Progress, ProgressRecorder, WallClock};
 pub use json::write_json_lines;
-pub use latency::{HistError, LatencyHistogram, LatencyKind, LatencySummary, V2Bytes};
-pub use placement::Placement;
+pub use latency::{HistError, LatencyHistogram, LatencyKind, LatencySummary, SendLag, V2Bytes};
+pub use placement::{GpuMemory, Placement};
 pub use plausible::BadValue;
 pub use table::Table;
 pub use warnings::{Note, Side, Warning};
@@ -57,6 +61,8 @@ pub enum Transport {
     Tcp,
     Udp,
     Rdma,
+    /// ICMP echo (the `mtu` test's round trip).
+    Icmp,
 }
 
 impl Transport {
@@ -65,6 +71,7 @@ impl Transport {
             Transport::Tcp => "tcp",
             Transport::Udp => "udp",
             Transport::Rdma => "rdma",
+            Transport::Icmp => "icmp",
         }
     }
 }
@@ -223,6 +230,10 @@ pub struct Record {
     /// Failed requests by kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errors: Option<RequestErrors>,
+    /// http-load at a rate (open loop): how late the generator sent the
+    /// requests that came due on an idle connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag_us: Option<SendLag>,
     /// CPU time of the local (client) side's test threads over the measured
     /// time, percent of one core.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -302,6 +313,14 @@ pub struct Record {
     /// [`warnings`] for every id).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Note>,
+    /// The measured interval in absolute time (the measuring end's clock),
+    /// and the bytes received over it: concurrent flows are compared on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Interval>,
+    /// On the aggregate of concurrent flows: how many, how much their
+    /// intervals overlap, how far apart they started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<FlowSet>,
     /// RFC 3339 UTC time at which the measurement started.
     pub started_at: String,
     pub fabperf_version: String,
@@ -329,6 +348,7 @@ impl Record {
             lat_hist: None,
             requests_per_s: None,
             errors: None,
+            send_lag_us: None,
             cpu_local_pct: None,
             cpu_remote_pct: None,
             host_cpu_local: None,
@@ -354,6 +374,8 @@ impl Record {
             counters: None,
             findings: Vec::new(),
             warnings: Vec::new(),
+            interval: None,
+            flows: None,
             started_at: now_rfc3339(),
             fabperf_version: FABPERF_VERSION.to_string(),
         }

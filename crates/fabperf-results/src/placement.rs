@@ -39,6 +39,49 @@ pub struct Placement {
     /// nominal speed is a label, not a limit, so it gives no port rate.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub virtual_link: bool,
+    /// The buffers are in GPU memory (RDMA tests with `--mem cuda`): which GPU, how it was
+    /// registered and its PCIe relationship to the NIC; absent for host memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<Box<GpuMemory>>,
+}
+
+/// One end's buffers in GPU memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuMemory {
+    /// The GPU's position in PCI address order (`fabperf detect`'s and `nvidia-smi`'s GPU
+    /// numbers).
+    pub index: u32,
+    /// Its PCI address (`0000:1a:00.0`).
+    pub bus_id: String,
+    /// Its name as the CUDA driver gives it (`NVIDIA H100 80GB HBM3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// CUDA's ordinal for it in that process (CUDA's order, which `CUDA_VISIBLE_DEVICES`
+    /// changes; perftest's `--use_cuda` takes this number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_device: Option<i32>,
+    /// How the NIC registered it: `dma-buf` (`ibv_reg_dmabuf_mr`) or `peermem` (`ibv_reg_mr`
+    /// through nvidia_peermem).
+    pub registration: String,
+    /// PCIe relationship of the GPU and the test's RDMA device (`PIX`, `PXB`, `PHB`, `NODE`,
+    /// `SYS`); absent when unknown (a software RDMA device has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relation: Option<String>,
+    /// Why the registration differs from the first choice (dma-buf unavailable, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl GpuMemory {
+    /// `GPU0 0000:1a:00.0 (dma-buf, PIX)`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("GPU{} {} ({}", self.index, self.bus_id, self.registration);
+        if let Some(r) = &self.relation {
+            s.push_str(&format!(", {r}"));
+        }
+        s.push(')');
+        s
+    }
 }
 
 impl Placement {
@@ -55,6 +98,16 @@ impl Placement {
         .flatten()
         {
             *o = f(o);
+        }
+        if let Some(g) = &mut self.gpu {
+            g.bus_id = f(&g.bus_id);
+            g.registration = f(&g.registration);
+            for o in [&mut g.name, &mut g.relation, &mut g.note]
+                .into_iter()
+                .flatten()
+            {
+                *o = f(o);
+            }
         }
     }
 }

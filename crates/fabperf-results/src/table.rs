@@ -580,6 +580,7 @@ pub(crate) mod tests {
             port_rate_gbps: Some(100.0),
             port_rate_source: Some("rdma port rate".into()),
             virtual_link: false,
+            gpu: None,
         });
         r.placement_remote = Some(Placement {
             cpu: "none".into(),

@@ -121,8 +121,11 @@ pub enum Warning {
     /// RDMA: destroying a queue pair failed (reported, not fatal).
     TeardownFailed { side: Side, text: String },
     /// A run's aggregate of concurrent flows (incast, bisection): the
-    /// flows' bytes over the longest flow's interval.
+    /// bytes every flow received inside the flows' common interval, over it.
     Aggregate { flows: u32, secs: f64 },
+    /// Flows of an aggregate without progress counts: their bytes inside
+    /// the common interval are estimated from their mean rate.
+    AggregateEstimated { flows: u32 },
     /// `--cpu auto`: the CPUs this end may use hold none of the NIC's NUMA
     /// node, so its threads and buffers sit on another node.
     NumaCpusetMismatch {
@@ -266,7 +269,11 @@ pub const REGISTRY: &[(&str, &str)] = &[
     ),
     (
         "aggregate",
-        "the sum of a run cell's concurrent flows (incast, bisection) over the longest flow's interval",
+        "the sum of a run cell's concurrent flows (incast, bisection) inside their common interval (when every flow was measuring)",
+    ),
+    (
+        "aggregate-estimated",
+        "flows of an aggregate carried no progress counts: their bytes in the common interval are estimated from their mean rate",
     ),
     (
         "numa-cpuset-mismatch",
@@ -351,6 +358,7 @@ impl Warning {
             Warning::BufferLeaked { .. } => "buffer-leaked",
             Warning::TeardownFailed { .. } => "teardown-failed",
             Warning::Aggregate { .. } => "aggregate",
+            Warning::AggregateEstimated { .. } => "aggregate-estimated",
             Warning::NumaCpusetMismatch { .. } => "numa-cpuset-mismatch",
             Warning::BufferOffNode { .. } => "buffer-off-node",
             Warning::CpuPinFailed { .. } => "cpu-pin-failed",
@@ -462,8 +470,12 @@ impl Warning {
             Warning::BufferLeaked { side, text } => format!("{side}: {text}"),
             Warning::TeardownFailed { side, text } => format!("{side}: {text}"),
             Warning::Aggregate { flows, secs } => format!(
-                "aggregate of {flows} concurrent flows: their bytes over the longest flow's \
-                 interval ({secs:.2} s); each flow has its own record"
+                "aggregate of {flows} concurrent flows: the bytes they received in their common \
+                 interval ({secs:.2} s, when every flow was measuring); each flow has its own record"
+            ),
+            Warning::AggregateEstimated { flows } => format!(
+                "{flows} flow(s) carried no progress counts: their bytes inside the common interval \
+                 are their mean rate times its length (right when the rate was steady)"
             ),
             Warning::NumaCpusetMismatch {
                 side,
@@ -640,6 +652,7 @@ pub(crate) fn examples() -> Vec<Warning> {
             flows: 3,
             secs: 2.0,
         },
+        Warning::AggregateEstimated { flows: 2 },
         Warning::NumaCpusetMismatch {
             side: Agent,
             nic: "mlx5_0".into(),

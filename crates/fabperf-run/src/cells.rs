@@ -31,6 +31,23 @@ pub struct Roster {
 
 impl Roster {
     pub fn insert(&mut self, a: RosterAgent) -> Result<(), String> {
+        // One agent under two names (a static entry and a DNS answer, two
+        // names for one address): its cells would collide on it ("busy").
+        let canon = |s: &SocketAddr| SocketAddr::new(s.ip().to_canonical(), s.port());
+        if a.addr.port() != 0 {
+            if let Some(other) = self.by_path.values().flat_map(|m| m.values()).find(|o| {
+                canon(&o.addr) == canon(&a.addr) && (o.name != a.name || o.path != a.path)
+            }) {
+                return Err(format!(
+                    "agent {:?} (path {:?}) and agent {:?} (path {:?}) are the same agent at {}; list each agent once",
+                    other.name,
+                    other.path,
+                    a.name,
+                    a.path,
+                    canon(&a.addr)
+                ));
+            }
+        }
         let path = self.by_path.entry(a.path.clone()).or_default();
         if let Some(old) = path.get(&a.name) {
             if old.addr != a.addr {
@@ -116,6 +133,56 @@ pub fn env_key(plan: &Plan, dims: &Value) -> Option<Value> {
             .unwrap_or(false));
     }
     Some(e)
+}
+
+/// Open files and threads one test of a group takes on its receiver: its
+/// control connection, and for tcp-bw one data connection per stream and
+/// direction (each with a thread).
+pub fn per_test_need(kind: crate::plan::Kind, params: &Value) -> u64 {
+    match kind {
+        crate::plan::Kind::TcpBw => {
+            let streams = params.get("streams").and_then(Value::as_u64).unwrap_or(1);
+            let dirs = if params.get("direction").and_then(Value::as_str) == Some("bidir") {
+                2
+            } else {
+                1
+            };
+            1 + streams.saturating_mul(dirs)
+        }
+        _ => 1,
+    }
+}
+
+/// Why an incast of `senders` into `receiver` is more than the receiver
+/// announced it can hold (its hello's `capacity`), for some sweep point.
+fn over_capacity(t: &TestDecl, receiver: &RosterAgent, senders: usize) -> Option<String> {
+    let cap: fabperf_proto::AgentCapacity =
+        serde_json::from_value(receiver.hello.get("capacity")?.clone()).ok()?;
+    let n = senders as u64;
+    let fix = "raise its open-file limit (LimitNOFILE=, ulimit -n) or its threads (the pod's                pids limit), or give the test fewer agents or streams";
+    if n > u64::from(cap.group_tests) {
+        return Some(format!(
+            "test {:?}: the incast into {} (path {:?}) has {senders} senders, but that agent              admits {} tests of a group at once (its hello says so); {fix}",
+            t.name, receiver.name, receiver.path, cap.group_tests
+        ));
+    }
+    let need = t
+        .points
+        .iter()
+        .map(|p| n.saturating_mul(per_test_need(t.kind, &p.params)))
+        .max()
+        .unwrap_or(0);
+    let (have, what) = if cap.group_fds <= cap.group_threads {
+        (cap.group_fds, "open files")
+    } else {
+        (cap.group_threads, "threads")
+    };
+    (need > have).then(|| {
+        format!(
+            "test {:?}: the incast into {} (path {:?}) needs {need} {what} there ({senders}              senders, each a control connection and its data connections), but that agent can              give a group {have}; {fix}",
+            t.name, receiver.name, receiver.path
+        )
+    })
 }
 
 fn names(nodes: &[&RosterAgent], flows: &[(usize, usize)]) -> Vec<(String, String)> {
@@ -217,6 +284,11 @@ pub fn expand(plan: &Plan, roster: &Roster) -> Result<Vec<CellSpec>, String> {
                         };
                         for r in rx {
                             let flows = schedule::incast(nodes.len(), r);
+                            if repeat == 0 {
+                                if let Some(p) = over_capacity(t, nodes[r], flows.len()) {
+                                    problems.push(p);
+                                }
+                            }
                             let senders: Vec<&str> =
                                 flows.iter().map(|&(s, _)| nodes[s].name.as_str()).collect();
                             batches.push(vec![(
@@ -308,6 +380,38 @@ mod tests {
 
     fn plan(text: &str) -> Plan {
         crate::plan::parse(text, "p.toml", Path::new(".")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn one_agent_under_two_names_is_refused() {
+        let agent = |name: &str, path: &str, addr: &str| RosterAgent {
+            name: name.into(),
+            path: path.into(),
+            addr: addr.parse().unwrap(),
+            test_addr: addr.parse().unwrap(),
+            hello: json!({}),
+            reachable: true,
+        };
+        let mut r = Roster::default();
+        r.insert(agent("n1", "host", "10.0.0.1:5301")).unwrap();
+        // The same name again (a name listed twice, or found twice): fine.
+        r.insert(agent("n1", "host", "10.0.0.1:5301")).unwrap();
+        // Another name for the same address, v4-mapped or not, any path.
+        for (name, path, addr) in [
+            ("n2", "host", "10.0.0.1:5301"),
+            ("10.0.0.1", "host", "[::ffff:10.0.0.1]:5301"),
+            ("n1", "pod", "10.0.0.1:5301"),
+        ] {
+            let e = r.insert(agent(name, path, addr)).unwrap_err();
+            assert!(
+                e.contains("are the same agent at 10.0.0.1:5301") && e.contains("\"n1\""),
+                "{e}"
+            );
+        }
+        // Another port is another agent; unreachable placeholders are not compared.
+        r.insert(agent("n3", "host", "10.0.0.1:5302")).unwrap();
+        r.insert(agent("x", "host", "0.0.0.0:0")).unwrap();
+        r.insert(agent("y", "host", "0.0.0.0:0")).unwrap();
     }
 
     const AGENTS: &str = r#"

@@ -2,11 +2,10 @@
 //! lacks, batch by batch, committing each finished cell.
 
 use crate::cells::{expand, Roster, RosterAgent};
-use crate::drive::{DriveParams, DriveResult, Go, DRIVE};
+use crate::drive::{DriveParams, DriveResult, Go, Ready, DRIVE};
 use crate::plan::{self, Kind, Pattern, Plan};
 use crate::summary;
 use fabperf_proto::{connect_test, ClientConfig, Control, ErrorCode, Msg, ProtoError};
-use fabperf_results::Record;
 use fabperf_store::{Attempt, CellRow, CellSpec, CellState, Measurement, Role, Store};
 use fabperf_tune::{end_tune, open_tune, TuneParams};
 use serde_json::{json, Value};
@@ -134,22 +133,16 @@ fn interrupted() -> bool {
 // ------------------------------------------------------------ progress
 
 /// Text that came from agents or a store, made safe for a terminal: control
-/// characters (escape sequences, newlines) are shown escaped.
+/// and bidirectional characters (escape sequences, newlines) are shown
+/// escaped (fabperf-results' one escaping rule).
 pub fn printable(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_control() {
-            o.extend(c.escape_default());
-        } else {
-            o.push(c);
-        }
-    }
-    o
+    fabperf_results::escape::terminal(s)
 }
 
-/// As [`printable`], keeping line breaks.
+/// As [`printable`], keeping line breaks (a rendered block whose pieces of
+/// foreign text were escaped one by one).
 pub fn printable_block(s: &str) -> String {
-    s.split('\n').map(printable).collect::<Vec<_>>().join("\n")
+    fabperf_results::escape::terminal_block(s)
 }
 
 struct Progress {
@@ -249,6 +242,7 @@ fn probe(addr: SocketAddr, cfg: &ClientConfig) -> Result<Value, String> {
         "auth_required": h.auth_required,
         "tests": h.tests,
         "agent": h.agent,
+        "capacity": h.capacity,
     }))
 }
 
@@ -274,6 +268,9 @@ fn hello_node(hello: &Value) -> Option<String> {
     let n = hello.get("agent")?.get("node")?.as_str()?;
     plan::is_name(n).then(|| n.to_string())
 }
+
+/// Most agents asked for their hello at once during discovery.
+pub const MAX_PROBE_THREADS: usize = 32;
 
 /// Find every agent of the plan and ask each for its hello.
 pub fn discover(
@@ -314,22 +311,30 @@ pub fn discover(
             },
         }
     }
-    // Probe concurrently: a dead agent costs one timeout, not one each.
-    let hellos: Vec<Result<Value, String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = wants
-            .iter()
-            .map(|w| {
-                let addr = w.addr.clone();
-                s.spawn(move || addr.and_then(|a| probe(a, client)))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("probe thread panicked".into()))
-            })
-            .collect()
+    // Probe concurrently, at most MAX_PROBE_THREADS at once (a name may
+    // resolve to hundreds of addresses): dead agents cost one timeout per
+    // MAX_PROBE_THREADS of them, not one each.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Result<Value, String>>>> =
+        wants.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..wants.len().min(MAX_PROBE_THREADS) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(w) = wants.get(i) else { break };
+                let r = w.addr.clone().and_then(|a| probe(a, client));
+                *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+        }
     });
+    let hellos: Vec<Result<Value, String>> = slots
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| Err("probe thread panicked".into()))
+        })
+        .collect();
     let mut roster = Roster::default();
     for (w, hello) in wants.into_iter().zip(hellos) {
         let (hello, reachable) = match hello {
@@ -442,6 +447,51 @@ fn open_session(
     }
 }
 
+/// Flows that set up toward one receiver at a time (below the agent's
+/// cap on handshakes in progress).
+pub const SETUP_PER_RECEIVER: usize = 32;
+/// The least time from the first `go` to the common start; more with many
+/// flows (2 ms each), so every `go` is out before the start.
+pub const START_MARGIN: Duration = Duration::from_millis(250);
+/// A cell whose flows' measured intervals overlap for less than this
+/// share of the longest one has no common interval to aggregate over.
+pub const MIN_OVERLAP_PCT: f64 = 90.0;
+
+/// A counting gate: at most `max` holders at once.
+struct Gate {
+    held: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+    max: usize,
+}
+
+struct GatePermit<'a>(&'a Gate);
+
+impl Gate {
+    fn new(max: usize) -> Gate {
+        Gate {
+            held: std::sync::Mutex::new(0),
+            freed: std::sync::Condvar::new(),
+            max: max.max(1),
+        }
+    }
+    fn enter(&self) -> GatePermit<'_> {
+        let mut n = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        while *n >= self.max {
+            n = self.freed.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+        *n += 1;
+        GatePermit(self)
+    }
+}
+
+impl Drop for GatePermit<'_> {
+    fn drop(&mut self) {
+        let mut n = self.0.held.lock().unwrap_or_else(|p| p.into_inner());
+        *n -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
 /// One open drive session.
 struct Session {
     cell: usize,
@@ -533,6 +583,21 @@ fn headline(ms: &[Measurement]) -> String {
     if !mtus.is_empty() {
         return format!("MTU {}", mtus.join(", "));
     }
+    // Concurrent flows: one aggregate per direction.
+    let aggs: Vec<String> = ms
+        .iter()
+        .filter(|m| m.role == Role::Aggregate)
+        .filter_map(|m| {
+            let bw = m.record.bw_gbps?;
+            Some(match &m.record.direction {
+                Some(d) => format!("{d} {bw:.2} Gbit/s"),
+                None => format!("{bw:.2} Gbit/s"),
+            })
+        })
+        .collect();
+    if aggs.len() > 1 {
+        return aggs.join(", ");
+    }
     let main = ms
         .iter()
         .find(|m| m.role == Role::Aggregate)
@@ -550,9 +615,21 @@ fn headline(ms: &[Measurement]) -> String {
     }
 }
 
-/// Turn a cell's flow results into measurements (and an aggregate for
-/// concurrent flows).
-fn measurements_of(cell: &CellSpec, flows: &[(usize, DriveResult)]) -> Vec<Measurement> {
+/// Turn a cell's flow results into measurements, and for concurrent flows
+/// one aggregate per direction over the flows' common interval.
+///
+/// Each flow counts once per direction: a bidirectional flow gives its
+/// forward and its reverse record (its `bidir` total, their sum, is not
+/// stored for a multi-flow cell). The aggregate of a direction is the bytes
+/// every flow received inside the common interval — from the latest start
+/// to the earliest end of the flows' measured intervals, cut with each
+/// flow's progress counts — over that interval. A cell whose flows overlap
+/// for less than [`MIN_OVERLAP_PCT`] of the longest interval, or a flow that
+/// measured no interval, fails: its flows did not run together.
+fn measurements_of(
+    cell: &CellSpec,
+    flows: &[(usize, DriveResult)],
+) -> Result<Vec<Measurement>, CellError> {
     let multi = cell.flows.len() > 1;
     let mut out = Vec::new();
     for (fi, res) in flows {
@@ -561,6 +638,9 @@ fn measurements_of(cell: &CellSpec, flows: &[(usize, DriveResult)]) -> Vec<Measu
             let role = if r.stream.is_some() {
                 Role::Stream
             } else if multi {
+                if r.direction.as_deref() == Some("bidir") {
+                    continue;
+                }
                 Role::Flow
             } else {
                 Role::Total
@@ -573,42 +653,149 @@ fn measurements_of(cell: &CellSpec, flows: &[(usize, DriveResult)]) -> Vec<Measu
             });
         }
     }
-    if multi {
-        let totals: Vec<&Record> = out
-            .iter()
-            .filter(|m| m.role == Role::Flow)
-            .map(|m| &m.record)
-            .collect();
-        if let Some(first) = totals.first() {
-            let mut agg = Record::new(
-                &first.test,
-                first.transport,
-                first.size,
-                totals.len() as u32,
-            );
-            agg.op = first.op.clone();
-            agg.direction = first.direction.clone();
-            let bytes = totals.iter().fold(0u64, |a, r| a.saturating_add(r.bytes));
-            let dur = totals.iter().map(|r| r.duration_s).fold(0.0, f64::max);
-            agg.set_throughput(bytes, dur, None);
-            agg.started_at = first.started_at.clone();
-            agg.warn(fabperf_results::Warning::Aggregate {
-                flows: totals.len() as u32,
-                secs: dur,
-            });
-            let (src, dst) = match cell.pattern.as_str() {
-                "incast" => (None, cell.flows.first().map(|f| f.1.clone())),
-                _ => (None, None),
-            };
-            out.push(Measurement {
-                role: Role::Aggregate,
-                src,
-                dst,
-                record: agg,
-            });
+    if !multi {
+        return Ok(out);
+    }
+    // One aggregate per direction (and message size, for an engine that
+    // ran several).
+    let mut keys: Vec<(Option<String>, u64)> = Vec::new();
+    for m in out.iter().filter(|m| m.role == Role::Flow) {
+        let k = (m.record.direction.clone(), m.record.size);
+        if !keys.contains(&k) {
+            keys.push(k);
         }
     }
-    out
+    let mut aggs = Vec::new();
+    for (d, size) in keys {
+        let of_dir: Vec<&Measurement> = out
+            .iter()
+            .filter(|m| m.role == Role::Flow && m.record.direction == d && m.record.size == size)
+            .collect();
+        aggs.push(aggregate(cell, &of_dir, d.as_deref())?);
+    }
+    out.extend(aggs);
+    Ok(out)
+}
+
+/// What the runner stores for a cell whose flows returned `flows` (flow
+/// index, the driving agent's result), or why the cell fails. The records
+/// come from driving agents: hostile values give an error, never a panic
+/// (fuzzed: `fuzz/fuzz_targets/flow_intervals.rs`).
+pub fn cell_measurements(
+    cell: &CellSpec,
+    flows: &[(usize, DriveResult)],
+) -> Result<Vec<Measurement>, String> {
+    if flows.iter().any(|(fi, _)| *fi >= cell.flows.len()) {
+        return Err("a result for a flow the cell does not have".into());
+    }
+    measurements_of(cell, flows).map_err(|e| e.msg)
+}
+
+/// The aggregate of one direction's flows over their common interval.
+fn aggregate(
+    cell: &CellSpec,
+    flows: &[&Measurement],
+    direction: Option<&str>,
+) -> Result<Measurement, CellError> {
+    let fail = |msg: String| CellError {
+        msg,
+        transient: true,
+    };
+    let dir = direction.unwrap_or("-");
+    let who = |m: &Measurement| {
+        format!(
+            "{} -> {}",
+            m.src.as_deref().unwrap_or("?"),
+            m.dst.as_deref().unwrap_or("?")
+        )
+    };
+    if flows.len() != cell.flows.len() {
+        return Err(fail(format!(
+            "{} of the cell's {} flows reported a {dir} figure",
+            flows.len(),
+            cell.flows.len()
+        )));
+    }
+    let mut intervals = Vec::new();
+    for m in flows {
+        match (&m.record.interval, m.record.bw_gbps) {
+            (Some(i), Some(_)) if i.check().is_empty() && i.len_s() > 0.0 => intervals.push(i),
+            _ => {
+                return Err(fail(format!(
+                    "flow {} ({dir}) measured no interval, so the cell's flows have no common one",
+                    who(m)
+                )))
+            }
+        }
+    }
+    let (cs, ce, overlap) = fabperf_results::interval::common_interval(&intervals)
+        .expect("a multi-flow cell has flows");
+    let starts: Option<Vec<f64>> = intervals.iter().map(|i| i.sent_from_s).collect();
+    let skew = starts.as_ref().map(|v| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        hi - lo
+    });
+    let skew_text = skew.map_or(String::new(), |s| {
+        format!("; their senders started {:.1} ms apart", s * 1e3)
+    });
+    if overlap < MIN_OVERLAP_PCT {
+        return Err(fail(format!(
+            "the {} flows' measured intervals ({dir}) overlap for {overlap:.0} % of the longest,              below {MIN_OVERLAP_PCT:.0} %{skew_text}: they did not run together, so no aggregate              is given",
+            flows.len()
+        )));
+    }
+    // Each flow's bytes inside the common interval: from its progress
+    // counts, or (a flow without them) its mean rate over the interval.
+    let len = ce - cs;
+    let mut bytes = 0f64;
+    let mut estimated = 0;
+    for (m, i) in flows.iter().zip(&intervals) {
+        bytes += match &i.progress {
+            Some(p) => p.bytes_between(cs, ce),
+            None => {
+                estimated += 1;
+                m.record.bytes as f64 * len / i.len_s()
+            }
+        };
+    }
+    let first = &flows[0].record;
+    let mut agg =
+        fabperf_results::Record::new(&first.test, first.transport, first.size, flows.len() as u32);
+    agg.op = first.op.clone();
+    agg.direction = first.direction.clone();
+    agg.set_throughput(bytes.round() as u64, len, None);
+    agg.started_at = first.started_at.clone();
+    agg.interval = Some(fabperf_results::Interval {
+        start_s: cs,
+        end_s: ce,
+        sent_from_s: starts
+            .as_ref()
+            .map(|v| v.iter().copied().fold(f64::INFINITY, f64::min)),
+        progress: None,
+    });
+    agg.flows = Some(fabperf_results::FlowSet {
+        count: flows.len() as u32,
+        overlap_pct: overlap.min(100.0),
+        start_skew_s: skew,
+    });
+    agg.warn(fabperf_results::Warning::Aggregate {
+        flows: flows.len() as u32,
+        secs: len,
+    });
+    if estimated > 0 {
+        agg.warn(fabperf_results::Warning::AggregateEstimated { flows: estimated });
+    }
+    let (src, dst) = match cell.pattern.as_str() {
+        "incast" => (None, cell.flows.first().map(|f| f.1.clone())),
+        _ => (None, None),
+    };
+    Ok(Measurement {
+        role: Role::Aggregate,
+        src,
+        dst,
+        record: agg,
+    })
 }
 
 struct Exec<'a> {
@@ -959,6 +1146,10 @@ impl Exec<'_> {
         let sync = nflows > 1;
         // What each flow needs.
         let mut plans: Vec<FlowPlan> = Vec::new();
+        // A target that was unreachable when the run began is asked again
+        // by the runner itself (once per batch): a driving agent answers a
+        // target that does not prove itself only after its full timeout.
+        let mut still_down: BTreeMap<SocketAddr, Option<(String, bool)>> = BTreeMap::new();
         for (ci, c) in cells.iter().enumerate() {
             // A cell whose environment could not be applied runs no flow.
             if failed.contains_key(&ci) {
@@ -988,6 +1179,22 @@ impl Exec<'_> {
                             transient: true,
                         });
                     }
+                    if !d.reachable {
+                        let down = still_down.entry(d.test_addr).or_insert_with(|| {
+                            fabperf_proto::query_agent(d.test_addr, &self.cfg)
+                                .err()
+                                .map(|e| (e.to_string(), classify(&e)))
+                        });
+                        if let Some((e, transient)) = down {
+                            return Err(CellError {
+                                msg: format!(
+                                    "agent {} ({}) is unreachable: {e}",
+                                    d.name, d.test_addr
+                                ),
+                                transient: *transient,
+                            });
+                        }
+                    }
                     // A cell's concurrent flows share one group, so their
                     // common receiver serves them at once.
                     let group =
@@ -1015,25 +1222,58 @@ impl Exec<'_> {
             }
         }
         let cfg = self.cfg.clone();
-        // Open every session concurrently.
+        // Open every session concurrently; with `sync` each driving agent
+        // sets its test up completely and says so before anything starts.
+        // At most SETUP_PER_RECEIVER flows set up toward one receiver at a
+        // time, so a cluster-size incast does not flood its handshakes.
+        let ready_wait = Duration::from_secs_f64(3.0 * self.plan.timeout.as_secs_f64() + 5.0);
+        let gates: BTreeMap<String, Gate> = plans
+            .iter()
+            .map(|(ci, fi, _)| {
+                (
+                    cells[*ci].flows[*fi].1.clone(),
+                    Gate::new(SETUP_PER_RECEIVER),
+                )
+            })
+            .collect();
+        let gates = &gates;
         let opened: Vec<(usize, usize, Result<Session, CellError>)> = std::thread::scope(|s| {
             let hs: Vec<_> = plans
                 .into_iter()
                 .map(|(ci, fi, p)| {
                     let mut cfg = cfg.clone();
+                    let gate = &gates[&cells[ci].flows[fi].1];
                     s.spawn(move || {
+                        let _permit = gate.enter();
                         let r = p.and_then(|(addr, params, group)| {
                             cfg.group = group;
-                            open_session(addr, &cfg, params)
-                                .map(|ctl| Session {
-                                    cell: ci,
-                                    flow: fi,
-                                    ctl,
-                                })
-                                .map_err(|e| CellError {
-                                    transient: classify(&e),
-                                    msg: format!("asking {addr} to drive: {e}"),
-                                })
+                            let ask = |e: ProtoError| CellError {
+                                transient: classify(&e),
+                                msg: format!("asking {addr} to drive: {e}"),
+                            };
+                            let mut ctl = open_session(addr, &cfg, params).map_err(ask)?;
+                            if sync {
+                                match ctl.recv_test_within::<Ready>(ready_wait, "the flow set up") {
+                                    Ok(r) if r.ready => {}
+                                    Ok(_) => {
+                                        return Err(CellError {
+                                            msg: format!("{addr} could not set its flow up"),
+                                            transient: true,
+                                        })
+                                    }
+                                    Err(e) => {
+                                        return Err(CellError {
+                                            transient: classify(&e),
+                                            msg: format!("setting the flow up on {addr}: {e}"),
+                                        })
+                                    }
+                                }
+                            }
+                            Ok(Session {
+                                cell: ci,
+                                flow: fi,
+                                ctl,
+                            })
                         });
                         (ci, fi, r)
                     })
@@ -1061,12 +1301,18 @@ impl Exec<'_> {
                 }
             }
         }
-        // Start together (or call off the flows of failed cells).
+        // Start together at one instant (or call off the flows of failed
+        // cells): each go carries the time left to that instant when it is
+        // sent, so sending them one after the other adds no skew.
         let t0 = Instant::now();
         if sync {
+            let margin = START_MARGIN.max(Duration::from_millis(2) * sessions.len() as u32);
+            let at = Instant::now() + margin;
             for s in &mut sessions {
                 let go = !failed.contains_key(&s.cell);
-                if let Err(e) = s.ctl.send_test(&Go { go }) {
+                let start_in_s =
+                    go.then(|| at.saturating_duration_since(Instant::now()).as_secs_f64());
+                if let Err(e) = s.ctl.send_test(&Go { go, start_in_s }) {
                     if go {
                         failed.entry(s.cell).or_insert(CellError {
                             msg: format!("starting the flow: {e}"),
@@ -1223,7 +1469,10 @@ impl Exec<'_> {
                         .map(|r| r.duration_s + warm)
                         .reduce(f64::max)
                 })
-                .fold(0.0, f64::max);
+                .fold(0.0, f64::max)
+                // The durations are what agents reported: a batch's
+                // measured time cannot exceed its own wall time.
+                .clamp(0.0, wall);
             self.seen_wall += wall;
             self.seen_expected += exp;
             let ended_at = fabperf_results::now_rfc3339();
@@ -1237,9 +1486,9 @@ impl Exec<'_> {
                     ended_at: ended_at.clone(),
                     wall_s: wall,
                 };
+                let res = res.and_then(|flows| measurements_of(&cell, &flows));
                 match res {
-                    Ok(flows) => {
-                        let ms = measurements_of(&cell, &flows);
+                    Ok(ms) => {
                         self.store
                             .finish_cell_done(self.run_id, &cell.cell_id, &attempt, &ms)?;
                         self.progress.finished(1);

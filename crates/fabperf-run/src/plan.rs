@@ -46,6 +46,17 @@ pub const DEFAULT_PORT: u16 = fabperf_proto::DEFAULT_PORT;
 pub const MAX_PLAN_BYTES: u64 = 4 << 20;
 /// Most cells a plan may expand to (a typo in a sweep must not plan a year).
 pub const MAX_CELLS: usize = 1_000_000;
+/// Most sweep points (every test's sweep × its profiles × its policy
+/// counts) a plan may have. Counted before any is built: each costs a few
+/// KiB while the plan is checked.
+pub const MAX_POINTS: usize = 20_000;
+
+/// What is left of a plan's sweep points and cells while its tests are
+/// expanded: each test is counted before its points are built.
+struct Budget {
+    points: usize,
+    cells: usize,
+}
 
 /// One problem in a plan, located in its source.
 #[derive(Debug, Clone, PartialEq)]
@@ -468,23 +479,7 @@ fn toml_to_json(v: &toml::Value) -> Value {
 /// Read and validate a plan file. Relative files in it resolve against the
 /// plan's directory.
 pub fn load(path: &Path) -> Result<Plan, String> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read plan {}: {}", path.display(), os_text(&e)))?;
-    if !meta.is_file() {
-        return Err(format!("plan {} is not a regular file", path.display()));
-    }
-    if meta.len() > MAX_PLAN_BYTES {
-        return Err(format!(
-            "plan {} is {} bytes, more than the {} a plan may have",
-            path.display(),
-            meta.len(),
-            MAX_PLAN_BYTES
-        ));
-    }
-    let bytes = std::fs::read(path)
-        .map_err(|e| format!("cannot read plan {}: {}", path.display(), os_text(&e)))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| format!("plan {} is not UTF-8 text", path.display()))?;
+    let text = fabperf_results::files::read_text(path, MAX_PLAN_BYTES, "plan")?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     parse(&text, &path.display().to_string(), &base).map_err(|e| e.to_string())
 }
@@ -719,6 +714,10 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
     let mut profiles = BTreeMap::new();
     let mut test_names = BTreeSet::new();
     let mut total_cells: usize = 0;
+    let mut budget = Budget {
+        points: MAX_POINTS,
+        cells: MAX_CELLS,
+    };
     for (i, t) in raw.tests.iter().enumerate() {
         let span = t.span();
         let t = t.get_ref();
@@ -1022,13 +1021,26 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
                 crate::summary::RuleKind::default()
             }),
         };
-        let points = sweep(cx, t, kind, &name);
+        let per_point = repeats as usize * path_names.len().max(1);
+        let points = sweep(cx, t, kind, &name, per_point, &mut budget);
         let points = env_dims(cx, t, &name, base_dir, &mut profiles, points);
+        if matches!(pattern, Pattern::Incast { .. }) {
+            if let Some(why) = points.iter().find_map(|p| outcast(&p.params)) {
+                cx.at(
+                    pspan.clone(),
+                    format!(
+                        "test {name:?}: pattern \"incast\" sends into one receiver, but {why}: the \
+                         data would leave the receiver (an outcast, which is not what an incast \
+                         measures); use directions = [\"forward\"] or [\"bidir\"] (each direction \
+                         is aggregated on its own), or write/send for RDMA"
+                    ),
+                );
+            }
+        }
         let cell_secs = points
             .iter()
             .map(|p| expected_secs(kind, &p.params))
             .fold(0.0, f64::max);
-        let per_point = repeats as usize * path_names.len().max(1);
         total_cells = total_cells.saturating_add(points.len().saturating_mul(per_point));
         tests.push(TestDecl {
             name,
@@ -1092,6 +1104,18 @@ fn join_host_port(host: &str, port: u16) -> String {
     }
 }
 
+/// Why a sweep point's data flows from the agent to the client (the
+/// receiver of an incast to its senders): `reverse`, or an RDMA read.
+fn outcast(params: &Value) -> Option<String> {
+    if params.get("direction").and_then(Value::as_str) == Some("reverse") {
+        return Some("its direction is reverse".into());
+    }
+    if params.get("op").and_then(Value::as_str) == Some("read") {
+        return Some("an RDMA read pulls from the receiver".into());
+    }
+    None
+}
+
 /// Seconds one cell is expected to take (measured interval + warm-up).
 fn expected_secs(kind: Kind, params: &Value) -> f64 {
     crate::drive::inner_secs(kind, params)
@@ -1135,7 +1159,14 @@ pub fn validate_params(kind: Kind, params: &Value) -> Result<(), String> {
 
 /// The sweep's points: the cross product of the listed dimensions, in the
 /// order sizes × streams × ops × mtus × directions × rates.
-fn sweep(cx: &mut Ctx, t: &RawTest, kind: Kind, name: &str) -> Vec<SweepPoint> {
+fn sweep(
+    cx: &mut Ctx,
+    t: &RawTest,
+    kind: Kind,
+    name: &str,
+    per_point: usize,
+    budget: &mut Budget,
+) -> Vec<SweepPoint> {
     let mut base = defaults(kind);
     let tspan = t.kind.span();
     // Plan-wide fixed parameters.
@@ -1360,6 +1391,46 @@ fn sweep(cx: &mut Ctx, t: &RawTest, kind: Kind, name: &str) -> Vec<SweepPoint> {
             dims.push(("connections", vals));
         }
     }
+    // Count before building: the cross product, each point under every
+    // profile and policy count, each of those repeats × paths cells.
+    let env = t.profiles.as_ref().map_or(1, |l| l.get_ref().len().max(1))
+        * t.policies.as_ref().map_or(1, |l| l.get_ref().len().max(1));
+    let n_points = dims
+        .iter()
+        .fold(env, |n, (_, vals)| n.saturating_mul(vals.len().max(1)));
+    let n_cells = n_points.saturating_mul(per_point);
+    if n_points > budget.points || n_cells > budget.cells {
+        let mut factors: Vec<String> = dims
+            .iter()
+            .filter(|(_, v)| v.len() > 1)
+            .map(|(d, v)| {
+                let plural = if d.ends_with('s') { "" } else { "s" };
+                format!("{} {d}{plural}", v.len())
+            })
+            .collect();
+        if env > 1 {
+            factors.push(format!("{env} profile/policy settings"));
+        }
+        let what = if n_points > budget.points {
+            format!(
+                "{n_points} sweep points ({}), more than the {} left of the {MAX_POINTS} a plan may have",
+                factors.join(" × "),
+                budget.points
+            )
+        } else {
+            format!(
+                "{n_cells} cells ({n_points} sweep points × {per_point} repeats and paths), more than the {} left of the {MAX_CELLS} a plan may have",
+                budget.cells
+            )
+        };
+        cx.at(
+            tspan.clone(),
+            format!("test {name:?} expands to {what}; shorten its lists"),
+        );
+        return Vec::new();
+    }
+    budget.points -= n_points;
+    budget.cells -= n_cells;
     // Cross product.
     let mut points: Vec<Point> = vec![(Map::new(), base, None)];
     for (dim, vals) in &dims {

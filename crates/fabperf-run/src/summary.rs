@@ -1138,6 +1138,8 @@ fn list(v: &[f64]) -> String {
 
 /// The human-readable summary of one test.
 pub fn render(a: &MeshAnalysis) -> String {
+    // Names and errors come from a store (and agents): escaped, one line each.
+    let e = fabperf_results::escape::terminal;
     let mut o = String::new();
     for g in &a.groups {
         render_group(&mut o, a, g);
@@ -1148,9 +1150,9 @@ pub fn render(a: &MeshAnalysis) -> String {
         let _ = writeln!(
             o,
             "{}: {n} stored cell{} not part of the run's current plan (the plan was edited since they ran), not counted: {}{}\n",
-            a.test,
+            e(&a.test),
             if n == 1 { " is" } else { "s are" },
-            shown.join(", "),
+            e(&shown.join(", ")),
             if n > shown.len() {
                 format!(" and {} more", n - shown.len())
             } else {
@@ -1169,19 +1171,28 @@ pub const MATRIX_MAX_NODES: usize = 64;
 pub const LIST_MAX: usize = 20;
 
 fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
-    let dims = dims_label(&g.dims);
+    // Names and errors come from a store (and agents): escaped, one line each.
+    let e = fabperf_results::escape::terminal;
+    let dims = e(&dims_label(&g.dims));
     let _ = writeln!(
         o,
         "{} ({}) on path {}{}{}: {}, mean of {} repeat{}, from row to column",
-        g.test,
-        g.kind,
-        g.path,
+        e(&g.test),
+        e(&g.kind),
+        e(&g.path),
         if dims.is_empty() { "" } else { ", " },
         dims,
         g.metric.unit(),
         g.repeats,
         if g.repeats == 1 { "" } else { "s" }
     );
+    let shown: BTreeMap<&str, String> = g.nodes.iter().map(|n| (n.as_str(), e(n))).collect();
+    let w = shown
+        .values()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(8);
     let state: BTreeMap<(&str, &str), SuspectState> = g
         .suspects
         .iter()
@@ -1205,7 +1216,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         let worst: Vec<String> = g
             .worst_pairs(LIST_MAX)
             .iter()
-            .map(|(x, y, v)| format!("{x} -> {y} {v:.2}"))
+            .map(|(x, y, v)| format!("{} -> {} {v:.2}", e(x), e(y)))
             .collect();
         if !worst.is_empty() {
             let _ = writeln!(o, "  worst pairs: {}", worst.join(", "));
@@ -1213,7 +1224,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         let nodes: Vec<String> = g
             .worst_nodes(LIST_MAX)
             .iter()
-            .map(|(x, v, _)| format!("{x} {v:.2}"))
+            .map(|(x, v, _)| format!("{} {v:.2}", e(x)))
             .collect();
         if !nodes.is_empty() {
             let _ = writeln!(
@@ -1223,16 +1234,14 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             );
         }
     } else {
-        let w = g.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(8);
         let _ = write!(o, "  {:>w$}", "from \\ to");
         for n in &g.nodes {
-            let _ = write!(o, " {n:>w$}");
+            let _ = write!(o, " {:>w$}", shown[n.as_str()]);
         }
         o.push('\n');
     }
-    let w = g.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(8);
     for x in g.nodes.iter().filter(|_| !big) {
-        let _ = write!(o, "  {x:>w$}");
+        let _ = write!(o, "  {:>w$}", shown[x.as_str()]);
         for y in &g.nodes {
             let cell = if x == y {
                 "-".to_string()
@@ -1254,7 +1263,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         }
         o.push('\n');
     }
-    let who = |r: &Reference| format!("{} -> {}", r.src, r.dst);
+    let who = |r: &Reference| format!("{} -> {}", e(&r.src), e(&r.dst));
     // "the best pair" / "the median pair", and "of N pairs" for the median.
     let which = |r: &Reference, best: &str| match r.rule {
         RuleKind::Clusterkit => (format!("the {best} pair"), String::new()),
@@ -1325,12 +1334,13 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             NodeFault::All => "check this node's NIC, cable, switch port and PCIe slot (`fabperf doctor` on it)",
         };
         if f.confirmed {
-            let _ = writeln!(o, "  SUSPECT NODE {}: {}; {hint}", f.node, f.text);
+            let _ = writeln!(o, "  SUSPECT NODE {}: {}; {hint}", e(&f.node), e(&f.text));
         } else {
             let _ = writeln!(
                 o,
                 "  unconfirmed SUSPECT NODE {}: {} — not confirmed: some of these pairs have no re-test figure",
-                f.node, f.text
+                e(&f.node),
+                e(&f.text)
             );
         }
     }
@@ -1342,8 +1352,8 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             .map(|s| {
                 format!(
                     "{} -> {} {:.2}{} ({})",
-                    s.src,
-                    s.dst,
+                    e(&s.src),
+                    e(&s.dst),
                     s.value,
                     if s.retests.is_empty() {
                         String::new()
@@ -1367,11 +1377,17 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         }
     };
     for (x, y) in g.bad_links.iter().take(LIST_MAX) {
-        let _ = writeln!(o, "  SUSPECT LINK {x} - {y}: {}", detail(x, y));
+        let _ = writeln!(o, "  SUSPECT LINK {} - {}: {}", e(x), e(y), detail(x, y));
     }
     more(o, g.bad_links.len(), "suspect links");
     for (x, y) in g.unconfirmed_links.iter().take(LIST_MAX) {
-        let _ = writeln!(o, "  unconfirmed SUSPECT LINK {x} - {y}: {}", detail(x, y));
+        let _ = writeln!(
+            o,
+            "  unconfirmed SUSPECT LINK {} - {}: {}",
+            e(x),
+            e(y),
+            detail(x, y)
+        );
     }
     more(o, g.unconfirmed_links.len(), "unconfirmed suspect links");
     let (mut cleared, mut open) = (0usize, 0usize);
@@ -1384,8 +1400,8 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
                 let _ = writeln!(
                     o,
                     "  cleared {} -> {}: {:.2} in the mesh, re-tests {} (noise)",
-                    s.src,
-                    s.dst,
+                    e(&s.src),
+                    e(&s.dst),
                     s.value,
                     list(&s.retests)
                 );
@@ -1393,10 +1409,11 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             SuspectState::Unconfirmed => {
                 open += 1;
                 let why = match s.retests_failed.first() {
-                    Some(e) => format!(
-                        "{} re-test{} failed ({e}); `fabperf run PLAN --retry-failed` runs {} again",
+                    Some(err) => format!(
+                        "{} re-test{} failed ({}); `fabperf run PLAN --retry-failed` runs {} again",
                         s.retests_failed.len(),
                         if s.retests_failed.len() == 1 { "" } else { "s" },
+                        e(err),
                         if s.retests_failed.len() == 1 { "it" } else { "them" }
                     ),
                     None => "no re-test ran (the plan's `retest` is 0, the run stopped before its re-tests, or the rule was changed after the run)".into(),
@@ -1404,7 +1421,9 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
                 let _ = writeln!(
                     o,
                     "  unconfirmed {} -> {}: {:.2} in the mesh; {why}",
-                    s.src, s.dst, s.value
+                    e(&s.src),
+                    e(&s.dst),
+                    s.value
                 );
             }
             SuspectState::Confirmed => {}
@@ -1412,15 +1431,17 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
     }
     more(o, cleared, "cleared suspects");
     more(o, open, "unconfirmed suspects");
-    for (x, y, e) in g.failed.iter().take(LIST_MAX) {
-        let _ = writeln!(o, "  FAILED {x} -> {y}: {e}");
+    for (x, y, err) in g.failed.iter().take(LIST_MAX) {
+        let _ = writeln!(o, "  FAILED {} -> {}: {}", e(x), e(y), e(err));
     }
     more(o, g.failed.len(), "failed pairs");
     if let Some(p) = g.port_rate_gbps {
         for (x, y, v) in g.above_port.iter().take(LIST_MAX) {
             let _ = writeln!(
                 o,
-                "  ABOVE THE PORT RATE {x} -> {y}: {v:.2} Gbit/s on {p:.2} Gbit/s ports: the agents share a host, or a rate or a count is wrong"
+                "  ABOVE THE PORT RATE {} -> {}: {v:.2} Gbit/s on {p:.2} Gbit/s ports: the agents share a host, or a rate or a count is wrong",
+                e(x),
+                e(y)
             );
         }
         more(o, g.above_port.len(), "pairs above the port rate");

@@ -196,3 +196,73 @@ fn the_suspect_rule_is_the_median_unless_the_plan_names_clusterkit() {
         "unknown suspect_rule \"min\"; one of: median, clusterkit",
     );
 }
+
+/// A test of `n_sizes` sizes × `n_streams` stream counts × 3 directions.
+fn huge_test(n_sizes: usize, n_streams: usize) -> String {
+    let sizes: Vec<String> = (1..=n_sizes).map(|i| (i * 64).to_string()).collect();
+    let streams: Vec<String> = (1..=n_streams).map(|i| i.to_string()).collect();
+    format!(
+        "[[tests]]\nkind = \"tcp-bw\"\nsizes = [{}]\nstreams = [{}]\ndirections = [\"forward\", \"reverse\", \"bidir\"]\nduration = \"1s\"\n",
+        sizes.join(", "),
+        streams.join(", ")
+    )
+}
+
+#[test]
+fn a_huge_sweep_is_counted_before_it_is_built() {
+    // A ~10 KB plan: 1000 sizes × 1000 streams × 3 directions would be
+    // 3 million points; refused with the count, nothing built.
+    let text = format!("{AGENTS}{}", huge_test(1000, 1000));
+    assert!(text.len() < 12_000, "{}", text.len());
+    let e = errors(&text);
+    assert!(
+        e.iter().any(|e| e.contains(
+            "expands to 3000000 sweep points (1000 sizes × 1000 streams × 3 directions)"
+        ) && e.contains("20000")),
+        "{e:?}"
+    );
+    // Two tests that each fit but together do not (600 points × 1000
+    // repeats = 600000 cells each): the second is refused before its
+    // points exist.
+    let one =
+        huge_test(20, 10).replace("duration = \"1s\"\n", "duration = \"1s\"\nrepeats = 1000\n");
+    let text = format!("{AGENTS}{one}{one}");
+    let e = errors(&text);
+    assert!(
+        e.iter()
+            .any(|e| e.contains("600000 cells") && e.contains("400000 left of the 1000000")),
+        "{e:?}"
+    );
+}
+
+/// An incast whose data flows out of the receiver (reverse, RDMA read) is
+/// an outcast: refused where the pattern is written. Forward and bidir
+/// incasts (each direction aggregated on its own) pass.
+#[test]
+fn an_incast_of_reverse_or_read_flows_is_refused_as_an_outcast() {
+    let e = errors(&format!(
+        "{AGENTS}[[tests]]\nkind = \"tcp-bw\"\npattern = \"incast\"\ndirections = [\"forward\", \"reverse\"]\nduration = 1\n"
+    ));
+    has(&e, "11:11", "outcast");
+    assert!(e.iter().any(|x| x.contains("reverse")), "{e:?}");
+    let e = errors(&format!(
+        "{AGENTS}[[tests]]\nkind = \"tcp-bw\"\npattern = \"incast\"\nparams = {{ direction = \"reverse\" }}\nduration = 1\n"
+    ));
+    has(&e, "11:11", "outcast");
+    let e = errors(&format!(
+        "{AGENTS}[[tests]]\nkind = \"rdma-bw\"\npattern = \"incast\"\nops = [\"write\", \"read\"]\nduration = 1\n"
+    ));
+    has(&e, "11:11", "RDMA read");
+    for ok in [
+        "kind = \"tcp-bw\"\npattern = \"incast\"\ndirections = [\"forward\", \"bidir\"]\n",
+        "kind = \"rdma-bw\"\npattern = \"incast\"\nops = [\"write\", \"send\"]\n",
+        "kind = \"tcp-bw\"\npattern = \"bisection\"\ndirections = [\"reverse\"]\n",
+    ] {
+        parse(
+            &format!("{AGENTS}[[tests]]\n{ok}duration = 1\n"),
+            "p.toml",
+            Path::new("/plans"),
+        )
+        .unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+}

@@ -37,7 +37,7 @@ pub use params::{
     Direction, TcpBwParams, TcpLatParams, UdpBwParams, UdpLatParams, MAX_STREAMS, TCP_MAX_SIZE,
     UDP_HEADER, UDP_MAX_SIZE,
 };
-pub use tcp_bw::{run_tcp_bw, TcpBw};
+pub use tcp_bw::{prepare_tcp_bw, run_tcp_bw, TcpBw, TcpBwPrepared};
 pub use tcp_lat::{run_tcp_lat, TcpLat};
 pub use udp::test_support;
 pub use udp_bw::{run_udp_bw, UdpBw};

@@ -3,12 +3,16 @@
 //! Flow: the client sends `Start`; the agent validates, registers a data
 //! cookie and accepts. The client opens one data connection per stream and
 //! direction (to the agent's same port, `FBPD` + cookie + a 4-byte stream
-//! header). When the agent has them all it sends `Ready`; both ends start
-//! their threads. A sender sends for omit + duration, then shuts its side
-//! down; a receiver reads until end of stream. The bandwidth is the
-//! receiver's view: bytes received after its warm-up boundary over the time
-//! from that boundary to its last byte. Each side then reports its streams
-//! (client first), and the client builds the records.
+//! header). When the agent has them all it sends `Ready`: the test is set
+//! up. The client then sends `Go` with a start delay (0 for a test on its
+//! own; the common start of concurrent flows otherwise, see
+//! [`fabperf_proto::Start`]) and both ends start their threads at that
+//! instant. A sender sends for omit + duration, then shuts its side down; a
+//! receiver reads until end of stream. The bandwidth is the receiver's
+//! view: bytes received after its warm-up boundary over the time from that
+//! boundary to its last byte, and that interval in Unix time (with the
+//! bytes received over time when the client asks for them). Each side then
+//! reports its streams (client first), and the client builds the records.
 
 use crate::cpu::{set_host_cpu, set_thread_cpu, HostReport};
 use crate::error::SockError;
@@ -17,9 +21,11 @@ use crate::params::{Direction, TcpBwParams};
 use fabperf_proto::cpu::{HostMeter, ThreadCpu};
 use fabperf_proto::explain::{self, EndSetup};
 use fabperf_proto::{
-    connect_data, connect_test, ClientConfig, Msg, ServeCtx, ServeError, TestKind,
+    connect_data, connect_test, ClientConfig, Control, Msg, ServeCtx, ServeError, Start, TestKind,
 };
-use fabperf_results::{Record, Side, Transport, Warning};
+use fabperf_results::{
+    Interval, Progress, ProgressRecorder, Record, Side, Transport, WallClock, Warning,
+};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -44,6 +50,10 @@ pub(crate) struct StreamReport {
     /// Bytes inside the measured interval.
     pub bytes: u64,
     pub messages: u64,
+    /// System calls that moved bytes in the measured interval (sends or
+    /// receives).
+    #[serde(default)]
+    pub calls: u64,
     /// Measured interval, seconds.
     pub secs: f64,
     /// Thread CPU seconds during the measured interval (`None`: unknown).
@@ -57,12 +67,30 @@ pub(crate) struct StreamReport {
     /// Why the thread could not be pinned (`--cpu`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin_error: Option<String>,
+    /// Receivers: the measured interval in Unix seconds (this end's clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_s: Option<f64>,
+    /// Senders: when this end started sending (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_from_s: Option<f64>,
+    /// Receivers, when the client asked for it: the bytes received over time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 enum BwMsg {
     Ready,
+    /// Client: start `in_s` seconds after this message; record the bytes
+    /// received over time when `progress`.
+    Go {
+        in_s: f64,
+        #[serde(default)]
+        progress: bool,
+    },
     Report {
         streams: Vec<StreamReport>,
         /// This end's host CPU over the measured interval, or why not.
@@ -92,6 +120,10 @@ struct Plan {
     copy: bool,
     /// Pace each sender to this many bytes per second (SO_MAX_PACING_RATE).
     pacing: Option<u64>,
+    /// Receivers record the bytes received over time.
+    progress: bool,
+    /// A peer that moves no byte for this long is dead.
+    timeout: Duration,
 }
 
 /// How a sender hands bytes to the kernel.
@@ -116,7 +148,12 @@ fn memfd_with(size: usize) -> std::io::Result<std::fs::File> {
 }
 
 /// Run a sender until omit + duration has passed, or `abort` is set.
-fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport, SockError> {
+fn run_sender(
+    c: &Conn,
+    plan: &Plan,
+    abort: &AtomicBool,
+    clock: &WallClock,
+) -> Result<StreamReport, SockError> {
     let fd = c.stream.as_fd();
     let mut flags = 0;
     if plan.zerocopy {
@@ -147,8 +184,9 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
     let mut total: u64 = 0;
     let mut messages: u64 = 0;
     let mut measuring = false;
-    let (mut m_bytes, mut m_msgs, mut m_t0, mut m_cpu0, mut m_retr0) =
-        (0u64, 0u64, start, ThreadCpu::start(), None);
+    let mut calls: u64 = 0;
+    let (mut m_bytes, mut m_msgs, mut m_calls, mut m_t0, mut m_cpu0, mut m_retr0) =
+        (0u64, 0u64, 0u64, start, ThreadCpu::start(), None);
     let mut off = 0usize;
     let mut since_drain = 0u32;
     loop {
@@ -157,6 +195,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
             measuring = true;
             m_bytes = total;
             m_msgs = messages;
+            m_calls = calls;
             m_t0 = now;
             m_cpu0 = ThreadCpu::start();
             m_retr0 = net::tcp_total_retrans(fd);
@@ -174,6 +213,7 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         match sent {
             Ok(n) => {
                 total += n as u64;
+                calls += 1;
                 off += n;
                 if off == plan.size {
                     off = 0;
@@ -215,25 +255,64 @@ fn run_sender(c: &Conn, plan: &Plan, abort: &AtomicBool) -> Result<StreamReport,
         total_bytes: total,
         bytes: total - m_bytes,
         messages: messages - m_msgs,
+        calls: calls - m_calls,
         secs: t_end.duration_since(m_t0).as_secs_f64(),
         cpu_s: cpu,
         retrans,
         buf_node,
         pin_error: None,
+        from_s: None,
+        to_s: None,
+        sent_from_s: Some(clock.unix(start)),
+        progress: None,
     })
 }
 
+/// The discarding receiver (the default) asks the kernel to wake it only
+/// once this many bytes are queued (SO_RCVLOWAT). Woken for every segment
+/// that arrives (64 KiB on a veth, or less), a receiver that has nothing to
+/// copy goes back to sleep at once, and every wake-up is a cross-CPU
+/// interrupt paid by the CPU that runs the receive path: on a veth pair or
+/// loopback, the sender's (docs/sockets.md, "One stream across a veth
+/// pair"). Measured on both: 64 KiB to
+/// 256 KiB is as good as it gets for one stream; from 512 KiB two
+/// unpinned streams on loopback stall on delayed ACKs while the reader
+/// waits for its mark.
+pub(crate) const DISCARD_LOWAT: usize = 128 << 10;
+/// ... or this long after it went to sleep, with whatever has arrived by
+/// then (SO_RCVTIMEO), so a slow stream is still read every few
+/// milliseconds and its interval still ends at its last byte.
+pub(crate) const DISCARD_WAKE: Duration = Duration::from_millis(5);
+/// Bytes one discarding receive may take: more than the low-water mark, so
+/// one call takes everything queued. The buffer is never written (the
+/// kernel drops the bytes), so its pages are never allocated.
+const DISCARD_READ: usize = 1 << 20;
+
 /// Read until end of stream. The warm-up boundary is `omit` after the
-/// first byte; the interval ends at the last byte.
-fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
+/// first byte; the interval ends at the last byte. The bytes of a receive
+/// arrived after the previous receive (which took everything queued) or
+/// the previous empty wait, so the interval of the first counted receive
+/// starts there, not at its own return.
+fn run_receiver(c: &Conn, plan: &Plan, clock: &WallClock) -> Result<StreamReport, SockError> {
     let fd = c.stream.as_fd();
-    let mut buf = vec![0u8; plan.size];
-    if plan.copy {
+    let discard = !plan.copy;
+    let mut buf = if discard {
+        vec![0u8; DISCARD_READ.max(plan.size)]
+    } else {
+        let mut b = vec![0u8; plan.size];
         // Place the pages now, on this (pinned) thread's node.
-        explain::first_touch(&mut buf);
+        explain::first_touch(&mut b);
+        b
+    };
+    if discard {
+        net::set_rcvlowat(fd, DISCARD_LOWAT)
+            .map_err(|e| SockError::data("setting SO_RCVLOWAT", e))?;
+        c.stream
+            .set_read_timeout(Some(DISCARD_WAKE))
+            .map_err(|e| SockError::data("setting the receive timeout", e))?;
     }
     // Without --copy the kernel discards the bytes (no copy to user space).
-    let rflags = if plan.copy { 0 } else { libc::MSG_TRUNC };
+    let rflags = if discard { libc::MSG_TRUNC } else { 0 };
     let mut total: u64 = 0;
     let mut reads: u64 = 0;
     let mut first: Option<Instant> = None;
@@ -241,15 +320,35 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
     let mut measuring = false;
     let (mut m_bytes, mut m_reads, mut m_t0) = (0u64, 0u64, boundary);
     let mut m_cpu0 = ThreadCpu::start();
+    // The last byte, and the latest moment at which nothing was queued.
     let mut last = boundary;
+    // Counted from the end's start (common to its streams).
+    let mut progress = plan.progress.then(|| ProgressRecorder::new(clock.origin()));
+    let mut drained = boundary;
     loop {
-        let n = match net::recv(fd, &mut buf, rflags) {
+        let got = net::recv(fd, &mut buf, rflags);
+        let now = Instant::now();
+        let n = match got {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if discard && net::is_timeout(&e) => {
+                // A short wait that found nothing: the peer is dead only
+                // after the whole timeout without a byte.
+                if now.duration_since(last) >= plan.timeout {
+                    return Err(SockError::data(
+                        format!("stream {} receive", c.idx),
+                        net::timed_out(),
+                    ));
+                }
+                drained = now;
+                continue;
+            }
             Err(e) => return Err(SockError::data(format!("stream {} receive", c.idx), e)),
         };
-        let now = Instant::now();
+        if let Some(p) = progress.as_mut() {
+            p.at(now, total, total + n as u64);
+        }
         if first.is_none() {
             first = Some(now);
             boundary = now + plan.omit;
@@ -258,12 +357,13 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
             measuring = true;
             m_bytes = total;
             m_reads = reads;
-            m_t0 = now;
+            m_t0 = drained.max(first.unwrap_or(now));
             m_cpu0 = ThreadCpu::start();
         }
         total += n as u64;
         reads += 1;
         last = now;
+        drained = now;
     }
     let cpu = if measuring {
         m_cpu0.used_secs()
@@ -288,15 +388,20 @@ fn run_receiver(c: &Conn, plan: &Plan) -> Result<StreamReport, SockError> {
         } else {
             reads - m_reads
         },
+        calls: reads - m_reads,
         secs,
         cpu_s: cpu,
         retrans: None,
-        buf_node: if plan.copy {
-            explain::buffer_node(&buf)
-        } else {
+        buf_node: if discard {
             None
+        } else {
+            explain::buffer_node(&buf)
         },
         pin_error: None,
+        from_s: measuring.then(|| clock.unix(m_t0)),
+        to_s: measuring.then(|| clock.unix(last)),
+        sent_from_s: None,
+        progress: progress.map(|p| p.finish(clock)),
     })
 }
 
@@ -313,6 +418,8 @@ struct EndReport {
 /// once.
 fn run_streams(conns: &[Conn], plan: &Plan, setup: &EndSetup) -> Result<EndReport, SockError> {
     let abort = AtomicBool::new(false);
+    let clock = WallClock::now();
+    let clock = &clock;
     let boundary = Instant::now() + plan.omit;
     let mut host: Option<HostMeter> = None;
     let (tx, rx) = mpsc::channel::<Result<StreamReport, SockError>>();
@@ -327,9 +434,9 @@ fn run_streams(conns: &[Conn], plan: &Plan, setup: &EndSetup) -> Result<EndRepor
                 .spawn_scoped(s, move || {
                     let pinned = setup.pin();
                     let r = if c.sender {
-                        run_sender(c, plan, abort)
+                        run_sender(c, plan, abort, clock)
                     } else {
-                        run_receiver(c, plan)
+                        run_receiver(c, plan, clock)
                     };
                     let r = r.map(|mut rep| {
                         rep.pin_error = pinned.error.clone();
@@ -400,7 +507,7 @@ fn prepare(stream: &TcpStream, window: Option<u64>, timeout: Duration) -> std::i
     Ok(())
 }
 
-fn plan_of(p: &TcpBwParams) -> Plan {
+fn plan_of(p: &TcpBwParams, timeout: Duration) -> Plan {
     Plan {
         size: p.size as usize,
         omit: Duration::from_secs_f64(p.omit_s),
@@ -408,18 +515,41 @@ fn plan_of(p: &TcpBwParams) -> Plan {
         zerocopy: p.zerocopy,
         copy: p.copy,
         pacing: p.rate_bps.map(|r| (r / 8).max(1)),
+        progress: false,
+        timeout,
     }
 }
 
-/// Client side of `tcp-bw`.
+/// Client side of `tcp-bw`: set up, then start at once.
 pub fn run_tcp_bw(
     addr: SocketAddr,
     cfg: &ClientConfig,
     p: &TcpBwParams,
 ) -> Result<Vec<Record>, SockError> {
+    prepare_tcp_bw(addr, cfg, p)?.run(Start::now())
+}
+
+/// A `tcp-bw` test set up to its start: connected, authenticated, every
+/// data connection open, the agent ready.
+pub struct TcpBwPrepared {
+    addr: SocketAddr,
+    p: TcpBwParams,
+    ctl: Control,
+    conns: Vec<Conn>,
+    setup: EndSetup,
+    local: Option<SocketAddr>,
+    /// A peer that moves no byte for this long is dead.
+    timeout: Duration,
+}
+
+/// Set a `tcp-bw` test up against the agent at `addr`, up to the start.
+pub fn prepare_tcp_bw(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &TcpBwParams,
+) -> Result<TcpBwPrepared, SockError> {
     p.validate().map_err(SockError::BadParams)?;
     let params = serde_json::to_value(p).expect("params serialize");
-    let started_at = fabperf_results::now_rfc3339();
     let setup = EndSetup::for_socket(Side::Client, explain::local_ip_towards(addr), &p.cpu)
         .map_err(SockError::BadParams)?;
     let (mut ctl, info) = connect_test(addr, cfg, "tcp-bw", params)?;
@@ -461,46 +591,88 @@ pub fn run_tcp_bw(
             )))
         }
     }
-    let plan = plan_of(p);
-    let mine = match run_streams(&conns, &plan, &setup) {
-        Ok(r) => r,
-        Err(e) => {
-            ctl.send_error(
-                fabperf_proto::ErrorCode::TestFailed,
-                &format!("client: {e}"),
-            );
-            return Err(e);
-        }
-    };
-    ctl.send_test(&BwMsg::Report {
-        streams: mine.streams.clone(),
-        host: Box::new(mine.host.clone()),
-    })?;
-    let theirs = match ctl.recv_test::<BwMsg>("the agent's stream report")? {
-        BwMsg::Report { streams, host } => EndReport {
-            streams,
-            host: *host,
-        },
-        other => {
-            return Err(SockError::Protocol(format!(
-                "expected report, got {other:?}"
-            )))
-        }
-    };
-    let _ = ctl.send(&Msg::Bye);
-    let mut recs = build_records(p, &mine, &theirs, &started_at, local, addr)?;
-    explain::apply(
-        &mut recs,
-        &mine.host,
-        &theirs.host,
-        &explain::TestKindInfo {
-            full_rate_bandwidth: p.rate_bps.is_none(),
-            one: "one stream".into(),
-            more_streams_hint:
-                "more streams (-P 4) and larger messages (-l 1M) show what the link carries".into(),
-        },
-    );
-    Ok(recs)
+    Ok(TcpBwPrepared {
+        addr,
+        p: p.clone(),
+        ctl,
+        conns,
+        setup,
+        local,
+        timeout: cfg.timeout,
+    })
+}
+
+impl TcpBwPrepared {
+    /// Start at `start` (the agent starts its side at the same instant),
+    /// measure, and build the records.
+    pub fn run(self, start: Start) -> Result<Vec<Record>, SockError> {
+        let TcpBwPrepared {
+            addr,
+            p,
+            mut ctl,
+            conns,
+            setup,
+            local,
+            timeout,
+        } = self;
+        let in_s = match fabperf_proto::start::check_delay(start.delay_s()) {
+            Ok(d) => d,
+            Err(e) => {
+                ctl.send_error(fabperf_proto::ErrorCode::BadRequest, &e);
+                return Err(SockError::BadParams(e));
+            }
+        };
+        ctl.send_test(&BwMsg::Go {
+            in_s,
+            progress: start.progress,
+        })?;
+        start.wait();
+        let started_at = fabperf_results::now_rfc3339();
+        let plan = Plan {
+            progress: start.progress,
+            ..plan_of(&p, timeout)
+        };
+        let mine = match run_streams(&conns, &plan, &setup) {
+            Ok(r) => r,
+            Err(e) => {
+                ctl.send_error(
+                    fabperf_proto::ErrorCode::TestFailed,
+                    &format!("client: {e}"),
+                );
+                return Err(e);
+            }
+        };
+        ctl.send_test(&BwMsg::Report {
+            streams: mine.streams.clone(),
+            host: Box::new(mine.host.clone()),
+        })?;
+        let theirs = match ctl.recv_test::<BwMsg>("the agent's stream report")? {
+            BwMsg::Report { streams, host } => EndReport {
+                streams,
+                host: *host,
+            },
+            other => {
+                return Err(SockError::Protocol(format!(
+                    "expected report, got {other:?}"
+                )))
+            }
+        };
+        let _ = ctl.send(&Msg::Bye);
+        let mut recs = build_records(&p, &mine, &theirs, &started_at, local, addr)?;
+        explain::apply(
+            &mut recs,
+            &mine.host,
+            &theirs.host,
+            &explain::TestKindInfo {
+                full_rate_bandwidth: p.rate_bps.is_none(),
+                one: "one stream".into(),
+                more_streams_hint:
+                    "more streams (-P 4) and larger messages (-l 1M) show what the link carries"
+                        .into(),
+            },
+        );
+        Ok(recs)
+    }
 }
 
 fn find(v: &[StreamReport], idx: u32, dir: u8) -> Option<&StreamReport> {
@@ -523,6 +695,8 @@ struct Agg {
     retrans: Option<u64>,
     warnings: Vec<Warning>,
     empty: bool,
+    /// The receivers' measured interval (the hull of the streams').
+    interval: Option<Interval>,
 }
 
 impl Agg {
@@ -539,6 +713,15 @@ impl Agg {
             retrans: snd.retrans,
             warnings: Vec::new(),
             empty: false,
+            interval: match (rcv.from_s, rcv.to_s) {
+                (Some(a), Some(b)) => Some(Interval {
+                    start_s: a,
+                    end_s: b,
+                    sent_from_s: snd.sent_from_s,
+                    progress: rcv.progress.clone(),
+                }),
+                _ => None,
+            },
         }
     }
 
@@ -557,6 +740,8 @@ impl Agg {
             empty: true,
             ..Agg::default()
         };
+        let parts: Vec<&Agg> = parts.into_iter().collect();
+        t.interval = hull(parts.iter().map(|a| a.interval.as_ref()));
         for o in parts {
             t.empty = false;
             t.bytes = t.bytes.checked_add(o.bytes).ok_or_else(|| over("bytes"))?;
@@ -596,7 +781,52 @@ impl Agg {
         for w in &self.warnings {
             r.warn(w.clone());
         }
+        r.interval = self.interval.clone();
     }
+}
+
+/// The smallest interval holding every one given (None when one is
+/// missing): earliest start, latest end, earliest sender start, the summed
+/// progress when every part has one.
+fn hull<'a>(parts: impl Iterator<Item = Option<&'a Interval>>) -> Option<Interval> {
+    let parts: Option<Vec<&Interval>> = parts.collect();
+    let parts = parts?;
+    let first = parts.first()?;
+    let progress: Option<Vec<&Progress>> = parts.iter().map(|i| i.progress.as_ref()).collect();
+    let sent: Option<Vec<f64>> = parts.iter().map(|i| i.sent_from_s).collect();
+    Some(Interval {
+        start_s: parts
+            .iter()
+            .map(|i| i.start_s)
+            .fold(first.start_s, f64::min),
+        end_s: parts.iter().map(|i| i.end_s).fold(first.end_s, f64::max),
+        sent_from_s: sent.and_then(|v| v.into_iter().reduce(f64::min)),
+        progress: progress.and_then(|v| Progress::sum(&v)),
+    })
+}
+
+/// Refuse a peer's stream report whose times are not times.
+fn check_times(v: &[StreamReport], who: &str) -> Result<(), SockError> {
+    for r in v {
+        let bad =
+            |what: &str| SockError::Protocol(format!("{who}'s report of stream {}: {what}", r.idx));
+        for t in [r.from_s, r.to_s, r.sent_from_s].into_iter().flatten() {
+            if !t.is_finite() {
+                return Err(bad(&format!("time {t} is not a time")));
+            }
+        }
+        if let (Some(a), Some(b)) = (r.from_s, r.to_s) {
+            if b < a {
+                return Err(bad("its interval ends before it starts"));
+            }
+        }
+        if let Some(p) = &r.progress {
+            if let Some(m) = p.check().into_iter().next() {
+                return Err(bad(&m));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn build_records(
@@ -607,6 +837,8 @@ fn build_records(
     local: Option<SocketAddr>,
     remote: SocketAddr,
 ) -> Result<Vec<Record>, SockError> {
+    check_times(&theirs.streams, "the agent")?;
+    check_times(&mine.streams, "this end")?;
     let mut dirs = Vec::new();
     if p.direction.client_sends() {
         dirs.push(C2A);
@@ -668,6 +900,10 @@ fn build_records(
             if p.streams > 1 || p.direction == Direction::Bidir {
                 let mut rec = base(Some(idx), dname);
                 a.fill(&mut rec);
+                // A stream's row keeps its interval, not its progress.
+                if let Some(i) = rec.interval.as_mut() {
+                    i.progress = None;
+                }
                 rows.push(rec);
             }
             parts.push(a);
@@ -679,6 +915,10 @@ fn build_records(
         let total = Agg::sum(per_dir.iter().map(|(_, d)| d))?;
         let mut rec = base(None, "bidir");
         total.fill(&mut rec);
+        // The two directions' progress are on their own records.
+        if let Some(i) = rec.interval.as_mut() {
+            i.progress = None;
+        }
         host(&mut rec);
         out.push(rec);
     }
@@ -745,7 +985,30 @@ impl TestKind for TcpBw {
         }
         drop(waiter);
         ctx.ctl.send_test(&BwMsg::Ready)?;
-        let plan = plan_of(&p);
+        // Set up: wait for the client's start (concurrent flows start
+        // together, when the last of them is set up: up to the I/O
+        // timeout), then run from that instant.
+        ctx.clock
+            .arm(io + Duration::from_secs_f64(p.duration_s + p.omit_s));
+        let (in_s, progress) = match ctx.ctl.recv_test::<BwMsg>("the client's start")? {
+            BwMsg::Go { in_s, progress } => (
+                fabperf_proto::start::check_delay(in_s).map_err(ServeError::bad_request)?,
+                progress,
+            ),
+            other => {
+                return Err(ServeError::bad_request(format!(
+                    "expected go, got {other:?}"
+                )))
+            }
+        };
+        let start = Start::after(in_s, progress);
+        // The agent's clock counts from the start.
+        ctx.limit_duration(in_s + p.duration_s + p.omit_s)?;
+        start.wait();
+        let plan = Plan {
+            progress,
+            ..plan_of(&p, io)
+        };
         let mine = run_streams(&conns, &plan, &setup)?;
         // The client reports when its threads are done; they end at most
         // one timeout after ours.
@@ -762,5 +1025,107 @@ impl TestKind for TcpBw {
             host: Box::new(mine.host),
         })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn plan(size: usize, copy: bool) -> Plan {
+        Plan {
+            size,
+            omit: Duration::from_millis(100),
+            duration: Duration::from_secs(1),
+            zerocopy: false,
+            copy,
+            pacing: None,
+            progress: false,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// A receiver on one end of a loopback connection whose other end
+    /// writes `bytes` in `chunk`-byte writes, pausing `pause` between
+    /// bursts of `burst` writes, then closes.
+    fn receive(p: &Plan, bytes: usize, chunk: usize, pause: Duration) -> StreamReport {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let tx = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let buf = vec![7u8; chunk];
+            let mut left = bytes;
+            while left > 0 {
+                let n = left.min(chunk);
+                s.write_all(&buf[..n]).unwrap();
+                left -= n;
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
+            }
+        });
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(p.timeout)).unwrap();
+        let c = Conn {
+            idx: 0,
+            dir: C2A,
+            sender: false,
+            stream: s,
+        };
+        let r = run_receiver(&c, p, &WallClock::now()).unwrap();
+        tx.join().unwrap();
+        r
+    }
+
+    /// The discarding receiver waits for its low-water mark and takes
+    /// everything queued: its receives return more than one message (`-l`)
+    /// on average, which a receive of `-l` bytes never can.
+    #[test]
+    fn discarding_receiver_reads_in_large_gulps() {
+        let size = 16 << 10;
+        // No omit: a loopback stream of 256 MiB can end inside one.
+        let p = Plan {
+            omit: Duration::ZERO,
+            ..plan(size, false)
+        };
+        let r = receive(&p, 256 << 20, 256 << 10, Duration::ZERO);
+        assert_eq!(r.total_bytes, 256 << 20);
+        assert!(r.calls > 0 && r.bytes > 0, "{r:?}");
+        let per_call = r.bytes / r.calls;
+        assert!(
+            per_call > 2 * size as u64,
+            "{per_call} bytes per receive with {size}-byte messages: {r:?}"
+        );
+        // --copy reads `-l` bytes per call, like an application.
+        let p = Plan {
+            omit: Duration::ZERO,
+            ..plan(size, true)
+        };
+        let r = receive(&p, 64 << 20, 256 << 10, Duration::ZERO);
+        assert_eq!(r.total_bytes, 64 << 20);
+        assert!(r.bytes / r.calls.max(1) <= size as u64, "{r:?}");
+    }
+
+    /// A slow stream (far below the low-water mark per wake-up) is still
+    /// read as it arrives: the measured rate matches what the sender wrote
+    /// per unit of time, and no read waits for the mark.
+    #[test]
+    fn discarding_receiver_keeps_up_with_a_slow_stream() {
+        // 32 KiB every 10 ms: ~3.3 MB/s, a quarter of the mark per wake-up.
+        let chunk = 32 << 10;
+        let pause = Duration::from_millis(10);
+        let t = Instant::now();
+        let r = receive(&plan(128 << 10, false), 100 * chunk, chunk, pause);
+        let wall = t.elapsed().as_secs_f64();
+        assert_eq!(r.total_bytes, 100 * chunk as u64);
+        let sent_rate = (100 * chunk) as f64 / wall;
+        let got = r.bytes as f64 / r.secs;
+        assert!(
+            got > sent_rate * 0.8 && got < sent_rate * 1.25,
+            "measured {got:.0} B/s, the writer averaged {sent_rate:.0} B/s: {r:?}"
+        );
+        // Read about as often as written, never batched up to the mark.
+        assert!(r.calls * chunk as u64 >= r.bytes / 2, "{r:?}");
     }
 }

@@ -153,6 +153,31 @@ fn tcp_bw_paced_streams_match_the_kernels_pacing() {
     );
 }
 
+/// The same oracle on the default path (sendfile, receive discarded in the
+/// kernel, the receiver woken per 128 KiB or every few milliseconds): a
+/// stream paced far below the receiver's low-water mark per wake-up still
+/// measures the paced rate.
+#[test]
+fn tcp_bw_paced_stream_on_the_default_path() {
+    let a = agent();
+    let rate = 40_000_000u64;
+    let p = TcpBwParams {
+        duration_s: 1.5,
+        omit_s: 0.2,
+        rate_bps: Some(rate),
+        ..Default::default()
+    };
+    let recs = run_tcp_bw(a.addr(), &cfg(), &p).unwrap();
+    consistent(&recs);
+    let got = total(&recs).bw_gbps.unwrap() * 1e9;
+    assert!(
+        got > rate as f64 * 0.75 && got < rate as f64 * 1.05,
+        "{:.1} Mbit/s measured, kernel paces {:.1} Mbit/s",
+        got / 1e6,
+        rate as f64 / 1e6
+    );
+}
+
 #[test]
 fn tcp_bw_bidir_has_both_directions() {
     let a = agent();
@@ -186,6 +211,117 @@ fn tcp_bw_bidir_has_both_directions() {
     let sum = recs[1].bw_gbps.unwrap() + recs[2].bw_gbps.unwrap();
     assert!(recs[0].bw_gbps.unwrap() <= sum * (1.0 + 1e-9));
     assert!(recs[0].duration_s >= recs[1].duration_s.max(recs[2].duration_s) - 1e-12);
+}
+
+/// A prepared test starts when it is told to, on both ends (the agent's
+/// senders too), and its records carry the measured interval in Unix time
+/// and, when asked, the bytes received over time.
+#[test]
+fn tcp_bw_prepared_test_starts_at_the_given_instant_on_both_ends() {
+    let a = agent();
+    let p = TcpBwParams {
+        duration_s: 0.4,
+        omit_s: 0.1,
+        direction: Direction::Bidir,
+        window: Some(1 << 20),
+        ..Default::default()
+    };
+    let prepared = prepare_tcp_bw(a.addr(), &cfg(), &p).unwrap();
+    // Set up: nothing flows until the start, 0.5 s from now.
+    std::thread::sleep(Duration::from_millis(100));
+    let start = fabperf_proto::Start::after(0.5, true);
+    let want = fabperf_results::WallClock::now().unix(start.at);
+    let recs = prepared.run(start).unwrap();
+    consistent(&recs);
+    for r in recs
+        .iter()
+        .filter(|r| r.stream.is_none() && r.direction.as_deref() != Some("bidir"))
+    {
+        let i = r.interval.as_ref().expect("a measured interval");
+        let sent = i.sent_from_s.expect("the sender's start");
+        // Both ends started at the instant (the agent's senders included).
+        assert!(
+            (sent - want).abs() < 0.05,
+            "{:?} started {:.3} s off the start",
+            r.direction,
+            sent - want
+        );
+        // The interval begins after the warm-up and lasts the duration.
+        assert!(i.start_s >= want + 0.1 - 0.01, "{i:?}");
+        assert!(
+            (i.len_s() - r.duration_s).abs() < 1e-6,
+            "{i:?} vs {}",
+            r.duration_s
+        );
+        let pr = i.progress.as_ref().expect("progress when asked for");
+        // The counts hold the interval's bytes.
+        let counted = pr.bytes_between(i.start_s, i.end_s);
+        assert!(
+            (counted - r.bytes as f64).abs() <= r.bytes as f64 * 0.02 + 65536.0,
+            "progress says {counted}, the record {}",
+            r.bytes
+        );
+    }
+    // Without a start of its own a test starts at once, without progress.
+    let recs = run_tcp_bw(a.addr(), &cfg(), &p).unwrap();
+    let i = total(&recs).interval.as_ref().unwrap();
+    assert!(i.progress.is_none());
+}
+
+/// A hostile client's start delay (an hour, or not a number) is refused
+/// by the agent as a bad request, not slept on.
+#[test]
+fn tcp_bw_agent_refuses_a_start_delay_it_cannot_honour() {
+    use std::io::Write;
+    let a = agent();
+    for bad in [json!(3600.0), json!(-1.0), json!("soon")] {
+        let p = TcpBwParams {
+            duration_s: 0.2,
+            omit_s: 0.0,
+            ..Default::default()
+        };
+        let (mut ctl, info) = connect_test(
+            a.addr(),
+            &cfg(),
+            "tcp-bw",
+            serde_json::to_value(&p).unwrap(),
+        )
+        .unwrap();
+        let cookie = info["cookie"].as_str().unwrap().to_string();
+        let mut d = fabperf_proto::connect_data(a.addr(), &cookie, Duration::from_secs(5)).unwrap();
+        d.write_all(&[0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        let ready: serde_json::Value = ctl.recv_test("ready").unwrap();
+        assert_eq!(ready["t"], "ready");
+        ctl.send_test(&json!({"t": "go", "in_s": bad})).unwrap();
+        let t0 = Instant::now();
+        match ctl.recv_test::<serde_json::Value>("the answer") {
+            // Out of range: a bad request; not a number: a malformed message.
+            Err(ProtoError::Remote { code, .. }) => assert!(
+                matches!(code, ErrorCode::BadRequest | ErrorCode::BadFrame),
+                "{bad}: {code:?}"
+            ),
+            other => panic!("{bad}: {other:?}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+}
+
+/// A start delay no agent accepts is refused before anything is sent.
+#[test]
+fn tcp_bw_refuses_an_absurd_start_delay() {
+    let a = agent();
+    let p = TcpBwParams {
+        duration_s: 0.2,
+        omit_s: 0.0,
+        ..Default::default()
+    };
+    let prepared = prepare_tcp_bw(a.addr(), &cfg(), &p).unwrap();
+    let start = fabperf_proto::Start {
+        at: Instant::now() + Duration::from_secs(3600),
+        progress: false,
+    };
+    let e = prepared.run(start).unwrap_err().to_string();
+    assert!(e.contains("start delay"), "{e}");
 }
 
 #[test]
@@ -666,8 +802,13 @@ mod stalled {
             })?;
             let s = w.accept(Duration::from_secs(10))?;
             ctx.ctl.send_test(&json!({"t": "ready"}))?;
-            // Hold the connection without reading, until the client gives up.
-            let _ = ctx.ctl.recv_within(Duration::from_secs(60), "anything");
+            // Hold the connection without reading, until the client gives up
+            // (its start comes on the control connection: not an end).
+            while ctx
+                .ctl
+                .recv_within(Duration::from_secs(60), "anything")
+                .is_ok()
+            {}
             drop(s);
             Ok(())
         }

@@ -129,7 +129,12 @@ pub fn export_csv<W: Write>(store: &Store, run: Option<i64>, w: W) -> Result<usi
             let rec = rec.map_err(|e| io_err(store, e))?;
             fields.extend(rec.iter().map(str::to_string));
         }
-        out.write_record(&fields).map_err(|e| io_err(store, e))
+        out.write_record(
+            fields
+                .iter()
+                .map(|f| fabperf_results::escape::csv_field(f).into_owned()),
+        )
+        .map_err(|e| io_err(store, e))
     })?;
     out.flush().map_err(|e| io_err(store, e))?;
     Ok(n)

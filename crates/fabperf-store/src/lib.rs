@@ -330,6 +330,24 @@ pub struct Attempt {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Stored items a reader could not decode and skipped (one line each).
+    skipped: std::cell::RefCell<Vec<String>>,
+}
+
+/// The SQLite header's user_version and application_id of an existing,
+/// non-empty file (`None` when it is not an SQLite file at all: SQLite's
+/// own open then says so). The file's first page may be older than what
+/// its WAL holds: a newer version there is found once SQLite opens it.
+fn header_fields(path: &Path) -> Option<(i64, i64)> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut h = [0u8; 100];
+    f.read_exact(&mut h).ok()?;
+    if &h[..16] != b"SQLite format 3\0" {
+        return None;
+    }
+    let be = |o: usize| i64::from(i32::from_be_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]));
+    Some((be(60), be(68)))
 }
 
 impl Store {
@@ -339,15 +357,80 @@ impl Store {
         Self::open_with(path, schema::MIGRATIONS, false)
     }
 
-    /// Open an existing store for reading only (reports, exports).
+    /// Open an existing store for reading only (reports, exports). A store
+    /// it refuses is left as it was: no `-wal`/`-shm` file is left beside it.
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
-        if !path.exists() {
-            return Err(StoreError::Open {
-                path: path.to_path_buf(),
-                msg: "no such file; `fabperf run PLAN --db FILE` creates it".into(),
-            });
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(_) => {
+                return Err(StoreError::Open {
+                    path: path.to_path_buf(),
+                    msg: "no such file; `fabperf run PLAN --db FILE` creates it".into(),
+                })
+            }
+        };
+        let not_a_store = |why: String| StoreError::NotAStore {
+            path: path.to_path_buf(),
+            why,
+        };
+        if meta.is_file() && meta.len() == 0 {
+            return Err(not_a_store(
+                "it is an empty file: no run was ever written to it (`fabperf run PLAN --db FILE` writes one)"
+                    .into(),
+            ));
         }
-        Self::open_with(path, schema::MIGRATIONS, true)
+        // What the header already says is refused before SQLite opens the
+        // file (and makes its -wal/-shm files).
+        if let Some((version, app)) = header_fields(path) {
+            let known = SCHEMA_VERSION;
+            if app != schema::APPLICATION_ID && app != 0 {
+                return Err(not_a_store("an SQLite database of another program".into()));
+            }
+            if version < 0 {
+                return Err(not_a_store(format!(
+                    "its schema version is {version}, which no fabperf writes: the file was changed by another program"
+                )));
+            }
+            if version > known {
+                return Err(StoreError::Newer {
+                    path: path.to_path_buf(),
+                    found: version,
+                    supported: known,
+                });
+            }
+        }
+        let side = |ext: &str| {
+            let mut p = path.as_os_str().to_owned();
+            p.push(ext);
+            PathBuf::from(p)
+        };
+        let (wal, shm) = (side("-wal"), side("-shm"));
+        let had = (wal.exists(), shm.exists());
+        let r = Self::open_with(path, schema::MIGRATIONS, true);
+        if r.is_err() {
+            // The connection is closed; remove what opening it made.
+            if !had.0 && std::fs::metadata(&wal).is_ok_and(|m| m.len() == 0) {
+                let _ = std::fs::remove_file(&wal);
+            }
+            if !had.1 {
+                let _ = std::fs::remove_file(&shm);
+            }
+        }
+        r
+    }
+
+    /// What readers of this store skipped because it could not be decoded
+    /// (a damaged store, or one written by a newer fabperf): one line each.
+    /// Every reader skips the same way; commands say how many.
+    pub fn skipped(&self) -> Vec<String> {
+        self.skipped.borrow().clone()
+    }
+
+    fn skip(&self, what: String) {
+        let mut s = self.skipped.borrow_mut();
+        if !s.contains(&what) {
+            s.push(what);
+        }
     }
 
     #[doc(hidden)]
@@ -384,6 +467,7 @@ impl Store {
         let mut s = Store {
             conn,
             path: path.to_path_buf(),
+            skipped: Default::default(),
         };
         s.check_header()?;
         if !read_only {
@@ -613,8 +697,13 @@ impl Store {
         let mut out = Vec::new();
         for row in rows {
             let (name, path, addr, hello, seen_at) = row.map_err(self.err("reading agents"))?;
-            let hello = serde_json::from_str(&hello)
-                .map_err(|e| self.invalid(format!("agent {name}: hello is not JSON: {e}")))?;
+            let hello = match serde_json::from_str(&hello) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.skip(format!("run {run_id} agent {name}: hello is not JSON: {e}"));
+                    continue;
+                }
+            };
             out.push(AgentRow {
                 name,
                 path,
@@ -833,7 +922,6 @@ impl Store {
         args: &[&dyn rusqlite::ToSql],
         f: &mut dyn FnMut(CellRow, bool) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let _ = run_id;
         let mut st = self
             .conn
             .prepare(&format!(
@@ -846,16 +934,29 @@ impl Store {
         while let Some(r) = rows.next().map_err(self.err("reading cells"))? {
             let get = |e| StoreError::sql(&self.path, "reading cells", e);
             let cell_id: String = r.get(0).map_err(get)?;
-            let bad = |what: &str, e: String| self.invalid(format!("cell {cell_id}: {what}: {e}"));
             let text =
                 |i: usize| -> Result<String, StoreError> { r.get::<_, String>(i).map_err(get) };
-            let flows = serde_json::from_str(&text(7)?).map_err(|e| bad("flows", e.to_string()))?;
-            let params =
-                serde_json::from_str(&text(8)?).map_err(|e| bad("params", e.to_string()))?;
-            let dims = serde_json::from_str(&text(9)?).map_err(|e| bad("dims", e.to_string()))?;
-            let state_text = text(11)?;
-            let state = CellState::parse(&state_text)
-                .ok_or_else(|| bad("state", format!("unknown state {state_text:?}")))?;
+            let (flows_t, params_t, dims_t, state_t) = (text(7)?, text(8)?, text(9)?, text(11)?);
+            // A cell the readers cannot decode is skipped and counted by the
+            // store (Store::skipped), the same for every reader.
+            let decoded = (|| -> Result<_, String> {
+                fn j<T: serde::de::DeserializeOwned>(what: &str, t: &str) -> Result<T, String> {
+                    serde_json::from_str(t).map_err(|e| format!("{what}: {e}"))
+                }
+                let flows: Vec<(String, String)> = j("flows", &flows_t)?;
+                let params: serde_json::Value = j("params", &params_t)?;
+                let dims: serde_json::Value = j("dims", &dims_t)?;
+                let state = CellState::parse(&state_t)
+                    .ok_or_else(|| format!("state: unknown state {state_t:?}"))?;
+                Ok((flows, params, dims, state))
+            })();
+            let (flows, params, dims, state) = match decoded {
+                Ok(d) => d,
+                Err(e) => {
+                    self.skip(format!("run {run_id} cell {cell_id}: {e}"));
+                    continue;
+                }
+            };
             let row = CellRow {
                 spec: CellSpec {
                     cell_id: cell_id.clone(),
@@ -1124,10 +1225,17 @@ impl Store {
         let mut out = Vec::new();
         for row in rows {
             let (cell, role, src, dst, rec) = row.map_err(self.err("reading measurements"))?;
-            let role = Role::parse(&role)
-                .ok_or_else(|| self.invalid(format!("cell {cell}: unknown role {role:?}")))?;
-            let record: Record = serde_json::from_str(&rec)
-                .map_err(|e| self.invalid(format!("cell {cell}: stored record: {e}")))?;
+            let Some(role) = Role::parse(&role) else {
+                self.skip(format!("run {run_id} cell {cell}: unknown role {role:?}"));
+                continue;
+            };
+            let record: Record = match serde_json::from_str(&rec) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.skip(format!("run {run_id} cell {cell}: stored record: {e}"));
+                    continue;
+                }
+            };
             out.push((
                 cell,
                 Measurement {
@@ -1176,8 +1284,12 @@ impl Store {
             let get = |e| StoreError::sql(&self.path, "reading measurements", e);
             let cell_id: String = r.get(0).map_err(get)?;
             let role: String = r.get(1).map_err(get)?;
-            let role = Role::parse(&role)
-                .ok_or_else(|| self.invalid(format!("cell {cell_id}: unknown role {role:?}")))?;
+            let Some(role) = Role::parse(&role) else {
+                self.skip(format!(
+                    "run {run_id} cell {cell_id}: unknown role {role:?}"
+                ));
+                continue;
+            };
             f(StoredMeasurement {
                 role,
                 src: r.get(2).map_err(get)?,
@@ -1222,10 +1334,19 @@ impl Store {
         for row in rows {
             let (cell_id, role, src, dst, rec, lat_hist) =
                 row.map_err(self.err("reading measurements"))?;
-            let role = Role::parse(&role)
-                .ok_or_else(|| self.invalid(format!("cell {cell_id}: unknown role {role:?}")))?;
-            let record: serde_json::Value = serde_json::from_str(&rec)
-                .map_err(|e| self.invalid(format!("cell {cell_id}: stored record: {e}")))?;
+            let Some(role) = Role::parse(&role) else {
+                self.skip(format!(
+                    "run {run_id} cell {cell_id}: unknown role {role:?}"
+                ));
+                continue;
+            };
+            let record: serde_json::Value = match serde_json::from_str(&rec) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.skip(format!("run {run_id} cell {cell_id}: stored record: {e}"));
+                    continue;
+                }
+            };
             out.push(RawMeasurement {
                 cell_id,
                 role,
@@ -1314,8 +1435,13 @@ impl Store {
         let mut out = Vec::new();
         for row in rows {
             let (kind, subject, body, at) = row.map_err(self.err("reading findings"))?;
-            let body = serde_json::from_str(&body)
-                .map_err(|e| self.invalid(format!("finding {kind}/{subject}: {e}")))?;
+            let body = match serde_json::from_str(&body) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.skip(format!("run {run_id} finding {kind}/{subject}: {e}"));
+                    continue;
+                }
+            };
             out.push(Finding {
                 kind,
                 subject,

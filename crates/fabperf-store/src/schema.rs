@@ -128,7 +128,17 @@ CREATE INDEX findings_by_run ON findings (run_id, kind);
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// The application id in the SQLite header: "FBPF".
-const APPLICATION_ID: i64 = 0x4642_5046;
+pub(crate) const APPLICATION_ID: i64 = 0x4642_5046;
+
+/// An SQLite error in words, without the SQL text it came from (a failed
+/// migration would otherwise quote the whole schema).
+pub(crate) fn brief(e: &rusqlite::Error) -> String {
+    match e {
+        rusqlite::Error::SqlInputError { msg, .. } => msg.clone(),
+        rusqlite::Error::SqliteFailure(f, Some(m)) => format!("{m} ({:?})", f.code),
+        e => e.to_string(),
+    }
+}
 
 pub(crate) fn migrate(
     conn: &mut Connection,
@@ -153,6 +163,22 @@ pub(crate) fn migrate(
         });
     }
     let known = MIGRATIONS.len() as i64;
+    if version < 0 {
+        return Err(StoreError::NotAStore {
+            path: path.to_path_buf(),
+            why: format!(
+                "its schema version is {version}, which no fabperf writes: the file was changed by another program"
+            ),
+        });
+    }
+    if version == 0 && tables > 0 {
+        return Err(StoreError::NotAStore {
+            path: path.to_path_buf(),
+            why: format!(
+                "it holds {tables} schema object(s) but schema version 0: damaged, or changed by another program"
+            ),
+        });
+    }
     if version > known {
         return Err(StoreError::Newer {
             path: path.to_path_buf(),
@@ -163,6 +189,13 @@ pub(crate) fn migrate(
     let target = steps.len() as i64;
     if version >= target {
         return Ok(());
+    }
+    if read_only && version == 0 {
+        return Err(StoreError::NotAStore {
+            path: path.to_path_buf(),
+            why: "it is empty: no run was ever written to it (`fabperf run PLAN --db FILE` writes one)"
+                .into(),
+        });
     }
     if read_only {
         return Err(StoreError::Invalid {
@@ -177,11 +210,10 @@ pub(crate) fn migrate(
         let tx = conn
             .transaction()
             .map_err(|e| sql("starting a migration", e))?;
-        tx.execute_batch(m.sql).map_err(|e| {
-            sql(
-                &format!("migrating to schema version {} ({})", i + 1, m.what),
-                e,
-            )
+        tx.execute_batch(m.sql).map_err(|e| StoreError::Sql {
+            path: path.to_path_buf(),
+            what: format!("migrating to schema version {} ({})", i + 1, m.what),
+            msg: brief(&e),
         })?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)
             .map_err(|e| sql("writing the schema version", e))?;

@@ -101,20 +101,10 @@ impl Saved {
                 && n != ".."
                 && n.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
         };
-        let word = |s: &str| {
-            s.len() <= 256
-                && s.split(' ').all(|f| {
-                    !f.is_empty()
-                        && f.len() <= 64
-                        && f.bytes().all(|b| {
-                            b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':')
-                        })
-                })
-        };
         match self {
             Saved::Sysctl { name, previous } => {
                 check_sysctl_name(name)?;
-                if !word(previous) {
+                if !sysctl_value_ok(previous) {
                     return Err(format!("saved value of {name} is not a sysctl value"));
                 }
             }
@@ -165,6 +155,76 @@ impl Saved {
         }
         Ok(())
     }
+}
+
+/// A value a net sysctl can hold, as [`crate::sysctl::read`] returns it
+/// (fields separated by one space): empty (`ip_local_reserved_ports`),
+/// numbers, words, CPU bitmaps with commas (`rps_default_mask`), ranges
+/// and lists (`1-3,8`), addresses and keys with `:` and `-`. The one check
+/// of a saved value: applied when the journal is written and when it is
+/// read back, so every value that can be saved can be restored.
+pub fn sysctl_value_ok(s: &str) -> bool {
+    s.len() <= 4096
+        && (s.is_empty()
+            || s.split(' ').all(|f| {
+                !f.is_empty()
+                    && f.len() <= 256
+                    && f.bytes().all(|b| {
+                        b.is_ascii_alphanumeric()
+                            || matches!(b, b'_' | b'-' | b'.' | b':' | b',' | b'/' | b'+')
+                    })
+            }))
+}
+
+/// Why a journal's settings are gone with what held them: the machine
+/// rebooted since it was written, or its network namespace no longer exists
+/// (the journal names another). The same check for the agent's start-up
+/// recovery, for `apply` and for `fabperf tune restore`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    EarlierBoot,
+    OtherNetns,
+}
+
+impl Gone {
+    /// The tag in the name the journal is set aside under.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Gone::EarlierBoot => "earlier-boot",
+            Gone::OtherNetns => "gone-netns",
+        }
+    }
+
+    /// What it means, for a log line.
+    pub fn describe(self, j: &Journal) -> String {
+        match self {
+            Gone::EarlierBoot => format!(
+                "journal of an earlier boot ({} setting(s) by pid {}): a reboot resets them, nothing to restore",
+                j.entries.len(),
+                j.pid
+            ),
+            Gone::OtherNetns => format!(
+                "journal of a network namespace that no longer exists ({} setting(s) by pid {}): its settings went with it",
+                j.entries.len(),
+                j.pid
+            ),
+        }
+    }
+}
+
+/// Whether `j` belongs to this boot and this network namespace (`None`)
+/// or to something that is gone.
+pub fn gone(j: &Journal) -> Option<Gone> {
+    let boot = boot_id();
+    if !j.boot_id.is_empty() && !boot.is_empty() && j.boot_id != boot {
+        return Some(Gone::EarlierBoot);
+    }
+    let (ino, cookie) = netns_identity();
+    if j.netns != ino || (j.netns_cookie.is_some() && cookie.is_some() && j.netns_cookie != cookie)
+    {
+        return Some(Gone::OtherNetns);
+    }
+    None
 }
 
 /// The journal file's content.
@@ -369,6 +429,13 @@ fn fsync_dir(dir: &Path) -> Result<(), JournalError> {
 /// Write the journal durably: a temporary file, fsync, rename, fsync of the
 /// directory.
 pub fn write(paths: &Paths, j: &Journal) -> Result<(), JournalError> {
+    // What could not be read back is not written: nothing is changed on
+    // the strength of a journal that cannot restore it.
+    j.check().map_err(|e| {
+        JournalError::Corrupt(format!(
+            "the journal cannot hold these settings ({e}); nothing was changed"
+        ))
+    })?;
     check_dir(&paths.dir, true)?;
     let tmp = paths.dir.join(format!(
         ".{}.tmp",
@@ -418,7 +485,7 @@ pub fn remove(paths: &Paths) -> Result<(), JournalError> {
 /// Move a journal that cannot be used aside (kept for the operator), under
 /// a name that says why.
 pub fn set_aside(paths: &Paths, why: &str) -> Result<PathBuf, JournalError> {
-    let to = paths.dir.join(format!(
+    let base = format!(
         "{}.{why}-{}",
         paths
             .journal
@@ -429,16 +496,42 @@ pub fn set_aside(paths: &Paths, why: &str) -> Result<PathBuf, JournalError> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0)
-    ));
-    std::fs::rename(&paths.journal, &to).map_err(|e| {
+    );
+    let io = |e: std::io::Error| {
         JournalError::Io(format!(
             "moving {} aside: {}",
             paths.journal.display(),
             crate::os_text(&e)
         ))
-    })?;
-    fsync_dir(&paths.dir)?;
-    Ok(to)
+    };
+    // A new name each time (a second set-aside in the same second gets
+    // `-2`, ...): a hard link fails rather than replace an existing file.
+    for n in 1..=1000u32 {
+        let to = paths.dir.join(if n == 1 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
+        match std::fs::hard_link(&paths.journal, &to) {
+            Ok(()) => {
+                std::fs::remove_file(&paths.journal).map_err(io)?;
+                fsync_dir(&paths.dir)?;
+                return Ok(to);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            // A directory cannot be linked: renamed onto a name not taken.
+            Err(_) if std::fs::symlink_metadata(&to).is_err() => {
+                std::fs::rename(&paths.journal, &to).map_err(io)?;
+                fsync_dir(&paths.dir)?;
+                return Ok(to);
+            }
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Err(JournalError::Io(format!(
+        "moving {} aside: 1000 journals of this second are already kept there; remove old ones",
+        paths.journal.display()
+    )))
 }
 
 /// Read a journal back. `Ok(None)` when there is none.
@@ -467,7 +560,7 @@ pub fn read(paths: &Paths) -> Result<Option<Journal>, JournalError> {
             "the journal {shown} changed while it was opened; nothing was restored"
         )));
     }
-    if fm.uid() != euid() || fm.permissions().mode() & 0o022 != 0 {
+    if fm.uid() != euid() || fm.permissions().mode() & 0o077 != 0 {
         return Err(JournalError::Unsafe(format!(
             "the journal {shown} is owned by uid {} with mode {:o}: only a journal this user wrote (mode 600) is trusted; nothing was restored",
             fm.uid(),
@@ -699,6 +792,68 @@ mod tests {
             serde_json::to_vec(&sample()).unwrap(),
             "the link's target is untouched"
         );
+    }
+
+    #[test]
+    fn every_value_that_can_be_saved_can_be_read_back() {
+        let d = tempfile::tempdir().unwrap();
+        let p = Paths::for_netns(d.path(), 42);
+        let mut j = sample();
+        // What net sysctls hold: empty (ip_local_reserved_ports), CPU
+        // bitmaps with commas (rps_default_mask), lists and ranges.
+        for v in [
+            "",
+            "00000000,00000003",
+            "40000-40010,40020",
+            "4096 131072 6291456",
+            "fq_codel",
+        ] {
+            j.entries = vec![Saved::Sysctl {
+                name: "net.ipv4.ip_local_reserved_ports".into(),
+                previous: v.into(),
+            }];
+            write(&p, &j).unwrap();
+            // As after a SIGKILL: a new reader of the durable file.
+            assert_eq!(read(&p).unwrap(), Some(j.clone()), "{v:?}");
+        }
+        // What the reader would refuse is not written at all.
+        j.entries = vec![Saved::Sysctl {
+            name: "net.core.x".into(),
+            previous: "a\nb".into(),
+        }];
+        assert!(matches!(write(&p, &j), Err(JournalError::Corrupt(_))));
+        assert!(read(&p).unwrap().is_some(), "the previous journal stays");
+    }
+
+    #[test]
+    fn journals_set_aside_in_one_second_are_all_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let p = Paths::for_netns(d.path(), 42);
+        let mut kept = Vec::new();
+        for _ in 0..3 {
+            write(&p, &sample()).unwrap();
+            kept.push(set_aside(&p, "discarded").unwrap());
+        }
+        kept.sort();
+        kept.dedup();
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        for k in &kept {
+            assert!(k.exists(), "{k:?}");
+        }
+    }
+
+    #[test]
+    fn a_journal_readable_by_others_is_refused_as_the_message_says() {
+        let d = tempfile::tempdir().unwrap();
+        let p = Paths::for_netns(d.path(), 42);
+        write(&p, &sample()).unwrap();
+        std::fs::set_permissions(&p.journal, std::fs::Permissions::from_mode(0o644)).unwrap();
+        match read(&p) {
+            Err(JournalError::Unsafe(m)) => {
+                assert!(m.contains("mode 600") && m.contains("644"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -710,29 +710,8 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Profile, Vec<String>> {
 /// Read and check a profile file.
 pub fn load_profile(path: &Path) -> Result<Profile, Vec<String>> {
     let shown = path.display().to_string();
-    let meta = std::fs::metadata(path).map_err(|e| {
-        vec![format!(
-            "cannot read profile {shown}: {}",
-            crate::os_text(&e)
-        )]
-    })?;
-    if !meta.is_file() {
-        return Err(vec![format!("profile {shown} is not a regular file")]);
-    }
-    if meta.len() > MAX_PROFILE_BYTES {
-        return Err(vec![format!(
-            "profile {shown} is {} bytes, more than the {MAX_PROFILE_BYTES} a profile may have",
-            meta.len()
-        )]);
-    }
-    let bytes = std::fs::read(path).map_err(|e| {
-        vec![format!(
-            "cannot read profile {shown}: {}",
-            crate::os_text(&e)
-        )]
-    })?;
-    let text =
-        String::from_utf8(bytes).map_err(|_| vec![format!("profile {shown} is not UTF-8 text")])?;
+    let text = fabperf_results::files::read_text(path, MAX_PROFILE_BYTES, "profile")
+        .map_err(|e| vec![e])?;
     parse_profile(&text, &shown)
 }
 
@@ -879,7 +858,7 @@ spread = true
         assert!(load_profile(d.path()).unwrap_err()[0].contains("not a regular file"));
         let big = d.path().join("big.toml");
         std::fs::write(&big, vec![b'#'; (MAX_PROFILE_BYTES + 1) as usize]).unwrap();
-        assert!(load_profile(&big).unwrap_err()[0].contains("more than"));
+        assert!(load_profile(&big).unwrap_err()[0].contains("larger than"));
         let bin = d.path().join("bin.toml");
         std::fs::write(&bin, [0xff, 0xfe, 0]).unwrap();
         assert!(load_profile(&bin).unwrap_err()[0].contains("UTF-8"));

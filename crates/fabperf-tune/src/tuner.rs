@@ -396,24 +396,9 @@ impl Tuner {
         match journal::read(&paths) {
             Ok(None) => {}
             Ok(Some(j)) => {
-                let (ino, cookie) = journal::netns_identity();
-                let boot = journal::boot_id();
-                if !j.boot_id.is_empty() && !boot.is_empty() && j.boot_id != boot {
-                    match journal::set_aside(&paths, "earlier-boot") {
-                        Ok(to) => log.push(format!(
-                            "journal of an earlier boot ({} setting(s) by pid {}): a reboot resets them, nothing to restore; kept as {}",
-                            j.entries.len(), j.pid, to.display()
-                        )),
-                        Err(e) => log.push(e.to_string()),
-                    }
-                } else if j.netns != ino
-                    || (j.netns_cookie.is_some() && cookie.is_some() && j.netns_cookie != cookie)
-                {
-                    match journal::set_aside(&paths, "gone-netns") {
-                        Ok(to) => log.push(format!(
-                            "journal of a network namespace that no longer exists ({} setting(s) by pid {}): its settings went with it; kept as {}",
-                            j.entries.len(), j.pid, to.display()
-                        )),
+                if let Some(g) = journal::gone(&j) {
+                    match set_gone_aside(&paths, &j, g) {
+                        Ok(line) => log.push(line),
                         Err(e) => log.push(e.to_string()),
                     }
                 } else {
@@ -513,6 +498,15 @@ impl Tuner {
         };
         match journal::read(&paths) {
             Ok(None) => {}
+            // Settings of another boot or namespace are gone with it:
+            // nothing of them is written into this namespace.
+            Ok(Some(old)) if journal::gone(&old).is_some() => {
+                let g = journal::gone(&old).expect("checked");
+                match set_gone_aside(&paths, &old, g) {
+                    Ok(line) => report.notes.push(line),
+                    Err(e) => return Err(TuneError::Journal(format!("nothing changed: {e}"))),
+                }
+            }
             Ok(Some(old)) => {
                 let r = restore_entries(&paths, &old);
                 report.notes.push(format!(
@@ -1422,6 +1416,12 @@ pub fn restore_entries(paths: &Paths, j: &Journal) -> RestoreReport {
     r
 }
 
+/// Set a journal of a gone boot or namespace aside; the line that says so.
+fn set_gone_aside(paths: &Paths, j: &Journal, g: journal::Gone) -> Result<String, JournalError> {
+    let to = journal::set_aside(paths, g.tag())?;
+    Ok(format!("{}; kept as {}", g.describe(j), to.display()))
+}
+
 /// `fabperf tune restore`: restore this namespace's journal (or, with
 /// `discard`, move a journal that cannot be used aside). Returns what was
 /// done, or why it could not be.
@@ -1460,6 +1460,12 @@ pub fn restore_from_state(state_dir: &std::path::Path, discard: bool) -> Result<
             "nothing to restore in this network namespace ({} is absent)",
             paths.journal.display()
         )),
+        // The checks the agent's start-up recovery makes: a journal of
+        // another boot or namespace is set aside, never restored here.
+        Ok(Some(j)) if journal::gone(&j).is_some() => {
+            let g = journal::gone(&j).expect("checked");
+            out.push(set_gone_aside(&paths, &j, g).map_err(|e| e.to_string())?);
+        }
         Ok(Some(j)) => {
             let r = restore_entries(&paths, &j);
             let line = format!("{} (pid {}): {}", j.what, j.pid, r.summary());

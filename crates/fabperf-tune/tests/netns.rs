@@ -208,6 +208,11 @@ fn a_corrupt_journal_blocks_tuning_and_touches_nothing() {
         let paths = Paths::for_netns(dir.path(), journal::netns_identity().0);
         journal::check_dir(&paths.dir, true).unwrap();
         std::fs::write(&paths.journal, b"{\"version\": 1, \"entries\": [oops").unwrap();
+        std::fs::set_permissions(
+            &paths.journal,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         let t = Tuner::new(dir.path().to_path_buf(), Allow::all());
         let log = t.recover().join("\n");
         assert!(
@@ -272,5 +277,78 @@ fn an_agent_that_may_not_tune_says_so_for_each_setting() {
             e.to_string().contains("--allow-tune including policy"),
             "{e}"
         );
+    });
+}
+
+/// A journal whose boot id or namespace cookie is not this one's: its
+/// settings went with the boot (or namespace). `fabperf tune restore` and
+/// `apply` set it aside as the agent's start-up recovery does; nothing of
+/// it is written into this namespace.
+#[test]
+fn journals_of_another_boot_or_namespace_are_set_aside_not_restored() {
+    if skip_unless_root() {
+        return;
+    }
+    in_netns(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let (ino, cookie) = journal::netns_identity();
+        let paths = Paths::for_netns(dir.path(), ino);
+        let before = sysctl::read("net.core.somaxconn").unwrap();
+        assert_ne!(before, "1234");
+        let stale = journal::Journal {
+            version: journal::JOURNAL_VERSION,
+            netns: ino,
+            netns_cookie: cookie,
+            boot_id: "00000000-0000-0000-0000-000000000000".into(),
+            pid: 1,
+            created_at: "2020-01-01T00:00:00Z".into(),
+            what: "profile stale".into(),
+            entries: vec![journal::Saved::Sysctl {
+                name: "net.core.somaxconn".into(),
+                previous: "1234".into(),
+            }],
+        };
+        journal::write(&paths, &stale).unwrap();
+        let out = fabperf_tune::tuner::restore_from_state(dir.path(), false).unwrap();
+        assert!(
+            out.contains("earlier boot") && out.contains("kept as"),
+            "{out}"
+        );
+        assert_eq!(sysctl::read("net.core.somaxconn").unwrap(), before);
+        assert!(journal::read(&paths).unwrap().is_none(), "set aside");
+        // This boot, but another namespace's cookie (an inode reused).
+        let other_ns = journal::Journal {
+            boot_id: journal::boot_id(),
+            netns_cookie: Some(cookie.unwrap_or(0).wrapping_add(1)),
+            ..stale.clone()
+        };
+        if cookie.is_some() {
+            journal::write(&paths, &other_ns).unwrap();
+            let t = Tuner::new(dir.path().to_path_buf(), Allow::all());
+            let p = parse_profile(
+                "name = \"fin\"\n[sysctl]\nnet.ipv4.tcp_fin_timeout = 22\n",
+                "p.toml",
+            )
+            .unwrap();
+            let r = t
+                .apply(Some(&p), None, "10.99.0.1".parse().unwrap(), 5301)
+                .unwrap();
+            assert!(
+                r.notes.iter().any(|n| n.contains("no longer exists")),
+                "{:?}",
+                r.notes
+            );
+            assert_eq!(sysctl::read("net.core.somaxconn").unwrap(), before);
+            assert!(t.restore().unwrap().ok());
+        }
+        let kept = std::fs::read_dir(dir.path().join("tune"))
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.contains(".earlier-boot-") || n.contains(".gone-netns-")
+            })
+            .count();
+        assert_eq!(kept, if cookie.is_some() { 2 } else { 1 });
     });
 }

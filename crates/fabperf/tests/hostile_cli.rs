@@ -223,6 +223,8 @@ fn tcp_bw_client_that_never_stops_sending() {
     .unwrap();
     d.write_all(&[0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
     let _ready: Value = ctl.recv_test("ready").unwrap();
+    // Start at once, then never stop.
+    ctl.send_test(&json!({"t": "go", "in_s": 0.0})).unwrap();
     let sender = std::thread::spawn(move || {
         let buf = vec![0u8; 65536];
         while d.write_all(&buf).is_ok() {}
@@ -451,6 +453,7 @@ impl TestKind for LyingTcpBw {
             conns.push(w.accept(Duration::from_secs(5))?);
         }
         ctx.ctl.send_test(&json!({"t": "ready"}))?;
+        let _: Value = ctx.ctl.recv_test("go")?;
         for mut c in conns {
             let mut sink = Vec::new();
             let _ = c.read_to_end(&mut sink);
@@ -501,6 +504,15 @@ fn impossible_results_are_a_protocol_error_naming_the_field() {
             json!({"cpu_s": 1e308, "secs": 1e-300}),
             "1",
             "cpu_remote_pct",
+        ),
+        // A measured interval that ends before it starts.
+        (json!({"from_s": 2e9, "to_s": 1e9}), "1", "interval"),
+        // Progress counts that go down.
+        (
+            json!({"from_s": 1e9, "to_s": 1e9 + 1.0, "progress":
+                   {"t0_s": 1e9, "tick_s": 0.05, "bytes": [5, 3], "last_s": 1e9 + 1.0, "last_bytes": 9}}),
+            "1",
+            "progress",
         ),
     ];
     for (spoil, streams, field) in cases {

@@ -157,3 +157,88 @@ fn usage_errors() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { geteuid() == 0 }
+}
+
+extern "C" {
+    fn geteuid() -> u32;
+}
+
+fn sh(cmd: &str) {
+    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// `fabperf mtu HOST --icmp-only --json` inside `ns`: the path's report.
+fn mtu_in(ns: &str, host: &str) -> Value {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            BIN,
+            "mtu",
+            host,
+            "--icmp-only",
+            "--json",
+        ])
+        .args(["--attempts", "1", "--probe-timeout-ms", "20"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    v["paths"][0].clone()
+}
+
+/// In a namespace of its own: the route to 10.213.0.0/24 leaves through
+/// ve0 with a source address held by lo (the interface is the route's
+/// output device, not the one holding the source), and a VXLAN device over
+/// an IPv6 underlay costs 70 bytes a packet (14 + 40 + 8 + 8), not 50.
+#[test]
+fn the_route_names_the_interface_and_an_ipv6_underlay_costs_70_bytes() {
+    if !root() {
+        eprintln!("skipped: needs root (network namespaces)");
+        return;
+    }
+    let ns = Netns(format!("fpmtu{}", std::process::id()));
+    sh(&format!(
+        "ip netns add {n} && ip -n {n} link set lo up && \
+         ip -n {n} addr add 10.211.0.1/32 dev lo && \
+         ip -n {n} link add ve0 type veth peer name ve1 && \
+         ip -n {n} addr add 10.212.0.1/24 dev ve0 && \
+         ip -n {n} addr add 2001:db8:212::1/64 dev ve0 nodad && \
+         ip -n {n} link set ve0 up && ip -n {n} link set ve1 up && \
+         ip -n {n} route add 10.213.0.0/24 dev ve0 src 10.211.0.1 && \
+         ip -n {n} link add vx6 type vxlan id 42 local 2001:db8:212::1 remote 2001:db8:212::2 dstport 4789 dev ve0 && \
+         ip -n {n} addr add 10.214.0.1/24 dev vx6 && ip -n {n} link set vx6 up",
+        n = ns.0
+    ));
+    let p = mtu_in(&ns.0, "10.213.0.5");
+    assert_eq!(p["local"], "10.211.0.1", "{p}");
+    assert_eq!(p["interface"]["name"], "ve0", "{p}");
+    let p = mtu_in(&ns.0, "10.214.0.5");
+    assert_eq!(p["interface"]["kind"], "vxlan", "{p}");
+    assert_eq!(p["interface"]["overhead"]["bytes"], 70, "{p}");
+    assert!(
+        p["interface"]["overhead"]["parts"]
+            .as_str()
+            .unwrap()
+            .contains("IPv6 40"),
+        "{p}"
+    );
+}

@@ -111,3 +111,24 @@ fn allow_tune_takes_known_names_only() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not something an agent may tune"));
 }
+
+#[test]
+fn check_shows_ring_and_channel_values_as_values() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("rings.toml");
+    std::fs::write(
+        &p,
+        "name = \"rings\"\n[nic]\nrings = { rx = 4096 }\nchannels = { combined = 8 }\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["tune", "check"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("  nic rings rx 4096\n"), "{text}");
+    assert!(text.contains("  nic channels combined 8\n"), "{text}");
+    assert!(!text.contains("Some(") && !text.contains("None"), "{text}");
+}

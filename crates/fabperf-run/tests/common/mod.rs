@@ -35,6 +35,11 @@ fn kinds(token: Option<Vec<u8>>, state: &Path) -> Vec<Box<dyn TestKind>> {
 }
 
 pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
+    start_with_group(n, token, None)
+}
+
+/// As [`start`], every agent admitting at most `group` tests of one group.
+pub fn start_with_group(n: usize, token: Option<&[u8]>, group: Option<u32>) -> Agents {
     'retry: for _ in 0..20 {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = probe.local_addr().unwrap().port();
@@ -43,7 +48,7 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
         let state = tempfile::tempdir().unwrap();
         for i in 1..=n {
             let bind: SocketAddr = format!("127.0.0.{i}:{port}").parse().unwrap();
-            let agent = match Agent::bind(AgentConfig {
+            let mut agent = match Agent::bind(AgentConfig {
                 bind,
                 token: token.map(<[u8]>::to_vec),
                 insecure: false,
@@ -66,6 +71,9 @@ pub fn start(n: usize, token: Option<&[u8]>) -> Agents {
                 Ok(a) => a,
                 Err(_) => continue 'retry,
             };
+            if let Some(g) = group {
+                agent.limit_group(g).unwrap();
+            }
             handles.push(agent.spawn());
         }
         return Agents {

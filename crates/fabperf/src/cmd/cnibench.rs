@@ -111,6 +111,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for chain in &chains {
         preflight(chain, &opts)?;
     }
+    // SIGINT/SIGTERM: the running sandbox is cleaned up (DEL, namespace
+    // removed) before the process ends; a second signal ends it at once.
+    {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let flag = fabperf_cnibench::stop_flag();
+        for sig in [SIGINT, SIGTERM] {
+            signal_hook::flag::register_conditional_shutdown(sig, 130, flag.clone())
+                .context("installing a signal handler")?;
+            signal_hook::flag::register(sig, flag.clone())
+                .context("installing a signal handler")?;
+        }
+    }
     let mut records: Vec<CniRecord> = Vec::new();
     let mut obs = Progress { quiet: a.quiet };
     let mut failure = None;
@@ -126,6 +138,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // The chains that completed are reported even when a later one failed.
     emit(&a, &records)?;
     match failure {
+        Some(e) if fabperf_cnibench::stop_flag().load(std::sync::atomic::Ordering::SeqCst) => {
+            eprintln!(
+                "fabperf: {}",
+                fabperf_results::escape::terminal(&format!("{e:#}"))
+            );
+            Ok(ExitCode::from(130))
+        }
         Some(e) => Err(e),
         None => Ok(ExitCode::SUCCESS),
     }

@@ -1,7 +1,7 @@
 //! `fabperf detect` and `fabperf doctor`: a thin layer over fabperf-detect.
 
 use fabperf_detect::capture::{capture, CaptureError};
-use fabperf_detect::{detect, doctor, render, DetectOptions, Inventory};
+use fabperf_detect::{assign_rails, detect, doctor, render, DetectOptions, Inventory, RailRule};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +27,15 @@ pub struct DetectArgs {
     /// Read it back with --root DIR; `tar czf node.tgz -C DIR .` makes a support bundle.
     #[arg(long, value_name = "DIR", value_parser = super::common::new_dir_arg)]
     pub capture: Option<PathBuf>,
+    /// Number the rails of the RDMA devices: pci-order (hardware NICs by PCI address),
+    /// gpu-order (rail i = the NIC nearest GPU i, below its PCIe switch), or an explicit
+    /// DEVICE=RAIL,... list (RDMA device or netdev names, e.g. mlx5_0=0,mlx5_3=1).
+    #[arg(long, value_name = "RULE", value_parser = parse_rails, conflicts_with = "capture")]
+    pub rails: Option<RailRule>,
+}
+
+fn parse_rails(s: &str) -> Result<RailRule, String> {
+    s.parse()
 }
 
 #[derive(clap::Args)]
@@ -94,10 +103,15 @@ pub fn run_detect(a: DetectArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let inv = match detect(a.root.as_deref(), &opts) {
+    let mut inv = match detect(a.root.as_deref(), &opts) {
         Ok(i) => i,
         Err(e) => return Ok(bad_input(e)),
     };
+    if let Some(rule) = &a.rails {
+        if let Err(e) = assign_rails(&mut inv, rule) {
+            return Ok(bad_input(e));
+        }
+    }
     if a.json {
         println!("{}", inv.to_json_pretty());
     } else {

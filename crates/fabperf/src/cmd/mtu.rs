@@ -49,6 +49,7 @@ pub fn run(a: MtuArgs) -> anyhow::Result<ExitCode> {
         icmp: !a.no_icmp,
         attempts: a.attempts,
         probe_timeout: a.probe_timeout_ms.map(Duration::from_millis),
+        duration: None,
     };
     let mut rep = MtuReport {
         schema: MTU_SCHEMA.into(),

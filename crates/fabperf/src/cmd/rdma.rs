@@ -5,7 +5,7 @@ use crate::cmd::common::{
     checked, emit, test_secs, usage, warmup_secs, ClientOpts, OutputOpts, TableStyle,
 };
 use anyhow::Context;
-use fabperf_rdma::{all_sizes, BwParams, LatParams, Op, PollPriority, MAX_SIZE};
+use fabperf_rdma::{all_sizes, BwParams, GpuReg, LatParams, MemSpec, Op, PollPriority, MAX_SIZE};
 use fabperf_results::{Record, Table};
 use fabperf_units as units;
 use std::process::ExitCode;
@@ -71,6 +71,29 @@ pub struct DevOpts {
     /// RDMA class on a non-zero DSCP).
     #[arg(long, value_name = "0-255", default_value_t = 0)]
     pub tclass: u8,
+    /// Where the buffers live, both ends: host, or GPU memory — cuda (the GPU nearest each
+    /// end's NIC), cuda:N (GPU N in PCI address order, as `fabperf detect` numbers them) or
+    /// cuda:<PCI address>. Needs the NVIDIA driver (libcuda.so.1, loaded at run time) and
+    /// GPUDirect RDMA (dma-buf or nvidia_peermem).
+    #[arg(long, value_name = "WHERE", default_value = "host", value_parser = parse_mem)]
+    pub mem: MemSpec,
+    /// Where the agent's buffers live, if not as --mem (e.g. --mem cuda --remote-mem host:
+    /// GPU memory on this end only).
+    #[arg(long, value_name = "WHERE", value_parser = parse_mem)]
+    pub remote_mem: Option<MemSpec>,
+    /// How GPU memory is registered with the NIC, both ends: auto (dma-buf, else
+    /// nvidia_peermem), dmabuf (like perftest --use_cuda_dmabuf) or peermem (like plain
+    /// --use_cuda).
+    #[arg(long, value_name = "HOW", default_value = "auto", value_parser = parse_gpu_reg)]
+    pub gpu_reg: GpuReg,
+}
+
+fn parse_mem(s: &str) -> Result<MemSpec, String> {
+    s.parse()
+}
+
+fn parse_gpu_reg(s: &str) -> Result<GpuReg, String> {
+    s.parse()
 }
 
 fn parse_poll(s: &str) -> Result<PollPriority, String> {
@@ -259,6 +282,9 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
         rdma_cm: a.dev.rdma_cm,
         poll_priority: a.dev.poll_priority,
         cpu: a.client.cpu.clone(),
+        mem: a.dev.mem.clone(),
+        remote_mem: a.dev.remote_mem.clone(),
+        gpu_reg: a.dev.gpu_reg,
     };
     p.validate().map_err(usage)?;
     let addr = a.client.addr()?;
@@ -356,6 +382,9 @@ pub fn run_lat(a: LatArgs) -> anyhow::Result<ExitCode> {
         rdma_cm: a.dev.rdma_cm,
         poll_priority: a.dev.poll_priority,
         cpu: a.client.cpu.clone(),
+        mem: a.dev.mem.clone(),
+        remote_mem: a.dev.remote_mem.clone(),
+        gpu_reg: a.dev.gpu_reg,
     };
     p.validate().map_err(usage)?;
     let addr = a.client.addr()?;

@@ -69,28 +69,11 @@ fn usage(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
-/// Write `text` to `path` through a temporary file in the same directory,
-/// so a reader never sees half a report.
-fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "report".into());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let res = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res
+/// Write an output file by the one rule of every output flag
+/// ([`fabperf_results::files`]): atomically over a new path or a regular
+/// file, through a symlink, device or FIFO, never over a directory.
+fn write_out(path: &Path, text: &str) -> anyhow::Result<()> {
+    fabperf_results::files::write_output(path, text.as_bytes()).map_err(anyhow::Error::msg)
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<ExitCode> {
@@ -154,6 +137,7 @@ fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
         Err(e @ (ReportError::Usage(_) | ReportError::Store(_))) => return Ok(usage(e)),
         Err(e) => return Err(e.into()),
     };
+    super::skipped_note("report", &store);
     rep.gates = gate::evaluate_all(&gates, &rep);
     let fmt = match a.format {
         ReportFormat::Table => Format::Table,
@@ -168,13 +152,7 @@ fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
         Format::Csv => text::csv(&rep)?,
     };
     match &a.out {
-        Some(p) => write_atomic(p, &body).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot write {}: {}",
-                p.display(),
-                fabperf_run::plan::os_text(&e)
-            )
-        })?,
+        Some(p) => write_out(p, &body)?,
         None => {
             let stdout = std::io::stdout();
             let mut o = stdout.lock();
@@ -187,13 +165,7 @@ fn report(a: ReportArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(p) = &a.html {
-        write_atomic(p, &fabperf_report::html::render(&rep)).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot write {}: {}",
-                p.display(),
-                fabperf_run::plan::os_text(&e)
-            )
-        })?;
+        write_out(p, &fabperf_report::html::render(&rep))?;
         eprintln!("fabperf report: HTML report written to {}", p.display());
     }
     if !rep.gates.is_empty() {
@@ -241,6 +213,7 @@ pub fn export_openmetrics(
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
+    super::skipped_note("export", store);
     if let Some(base) = push {
         // Check every URL before the first push.
         let urls: Vec<String> = match runs
@@ -280,13 +253,7 @@ pub fn export_openmetrics(
     let (body, n) = openmetrics::exposition_with(&runs, Flavor::OpenMetrics, series);
     match out {
         Some(p) => {
-            write_atomic(p, &body).map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot write {}: {}",
-                    p.display(),
-                    fabperf_run::plan::os_text(&e)
-                )
-            })?;
+            write_out(p, &body)?;
             eprintln!("fabperf export: {n} samples written");
         }
         None => {

@@ -251,23 +251,25 @@ pub fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
             a.per_measurement,
         );
     }
-    let w: Box<dyn Write> = match &a.out {
-        Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p).map_err(
-            |e| {
-                anyhow::anyhow!(
-                    "cannot create {}: {}",
-                    p.display(),
-                    fabperf_run::plan::os_text(&e)
-                )
-            },
-        )?)),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    let write = |w: &mut dyn Write| -> anyhow::Result<usize> {
+        Ok(match a.format {
+            ExportFormat::Jsonl => fabperf_store::export_jsonl(&store, a.run, w)?,
+            ExportFormat::Csv => fabperf_store::export_csv(&store, a.run, w)?,
+            ExportFormat::Openmetrics => unreachable!("written by export_openmetrics above"),
+        })
     };
-    let n = match a.format {
-        ExportFormat::Jsonl => fabperf_store::export_jsonl(&store, a.run, w)?,
-        ExportFormat::Csv => fabperf_store::export_csv(&store, a.run, w)?,
-        ExportFormat::Openmetrics => unreachable!("written by export_openmetrics above"),
+    let n = match &a.out {
+        // The rule of every output flag: nothing at FILE changes unless the
+        // whole export was written.
+        Some(p) => {
+            let mut o = fabperf_results::files::Output::create(p).map_err(anyhow::Error::msg)?;
+            let n = write(&mut std::io::BufWriter::new(&mut o))?;
+            o.commit().map_err(anyhow::Error::msg)?;
+            n
+        }
+        None => write(&mut std::io::BufWriter::new(std::io::stdout().lock()))?,
     };
+    super::skipped_note("export", &store);
     if a.out.is_some() {
         eprintln!("fabperf export: {n} measurements written");
     }
@@ -378,5 +380,6 @@ pub fn mesh_summary(a: MeshSummaryArgs) -> anyhow::Result<ExitCode> {
         serde_json::to_writer_pretty(&mut o, &all)?;
         writeln!(o)?;
     }
+    super::skipped_note("mesh-summary", &store);
     Ok(ExitCode::SUCCESS)
 }

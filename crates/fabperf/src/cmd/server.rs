@@ -145,14 +145,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ib_port: a.rdma_ib_port,
         gid_index: a.rdma_gid_index,
     });
-    // Runs (`fabperf run`) ask agents to drive tests toward other agents;
-    // the agent authenticates to them with its own token.
-    if !a.no_drive {
-        kinds.push(Box::new(fabperf_run::DriveKind::new(
-            token.clone(),
-            Duration::from_secs_f64(a.timeout),
-        )));
-    }
     // Tuning for a cell (profiles, policy rules), journaled; what a dead
     // agent left is restored now, before anything is served.
     let quiet = a.quiet;
@@ -165,6 +157,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             );
         }
     });
+    // Runs (`fabperf run`) ask agents to drive tests toward other agents;
+    // the agent authenticates to them with its own token (and logs why a
+    // target did not prove itself).
+    if !a.no_drive {
+        kinds.push(Box::new(
+            fabperf_run::DriveKind::new(token.clone(), Duration::from_secs_f64(a.timeout))
+                .with_log(log.clone()),
+        ));
+    }
     let state_dir = a
         .state_dir
         .clone()

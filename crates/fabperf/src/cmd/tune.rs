@@ -79,12 +79,12 @@ fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
                     println!("  nic {k} {}", if *v { "on" } else { "off" });
                 }
                 if let Some(r) = &p.nic.rings {
-                    println!("  nic rings rx {:?} tx {:?}", r.rx, r.tx);
+                    println!("  nic rings{}", set_values(&[("rx", r.rx), ("tx", r.tx)]));
                 }
                 if let Some(c) = &p.nic.channels {
                     println!(
-                        "  nic channels rx {:?} tx {:?} combined {:?}",
-                        c.rx, c.tx, c.combined
+                        "  nic channels{}",
+                        set_values(&[("rx", c.rx), ("tx", c.tx), ("combined", c.combined)])
                     );
                 }
                 for (k, v) in &p.nic.coalesce {
@@ -111,6 +111,14 @@ fn check(a: CheckArgs) -> anyhow::Result<ExitCode> {
         eprintln!("  {}", escape(p));
     }
     Ok(ExitCode::from(2))
+}
+
+/// " rx 4096 tx 512" for the values a profile sets (the others are left as
+/// they are).
+fn set_values(v: &[(&str, Option<u32>)]) -> String {
+    v.iter()
+        .filter_map(|(k, v)| v.map(|v| format!(" {k} {v}")))
+        .collect()
 }
 
 fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
