@@ -46,20 +46,15 @@ Usage: $PROG COMMAND [ARGS]
                        node address's link, as CNIs choose it; mgmt or fabric
                        pins it, as a CNI with an interface setting does
         --mgmt-rate    shaping of the management link (default 1gbit)
-<<<<<<< HEAD
+        --fabric-rate  shape every fabric link to R each way, a port rate
+                       (default: unshaped, as fast as the CPU moves it)
         --service      service addresses, DNAT'd in every node as kube-proxy's
                        iptables mode does (needs iptables), TCP and UDP:
                        $(tb_node_service_ip 1)..N ($(tb_node_ns 1).$TB_SERVICE_NAME.$TB_DOMAIN, ...), each with
                        one node's overlay agent as its only endpoint, and
                        $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN) in front of the
                        other nodes' overlay agents, balanced per connection
-=======
-        --fabric-rate  shape every fabric link to R each way, a port rate
-                       (default: unshaped, as fast as the CPU moves it)
-        --service      a service address, $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN),
-                       DNAT'd in every node to the other nodes' overlay agents
-                       (kube-proxy iptables mode; needs iptables)
->>>>>>> scale
+                       (at most $TB_NARROW_MAX nodes)
         --build        run 'cargo build --release -p fabperf' when no fabperf
                        binary is found
   down  Stop everything and remove the testbed (idempotent; also cleans up
