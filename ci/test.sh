@@ -74,6 +74,18 @@ step "tuning levels and policy rules on the testbed, restore verified (sim/testb
   ./sim/testbed-tune-test.sh
 step "fabperf mtu on the testbed: plain and VXLAN paths, a switch port below the interfaces' MTU, doctor's mtu-mismatch (sim/testbed-mtu-test.sh)" \
   ./sim/testbed-mtu-test.sh
+# The localization check is opt-in until it passes within CI's budget: at N = 32 on
+# the 2-core machine its mesh took 31 min and the tx-half node's pairs were named as
+# links (precision 0.06-0.11, recall 1.0; docs/testbed.md#fault-localization).
+localize() {
+  if [ "${FABPERF_CI_LOCALIZE:-0}" != 1 ]; then
+    echo "skipped: set FABPERF_CI_LOCALIZE=1 (precision below 1.0 and ~31 min at N = 32 on 2 cores; docs/testbed.md#fault-localization)"
+    return 77
+  fi
+  timeout "${LOCALIZE_TIMEOUT:-2400}" ./sim/testbed-localize-test.sh --nodes 32 --seeds "${LOCALIZE_SEEDS:-1}"
+}
+step "fault localization on the testbed: 32 nodes, 4 injected faults (rate, delay, tx-half), mesh-summary scored against the truth, precision and recall 1.0 (sim/testbed-localize-test.sh; FABPERF_CI_LOCALIZE=1, LOCALIZE_SEEDS, LOCALIZE_TIMEOUT)" \
+  localize
 if [ "$VM" = 1 ]; then
   step "soft-RoCE guest: RDMA device tests and fabperf vs perftest" ./sim/softroce.sh
 else

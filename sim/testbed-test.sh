@@ -150,9 +150,10 @@ parse_bad() { # FUNC INPUT [ARGS]
 parse_ok tb_parse_nodes 4 4
 parse_ok tb_parse_nodes 2 2
 parse_ok tb_parse_nodes 64 64
+parse_ok tb_parse_nodes 1021 1021
 parse_ok tb_parse_nodes 016 16
 # shellcheck disable=SC2016 # hostile input, kept literal on purpose
-for v in 1 0 65 -3 abc '' 4x ' 4' 99999999999999999999 '$(reboot)' '4;rm -rf /'; do parse_bad tb_parse_nodes "$v"; done
+for v in 1 0 1022 -3 abc '' 4x ' 4' 99999999999999999999 '$(reboot)' '4;rm -rf /'; do parse_bad tb_parse_nodes "$v"; done
 parse_ok tb_parse_node fp-node3 3 4
 parse_ok tb_parse_node node2 2 4
 parse_ok tb_parse_node 4 4 4
@@ -179,6 +180,16 @@ parse_ok tb_fmt_rate 200000000 200mbit
 parse_ok tb_loss_bytecode 1000000 "1,6 0 0 4294967295"
 parse_ok tb_loss_bytecode 5000 "4,32 0 0 4294963256,53 0 1 21474836,6 0 0 0,6 0 0 4294967295"
 parse_ok tb_overlay_mac 3 02:fb:02:00:00:03
+# Addressing: /24s up to 253 nodes, /22s in 198.19.0.0/16 above.
+scaled() { tb_set_scale "$1" && "$2" "$1" && printf ' /%s gw %s' "$TB_NODE_PREFIXLEN" "$(tb_fabric_gw)"; }
+parse_ok scaled 253 "198.18.1.253 /24 gw 198.18.1.254" tb_fabric_ip
+parse_ok scaled 254 "198.19.4.254 /22 gw 198.19.7.254" tb_fabric_ip
+parse_ok scaled 1021 "198.19.11.253 /22 gw 198.19.7.254" tb_overlay_ip
+parse_ok scaled 300 "198.19.1.44 /22 gw 198.19.7.254" tb_mgmt_ip
+parse_ok tb_parse_kinds rate,delay "rate delay"
+parse_ok tb_parse_kinds tx-half,rate,tx-half "tx-half rate"
+# shellcheck disable=SC2016 # hostile input, kept literal on purpose
+for v in '' rate, ,rate 'rate delay' jitter 'rate;id' '$(id)' RATE; do parse_bad tb_parse_kinds "$v"; done
 
 # ------------------------------------------------------------------ preconditions
 if [[ $(id -u) -ne 0 ]]; then

@@ -36,7 +36,7 @@ usage() {
 Usage: $PROG COMMAND [ARGS]
 
   up [--nodes N] [--node-ip mgmt|fabric] [--overlay-underlay auto|mgmt|fabric]
-     [--mgmt-rate R] [--service] [--build]
+     [--mgmt-rate R] [--fabric-rate R] [--service] [--build]
         Build the testbed: N nodes (default $TB_DEFAULT_NODES, $TB_MIN_NODES..$TB_MAX_NODES), namespaces
         ${TB_NODE_PREFIX}1..${TB_NODE_PREFIX}N and $TB_SWITCH_NS (the two bridges, gateway, DNS).
         --node-ip      link of the default route, so of the address a default
@@ -46,12 +46,15 @@ Usage: $PROG COMMAND [ARGS]
                        node address's link, as CNIs choose it; mgmt or fabric
                        pins it, as a CNI with an interface setting does
         --mgmt-rate    shaping of the management link (default 1gbit)
+        --fabric-rate  shape every fabric link to R each way, a port rate
+                       (default: unshaped, as fast as the CPU moves it)
         --service      service addresses, DNAT'd in every node as kube-proxy's
                        iptables mode does (needs iptables), TCP and UDP:
                        $(tb_node_service_ip 1)..N ($(tb_node_ns 1).$TB_SERVICE_NAME.$TB_DOMAIN, ...), each with
                        one node's overlay agent as its only endpoint, and
                        $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN) in front of the
                        other nodes' overlay agents, balanced per connection
+                       (at most $TB_NARROW_MAX nodes)
         --build        run 'cargo build --release -p fabperf' when no fabperf
                        binary is found
   down  Stop everything and remove the testbed (idempotent; also cleans up
@@ -66,8 +69,17 @@ Usage: $PROG COMMAND [ARGS]
         Shape NODE's fabric link in both directions: R bits/s (e.g. 200mbit),
         D added one way in each direction (e.g. 2ms), P percent lost per packet.
         --egress-only shapes only what NODE transmits (a transmit-side fault).
-  restore NODE
-        Remove what degrade applied.
+  inject --seed S --faults K [--kinds rate,delay,loss,tx-half] [--out FILE]
+         [--rate-factor F] [--delay D] [--loss P]
+        Fault K random nodes or links (node-disjoint), chosen by seed S, on the
+        fabric: rate = the link at 1/F of its rate (default 5), delay = D added
+        each way (default 1ms), loss = P percent lost each way (default 5),
+        tx-half = a node that drops half of what it transmits. A link is one
+        pair of nodes: only their traffic to each other is faulted. Writes the
+        faults (JSON) to FILE and to the state; replaces earlier faults.
+  restore [NODE]
+        Remove what degrade applied to NODE; without NODE, every degraded
+        node and every injected fault.
 
 State, logs and the agents' token: $STATE (FABPERF_TESTBED_DIR).
 fabperf binary: \$FABPERF_BIN, else target/release/fabperf, target/debug/fabperf
@@ -159,6 +171,8 @@ require_up() {
     fi
     NODES=$(state_get nodes)
     [[ $NODES =~ ^[0-9]+$ ]] || die 1 "$STATE/testbed.env is damaged; run 'sudo $PROG down' and 'up' again"
+    tb_set_scale "$NODES"
+    FABRIC_RATE=$(state_get fabric_rate)
 }
 
 # A process that exists and is not a zombie (an orphaned agent that died stays
@@ -206,7 +220,36 @@ teardown() {
         rmdir "$d" 2>/dev/null || log "left $d: it holds files $PROG did not write"
     done
     rmdir /etc/netns 2>/dev/null || true
+    restore_neigh_limits
     remove_state
+}
+
+# The kernel's neighbour (ARP) table is one for all namespaces, limited by
+# the host's gc_thresh1/2/3 (128/512/1024 by default): an N-node mesh keeps
+# up to about 2 N (N + 1) entries (every node's peers on two links, the
+# switch's on both bridges). 'up' raises the limits when they are lower and
+# 'down' puts the old values back (kept in $STATE/host-sysctl).
+NEIGH_KEYS="net.ipv4.neigh.default.gc_thresh1 net.ipv4.neigh.default.gc_thresh2 net.ipv4.neigh.default.gc_thresh3"
+raise_neigh_limits() {
+    local need=$((2 * NODES * (NODES + 1))) t3 key
+    t3=$(sysctl -n net.ipv4.neigh.default.gc_thresh3 2>/dev/null) || return 0
+    ((need > t3)) || return 0
+    for key in $NEIGH_KEYS; do
+        echo "$key=$(sysctl -n "$key")"
+    done >"$STATE/host-sysctl"
+    sysctl -qw net.ipv4.neigh.default.gc_thresh1="$need" net.ipv4.neigh.default.gc_thresh2=$((2 * need)) \
+        net.ipv4.neigh.default.gc_thresh3=$((4 * need)) ||
+        die 1 "cannot raise the host's neighbour table limits (net.ipv4.neigh.default.gc_thresh*) to $need/$((2 * need))/$((4 * need)) for $NODES nodes"
+    log "host neighbour table limits raised to $need/$((2 * need))/$((4 * need)) for $NODES nodes (were $(cut -d= -f2 "$STATE/host-sysctl" | tr '\n' / | sed 's,/$,,'); 'down' restores them)"
+}
+restore_neigh_limits() {
+    local f=$STATE/host-sysctl line
+    [[ -f $f ]] || return 0
+    while IFS= read -r line; do
+        [[ $line =~ ^net\.ipv4\.neigh\.default\.gc_thresh[123]=[0-9]+$ ]] || continue
+        sysctl -qw "$line" || log "could not restore $line"
+    done <"$f"
+    rm -f "$f"
 }
 
 # True when every entry of $STATE is one that 'up' creates (or it is empty).
@@ -215,7 +258,7 @@ state_dir_is_ours() {
     for e in "$STATE"/* "$STATE"/.[!.]*; do
         [[ -e $e || -L $e ]] || continue
         case ${e##*/} in
-            logs | pids | dns | batch | bin | degraded | tune-state | token | testbed.env) ;;
+            logs | pids | dns | batch | bin | degraded | inject | tune-state | token | testbed.env | host-sysctl) ;;
             *) return 1 ;;
         esac
     done
@@ -228,8 +271,8 @@ remove_state() {
         log "left $STATE alone: it holds files $PROG did not write"
         return 0
     fi
-    rm -rf "${STATE:?}"/{logs,pids,dns,batch,bin,degraded,tune-state}
-    rm -f "$STATE/token" "$STATE/testbed.env"
+    rm -rf "${STATE:?}"/{logs,pids,dns,batch,bin,degraded,inject,tune-state}
+    rm -f "$STATE/token" "$STATE/testbed.env" "$STATE/host-sysctl"
     rmdir "$STATE" 2>/dev/null || log "left $STATE: it holds files $PROG did not write"
 }
 
@@ -344,6 +387,12 @@ shape_mgmt() { # NS DEV: the management link's rate on DEV's egress
     tc -n "$1" qdisc replace dev "$2" root handle 1: tbf rate "${MGMT_RATE}bit" burst "$burst" latency 20ms
 }
 
+shape_fabric() { # NS DEV: the fabric's port rate (up --fabric-rate) on DEV's egress, if any
+    [[ -n $FABRIC_RATE ]] || return 0
+    tc -n "$1" qdisc replace dev "$2" root handle 1: tbf rate "${FABRIC_RATE}bit" \
+        burst "$(tb_tbf_burst "$FABRIC_RATE")" latency 20ms
+}
+
 build_node() { # K
     local k=$1 ns sw=$TB_SWITCH_NS
     ns=$(tb_node_ns "$k")
@@ -355,14 +404,16 @@ build_node() { # K
     ip link add mgmt0 netns "$ns" type veth peer name "m-node$k" netns "$sw"
     ip -n "$ns" link set mgmt0 mtu "$TB_MGMT_MTU" up
     ip -n "$sw" link set "m-node$k" mtu "$TB_MGMT_MTU" master br-mgmt up
-    ip -n "$ns" addr add "$(tb_mgmt_ip "$k")/$TB_PREFIXLEN" dev mgmt0
+    ip -n "$ns" addr add "$(tb_mgmt_ip "$k")/$TB_NODE_PREFIXLEN" dev mgmt0
     shape_mgmt "$ns" mgmt0
     shape_mgmt "$sw" "m-node$k"
     # Fabric link: fab0 in the node, f-nodeK on br-fabric, MTU 9000, unshaped.
     ip link add fab0 netns "$ns" type veth peer name "f-node$k" netns "$sw"
     ip -n "$ns" link set fab0 mtu "$TB_FABRIC_MTU" up
     ip -n "$sw" link set "f-node$k" mtu "$TB_FABRIC_MTU" master br-fabric up
-    ip -n "$ns" addr add "$(tb_fabric_ip "$k")/$TB_PREFIXLEN" dev fab0
+    ip -n "$ns" addr add "$(tb_fabric_ip "$k")/$TB_NODE_PREFIXLEN" dev fab0
+    shape_fabric "$ns" fab0
+    shape_fabric "$sw" "f-node$k"
     # The default route decides the node address (kubelet without --node-ip).
     if [[ $NODE_IP_LINK == fabric ]]; then
         ip -n "$ns" route add default via "$(tb_fabric_gw)" dev fab0
@@ -400,7 +451,7 @@ build_overlay() { # K | 254
     ip -n "$ns" link add vxlan0 type vxlan id "$TB_VXLAN_ID" dstport "$TB_VXLAN_PORT" \
         local "$uip" dev "$dev" nolearning || return 1
     ip -n "$ns" link set vxlan0 address "$(tb_overlay_mac "$k")" mtu $((umtu - TB_VXLAN_OVERHEAD)) up
-    ip -n "$ns" addr add "$(tb_overlay_ip "$k")/$TB_PREFIXLEN" dev vxlan0
+    ip -n "$ns" addr add "$(tb_overlay_ip "$k")/$TB_NODE_PREFIXLEN" dev vxlan0
     local fdb=$STATE/batch/$ns.fdb neigh=$STATE/batch/$ns.neigh
     : >"$fdb"
     : >"$neigh"
@@ -505,6 +556,7 @@ cmd_up() {
     NODE_IP_LINK=mgmt
     OVERLAY_CHOICE=auto
     MGMT_RATE=1000000000
+    FABRIC_RATE=
     SERVICE=0
     local build=0
     while [[ $# -gt 0 ]]; do
@@ -529,6 +581,11 @@ cmd_up() {
                 MGMT_RATE=$(tb_parse_rate "$2") || exit 2
                 shift 2
                 ;;
+            --fabric-rate)
+                [[ $# -ge 2 ]] || die 2 "--fabric-rate needs a rate such as 100mbit"
+                FABRIC_RATE=$(tb_parse_rate "$2") || exit 2
+                shift 2
+                ;;
             --service)
                 SERVICE=1
                 shift
@@ -541,6 +598,10 @@ cmd_up() {
         esac
     done
     if [[ $OVERLAY_CHOICE == auto ]]; then OVERLAY_LINK=$NODE_IP_LINK; else OVERLAY_LINK=$OVERLAY_CHOICE; fi
+    tb_set_scale "$NODES"
+    if ((SERVICE && NODES > TB_NARROW_MAX)); then
+        die 2 "up: --service takes at most $TB_NARROW_MAX nodes (each node's service address is in $TB_NODE_SERVICE_NET.0/24); drop --service or use fewer nodes"
+    fi
 
     need_root up
     need_tools ip tc bridge ss dnsmasq unshare setsid flock sysctl
@@ -578,6 +639,7 @@ cmd_up() {
     ln -s "$FABPERF" "$STATE/bin/fabperf"
 
     log "building $NODES nodes (node address on $NODE_IP_LINK, overlay over $OVERLAY_LINK)"
+    raise_neigh_limits
     local k sw=$TB_SWITCH_NS
     ip netns add "$sw"
     ip -n "$sw" link set lo up
@@ -587,8 +649,8 @@ cmd_up() {
         die 1 "cannot create a bridge: the kernel needs bridge and veth support (modprobe bridge veth)"
     ip -n "$sw" link add br-fabric type bridge stp_state 0 mcast_snooping 0
     ip -n "$sw" link set br-mgmt mtu "$TB_MGMT_MTU" up
-    ip -n "$sw" addr add "$(tb_mgmt_gw)/$TB_PREFIXLEN" dev br-mgmt
-    ip -n "$sw" addr add "$(tb_fabric_gw)/$TB_PREFIXLEN" dev br-fabric
+    ip -n "$sw" addr add "$(tb_mgmt_gw)/$TB_NODE_PREFIXLEN" dev br-mgmt
+    ip -n "$sw" addr add "$(tb_fabric_gw)/$TB_NODE_PREFIXLEN" dev br-fabric
     write_resolv_conf "$sw"
     for ((k = 1; k <= NODES; k++)); do
         build_node "$k"
@@ -609,6 +671,7 @@ node_ip=$NODE_IP_LINK
 overlay_underlay=$OVERLAY_LINK
 overlay_mtu=$(( $([[ $OVERLAY_LINK == fabric ]] && echo "$TB_FABRIC_MTU" || echo "$TB_MGMT_MTU") - TB_VXLAN_OVERHEAD ))
 mgmt_rate=$MGMT_RATE
+fabric_rate=$FABRIC_RATE
 service=$SERVICE
 fabperf=$FABPERF
 EOF
@@ -652,7 +715,9 @@ cmd_status() {
     node_ip_link=$(state_get node_ip)
     overlay_link=$(state_get overlay_underlay)
     echo "fabperf testbed: $NODES nodes; node address on $node_ip_link; overlay VXLAN $TB_VXLAN_ID over $overlay_link, MTU $(state_get overlay_mtu)"
-    echo "management link shaped to $(tb_fmt_rate "$(state_get mgmt_rate)") each way; fabric MTU $TB_FABRIC_MTU unshaped"
+    echo "management link shaped to $(tb_fmt_rate "$(state_get mgmt_rate)") each way; fabric MTU $TB_FABRIC_MTU $(
+        if [[ -n $FABRIC_RATE ]]; then echo "shaped to $(tb_fmt_rate "$FABRIC_RATE") each way"; else echo unshaped; fi
+    )"
     echo "state $STATE   token $STATE/token   fabperf $(state_get fabperf)"
     echo
     printf '%-10s %-16s %-16s %-16s %s\n' NODE "MGMT" "FABRIC" "OVERLAY" "FABRIC DEGRADED"
@@ -827,7 +892,7 @@ cmd_degrade() {
 #                probability P by a classic-BPF random classifier (--loss)
 # so loss and delay act per packet in each direction, as on a real link.
 degrade_dev() { # NS DEV RATE_BPS DELAY_US LOSS_PPM
-    local ns=$1 dev=$2 rate=${3:-1000000000000} delay=$4 loss=$5
+    local ns=$1 dev=$2 rate=${3:-${FABRIC_RATE:-1000000000000}} delay=$4 loss=$5
     tc -n "$ns" qdisc del dev "$dev" root 2>/dev/null || true
     tc -n "$ns" qdisc add dev "$dev" root handle 1: tbf rate "${rate}bit" \
         burst "$TB_DEGRADE_BURST" latency 100ms || return 1
@@ -851,21 +916,31 @@ degrade_dev() { # NS DEV RATE_BPS DELAY_US LOSS_PPM
     fi
 }
 
-undegrade() { # K: both ends of node K's fabric link back to no qdisc
+undegrade() { # K: both ends of node K's fabric link back to as 'up' left them
     tc -n "$(tb_node_ns "$1")" qdisc del dev fab0 root 2>/dev/null || true
     tc -n "$TB_SWITCH_NS" qdisc del dev "f-node$1" root 2>/dev/null || true
+    shape_fabric "$(tb_node_ns "$1")" fab0 || true
+    shape_fabric "$TB_SWITCH_NS" "f-node$1" || true
     rm -f "$STATE/degraded/$(tb_node_ns "$1")"
 }
 
 cmd_restore() {
-    [[ $# -eq 1 ]] || die 2 "restore needs exactly one node: $PROG restore ${TB_NODE_PREFIX}2"
+    [[ $# -le 1 ]] || die 2 "restore takes at most one node: $PROG restore ${TB_NODE_PREFIX}2 (or no node: everything)"
     need_root restore
     need_tools ip tc flock
     require_up
+    if [[ $# -eq 0 ]]; then
+        take_lock
+        restore_all
+        return
+    fi
     local k ns
     k=$(tb_parse_node "$1" "$NODES") || exit 2
     take_lock
     ns=$(tb_node_ns "$k")
+    if [[ -f $STATE/inject/nodes ]] && grep -qx "$ns" "$STATE/inject/nodes"; then
+        die 1 "$ns carries injected faults ($STATE/inject/truth.json); 'sudo $PROG restore' without a node removes them all"
+    fi
     local was
     was=$(cat "$STATE/degraded/$ns" 2>/dev/null || true)
     undegrade "$k"
@@ -874,6 +949,301 @@ cmd_restore() {
     else
         log "$ns fabric link was not degraded; nothing to restore"
     fi
+}
+
+# ------------------------------------------------------------------ inject
+
+# A seeded generator, the same on every machine and bash version: an LCG
+# modulo 2^31 (glibc's constants), its high bits used.
+RNG=0
+rng_next() { # MAX: sets R to a number in 0..MAX-1
+    RNG=$(((RNG * 1103515245 + 12345) & 0x7fffffff))
+    R=$(((RNG >> 7) % $1))
+}
+
+# The faults `inject` applies, each on one node's fabric link or on one link
+# (a pair of nodes: only their traffic to each other):
+#   rate     a node's link both ways (tbf, as degrade), a link's frames through
+#            a fault line shaped the same way
+#   delay    D each way: the frames through a fault line and the delay line
+#            (sim/testbed/delayline.py; netem is not needed)
+#   loss     P percent each way (cls_bpf random drop, as degrade)
+#   tx-half  a node that drops half of what it transmits (its own end only)
+# A fault line is a veth pair in the switch, fl-I (a bridge port that neither
+# learns nor floods) and fr-I: tc on the switch ports' ingress redirects the
+# faulted frames out of fl-I, through fl-I's qdiscs (rate, loss), to fr-I,
+# where the delay line (delay) or a tc hairpin (otherwise) sends them back
+# out of fr-I, so they enter the bridge through fl-I.
+
+cmd_inject() {
+    local seed='' faults='' kinds=$TB_FAULT_KINDS out='' factor=5 delay=1000 loss=50000
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+            --seed)
+                [[ $# -ge 2 && $2 =~ ^[0-9]{1,9}$ ]] || die 2 "--seed needs a whole number from 0 to 999999999"
+                seed=$((10#$2))
+                shift 2
+                ;;
+            --faults)
+                [[ $# -ge 2 && $2 =~ ^[0-9]{1,4}$ ]] && (($((10#$2)) >= 1)) || die 2 "--faults needs a whole number of faults, at least 1"
+                faults=$((10#$2))
+                shift 2
+                ;;
+            --kinds)
+                [[ $# -ge 2 ]] || die 2 "--kinds needs a list such as rate,delay"
+                kinds=$(tb_parse_kinds "$2") || exit 2
+                shift 2
+                ;;
+            --out)
+                [[ $# -ge 2 && -n $2 ]] || die 2 "--out needs a file name"
+                out=$2
+                shift 2
+                ;;
+            --rate-factor)
+                [[ $# -ge 2 && $2 =~ ^[0-9]{1,4}$ ]] && (($((10#$2)) >= 2 && $((10#$2)) <= 1000)) ||
+                    die 2 "--rate-factor needs a whole number from 2 to 1000 (the faulted link runs at 1/F of its rate)"
+                factor=$((10#$2))
+                shift 2
+                ;;
+            --delay)
+                [[ $# -ge 2 ]] || die 2 "--delay needs a value such as 1ms"
+                delay=$(tb_parse_delay "$2") || exit 2
+                shift 2
+                ;;
+            --loss)
+                [[ $# -ge 2 ]] || die 2 "--loss needs a percentage such as 5"
+                loss=$(tb_parse_loss "$2") || exit 2
+                shift 2
+                ;;
+            *) die 2 "inject: unknown argument '$1' (see '$PROG --help')" ;;
+        esac
+    done
+    [[ -n $seed ]] || die 2 "inject needs --seed S (the same seed picks the same faults)"
+    [[ -n $faults ]] || die 2 "inject needs --faults K (how many nodes or links to fault)"
+    need_root inject
+    need_tools ip tc bridge flock python3
+    require_up
+    ((2 * faults <= NODES)) || die 2 "--faults $faults needs up to $((2 * faults)) distinct nodes (a link takes two) and the testbed has $NODES; give at most $((NODES / 2))"
+    if [[ -n $out ]]; then
+        local od
+        od=$(dirname -- "$out")
+        [[ -d $od && -w $od ]] || die 1 "--out $out: the directory $od does not exist or is not writable"
+    fi
+    take_lock
+    restore_all >/dev/null 2>&1
+    local base=${FABRIC_RATE:-} frate
+    if [[ -z $base ]]; then
+        log "the fabric is unshaped (up without --fabric-rate): a rate fault shapes the link to 1/$factor of a veth's nominal 10gbit, which may not be below what the CPU moves on a healthy link"
+        base=10000000000
+    fi
+    frate=$((base / factor))
+    ((frate >= 8000)) || frate=8000
+
+    # Pick: nodes in a seeded random order, kinds in turn from a seeded start,
+    # a node or a link by a seeded coin (tx-half is a node's fault).
+    RNG=$(((seed ^ 0x2545F491) & 0x7fffffff))
+    local pool=() i j t kind_list
+    for ((i = 1; i <= NODES; i++)); do pool+=("$i"); done
+    for ((i = NODES - 1; i > 0; i--)); do
+        rng_next $((i + 1))
+        j=$R
+        t=${pool[i]}
+        pool[i]=${pool[j]}
+        pool[j]=$t
+    done
+    read -r -a kind_list <<<"$kinds"
+    rng_next ${#kind_list[@]}
+    local off=$R next=0 kind target a b specs=()
+    for ((i = 0; i < faults; i++)); do
+        kind=${kind_list[$(((off + i) % ${#kind_list[@]}))]}
+        rng_next 2
+        if [[ $kind == tx-half || $R -eq 0 ]]; then
+            target=node a=${pool[next]} b=0
+            next=$((next + 1))
+        else
+            target=link a=${pool[next]} b=${pool[next + 1]}
+            next=$((next + 2))
+            if ((a > b)); then t=$a a=$b b=$t; fi
+        fi
+        specs+=("$kind:$target:$a:$b")
+    done
+
+    mkdir -p "$STATE/inject"
+    local spec line=0 lines_delay=() steer=$STATE/batch/inject.tc json=() ns desc
+    : >"$steer"
+    : >"$STATE/inject/nodes"
+    for spec in "${specs[@]}"; do
+        IFS=: read -r kind target a b <<<"$spec"
+        line=$((line + 1))
+        local r='' d='' l='' egress_only=0
+        case $kind in
+            rate) r=$frate ;;
+            delay) d=$delay ;;
+            loss) l=$loss ;;
+            tx-half) l=500000 egress_only=1 ;;
+        esac
+        if [[ $target == node && $kind != delay ]]; then
+            ns=$(tb_node_ns "$a")
+            degrade_dev "$ns" fab0 "$r" "" "$l" || die_inject "$kind on $ns"
+            if ((egress_only == 0)); then
+                degrade_dev "$TB_SWITCH_NS" "f-node$a" "$r" "" "$l" || die_inject "$kind on $ns"
+            fi
+        else
+            fault_line "$line" "$r" "$d" "$l" || die_inject "$kind on fault line $line"
+            [[ -z $d ]] || lines_delay+=("fr-$line:$d")
+            if [[ $target == node ]]; then
+                steer_node "$line" "$a" >>"$steer"
+            else
+                steer_link "$line" "$a" "$b" >>"$steer"
+            fi
+        fi
+        desc="injected $kind"
+        case $kind in
+            rate) desc+=" $(tb_fmt_rate "$r") (1/$factor) each way" ;;
+            delay) desc+=" ${d}us each way" ;;
+            loss) desc+=" $(tb_fmt_loss "$l") each way" ;;
+            tx-half) desc+=" (loss 50% on transmit only)" ;;
+        esac
+        if [[ $target == node ]]; then
+            echo "$desc" >"$STATE/degraded/$(tb_node_ns "$a")"
+            echo "$(tb_node_ns "$a")" >>"$STATE/inject/nodes"
+            json+=("$(printf '{"kind": "%s", "target": "node", "node": "%s"%s}' "$kind" "$(tb_node_ns "$a")" "$(inject_json_params "$kind" "$r" "$d" "$l")")")
+        else
+            echo "$desc on the link to $(tb_node_ns "$b")" >"$STATE/degraded/$(tb_node_ns "$a")"
+            echo "$desc on the link to $(tb_node_ns "$a")" >"$STATE/degraded/$(tb_node_ns "$b")"
+            printf '%s\n%s\n' "$(tb_node_ns "$a")" "$(tb_node_ns "$b")" >>"$STATE/inject/nodes"
+            json+=("$(printf '{"kind": "%s", "target": "link", "link": ["%s", "%s"]%s}' "$kind" "$(tb_node_ns "$a")" "$(tb_node_ns "$b")" "$(inject_json_params "$kind" "$r" "$d" "$l")")")
+        fi
+    done
+    if [[ -s $steer ]]; then
+        tc -n "$TB_SWITCH_NS" -batch "$steer" || die_inject "the steering filters"
+    fi
+    if [[ ${#lines_delay[@]} -gt 0 ]]; then
+        start_delayline "${lines_delay[@]}" || die_inject "the delay line"
+    fi
+    local truth=$STATE/inject/truth.json
+    {
+        printf '{\n  "seed": %d,\n  "nodes": %d,\n  "fabric_rate_bps": %s,\n  "kinds": [%s],\n  "faults": [\n' \
+            "$seed" "$NODES" "${FABRIC_RATE:-null}" "$(printf '"%s", ' $kinds | sed 's/, $//')"
+        local n=${#json[@]}
+        for ((i = 0; i < n; i++)); do
+            printf '    %s%s\n' "${json[i]}" "$([[ $((i + 1)) -lt $n ]] && echo ,)"
+        done
+        printf '  ]\n}\n'
+    } >"$truth"
+    chmod 0644 "$truth"
+    if [[ -n $out ]]; then
+        cp -- "$truth" "$out.tmp.$$" && mv -f -- "$out.tmp.$$" "$out" || die 1 "cannot write $out (the faults stay applied; 'sudo $PROG restore' removes them)"
+    fi
+    for spec in "${specs[@]}"; do
+        IFS=: read -r kind target a b <<<"$spec"
+        if [[ $target == node ]]; then
+            log "fault: $kind on node $(tb_node_ns "$a")"
+        else
+            log "fault: $kind on link $(tb_node_ns "$a") - $(tb_node_ns "$b")"
+        fi
+    done
+    log "$faults fault(s) injected (seed $seed); truth in $truth${out:+ and $out}; undo: sudo $PROG restore"
+}
+
+die_inject() {
+    log "could not inject $1 (see above): removing every injected fault"
+    restore_all >/dev/null 2>&1 || true
+    die 1 "inject failed; the testbed has no injected fault"
+}
+
+inject_json_params() { # KIND RATE DELAY LOSS
+    case $1 in
+        rate) printf ', "rate_bps": %d' "$2" ;;
+        delay) printf ', "delay_us": %d' "$3" ;;
+        loss) printf ', "loss_pct": %s' "$(tb_fmt_loss "$4" | tr -d %)" ;;
+        tx-half) printf ', "loss_pct": 50, "transmit_only": true' ;;
+    esac
+}
+
+# fault_line I RATE DELAY LOSS: the veth pair fl-I (bridge port) / fr-I, with
+# the rate or loss on fl-I's egress and, without a delay, a hairpin on fr-I.
+fault_line() {
+    local i=$1 r=$2 d=$3 l=$4 sw=$TB_SWITCH_NS
+    ip -n "$sw" link add "fl-$i" mtu "$TB_FABRIC_MTU" type veth peer name "fr-$i" mtu "$TB_FABRIC_MTU" || return 1
+    ip -n "$sw" link set "fl-$i" master br-fabric up || return 1
+    bridge -n "$sw" link set dev "fl-$i" learning off flood off mcast_flood off bcast_flood off || return 1
+    ip -n "$sw" link set "fr-$i" up || return 1
+    if [[ -n $r$l ]]; then
+        degrade_dev "$sw" "fl-$i" "$r" "" "$l" || return 1
+    fi
+    if [[ -z $d ]]; then
+        tc -n "$sw" qdisc add dev "fr-$i" clsact || return 1
+        tc -n "$sw" filter add dev "fr-$i" ingress protocol all prio 1 u32 match u32 0 0 \
+            action mirred egress redirect dev "fr-$i" || return 1
+    fi
+}
+
+# Steering (tc -batch lines for the switch): into fault line I, on the
+# switch ports' ingress (frames a node sent).
+steer_node() { # I K: everything node K sends, and everything sent to it
+    local i=$1 k=$2 j
+    for ((j = 1; j <= NODES; j++)); do
+        echo "qdisc replace dev f-node$j clsact"
+        if ((j == k)); then
+            echo "filter add dev f-node$j ingress protocol ip prio $i u32 match u32 0 0 action mirred egress redirect dev fl-$i"
+        else
+            echo "filter add dev f-node$j ingress protocol ip prio $i u32 match ip dst $(tb_fabric_ip "$k")/32 action mirred egress redirect dev fl-$i"
+        fi
+    done
+}
+steer_link() { # I A B: what A sends to B and B to A
+    local i=$1 a=$2 b=$3
+    echo "qdisc replace dev f-node$a clsact"
+    echo "filter add dev f-node$a ingress protocol ip prio $i u32 match ip dst $(tb_fabric_ip "$b")/32 action mirred egress redirect dev fl-$i"
+    echo "qdisc replace dev f-node$b clsact"
+    echo "filter add dev f-node$b ingress protocol ip prio $i u32 match ip dst $(tb_fabric_ip "$a")/32 action mirred egress redirect dev fl-$i"
+}
+
+start_delayline() { # fr-I:US ...
+    local log=$STATE/logs/delayline.log i
+    setsid ip netns exec "$TB_SWITCH_NS" python3 "$SIM_DIR/testbed/delayline.py" "$@" \
+        </dev/null >"$log" 2>&1 9>&- &
+    echo $! >"$STATE/pids/delayline.pid"
+    for i in $(seq 1 100); do
+        grep -q '^ready$' "$log" 2>/dev/null && return 0
+        pid_alive "$(cat "$STATE/pids/delayline.pid")" || {
+            log "the delay line exited: $(tail -n 3 "$log" | tr '\n' ' ')"
+            return 1
+        }
+        sleep 0.1
+    done
+    log "the delay line is not ready after 10 s; its log: $log"
+    return 1
+}
+
+# Every injected fault and every degraded node back to as 'up' left them.
+restore_all() {
+    local sw=$TB_SWITCH_NS pid dev f k n=0
+    pid=$(cat "$STATE/pids/delayline.pid" 2>/dev/null || true)
+    if pid_alive "$pid"; then
+        kill -TERM "$pid" 2>/dev/null || true
+    fi
+    rm -f "$STATE/pids/delayline.pid"
+    for dev in $(ip -n "$sw" -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^fl-[0-9]+$'); do
+        ip -n "$sw" link del "$dev" 2>/dev/null || true
+    done
+    if [[ -d $STATE/inject ]]; then
+        for ((k = 1; k <= NODES; k++)); do
+            echo "qdisc del dev f-node$k clsact"
+        done >"$STATE/batch/restore.tc"
+        tc -n "$sw" -force -batch "$STATE/batch/restore.tc" 2>/dev/null || true
+    fi
+    for f in "$STATE"/degraded/*; do
+        [[ -f $f ]] || continue
+        k=${f##*/}
+        k=${k#"$TB_NODE_PREFIX"}
+        [[ $k =~ ^[0-9]+$ ]] || continue
+        undegrade "$k"
+        n=$((n + 1))
+    done
+    rm -rf "${STATE:?}/inject"
+    log "restored: no injected fault, no degraded link ($n node(s) were)"
 }
 
 # ------------------------------------------------------------------ main
@@ -891,6 +1261,7 @@ case $cmd in
     exec) cmd_exec "$@" ;;
     degrade) cmd_degrade "$@" ;;
     restore) cmd_restore "$@" ;;
+    inject) cmd_inject "$@" ;;
     -h | --help | help) usage ;;
     *)
         usage >&2

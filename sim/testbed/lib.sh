@@ -10,7 +10,8 @@
 TB_NODE_PREFIX=fp-node
 TB_SWITCH_NS=fp-switch
 TB_MIN_NODES=2
-TB_MAX_NODES=64
+TB_MAX_NODES=1021 # the hosts of a /22 minus the switch; a bridge takes 1024 ports
+TB_NARROW_MAX=253 # up to this many nodes each network is a /24 (below)
 TB_DEFAULT_NODES=4
 TB_PORT=5301
 TB_VXLAN_ID=4242
@@ -21,12 +22,17 @@ TB_FABRIC_MTU=9000
 TB_DEGRADE_BURST=20000 # bytes: above two 9000-byte frames, below a 64 KiB GSO packet
 TB_DOMAIN=fabperf.test # RFC 6761 reserves .test: it never leaves this machine
 TB_PATHS="host-mgmt host-fabric overlay"
+TB_FAULT_KINDS="rate delay loss tx-half" # what 'inject' can apply
 
 # Subnets, all inside 198.18.0.0/15 (RFC 2544, benchmarking): nothing on a real
-# network uses them, and no route leads out of the testbed.
+# network uses them, and no route leads out of the testbed. Up to
+# TB_NARROW_MAX nodes each network is a /24 (node K is .K, the switch .254);
+# above, each is a /22 in 198.19.0.0/16 (node K is the K-th address, the
+# switch the last host, .3.254): tb_set_scale N picks one.
 TB_MGMT_NET=198.18.0
 TB_FABRIC_NET=198.18.1
 TB_OVERLAY_NET=198.18.2
+TB_WIDE_BASE=198.19 # 198.19.0.0/22 mgmt, 198.19.4.0/22 fabric, 198.19.8.0/22 overlay
 # The service addresses (up --service): virtual IPs no interface holds, which
 # each member DNATs to overlay agents the way kube-proxy's iptables mode does
 # for a ClusterIP Service. One per node with that node's overlay agent as its
@@ -37,15 +43,40 @@ TB_OVERLAY_NET=198.18.2
 TB_SERVICE_NET=198.18.3
 TB_SERVICE_HOST=1
 TB_SERVICE_NAME=overlay.svc # <name>.fabperf.test
-TB_NODE_SERVICE_NET=198.18.4
-TB_GW_HOST=254  # switch address on each bridge (default gateway, DNS on mgmt)
-TB_PREFIXLEN=24
+TB_NODE_SERVICE_NET=198.18.4 # a /24: up --service takes at most TB_NARROW_MAX nodes
+TB_PREFIXLEN=24 # the service subnets'
+# Set by tb_set_scale: the node networks' prefix length and the switch's host
+# number on them (default gateway, DNS on mgmt; also its overlay member number).
+TB_GW_HOST=254
+TB_NODE_PREFIXLEN=24
+TB_WIDE=0
 
-tb_mgmt_ip() { printf '%s.%d' "$TB_MGMT_NET" "$1"; }
-tb_fabric_ip() { printf '%s.%d' "$TB_FABRIC_NET" "$1"; }
-tb_overlay_ip() { printf '%s.%d' "$TB_OVERLAY_NET" "$1"; }
-tb_mgmt_gw() { printf '%s.%d' "$TB_MGMT_NET" "$TB_GW_HOST"; }
-tb_fabric_gw() { printf '%s.%d' "$TB_FABRIC_NET" "$TB_GW_HOST"; }
+# tb_set_scale N: the addressing for an N-node testbed (sourcing scripts call
+# it before asking for an address when N may exceed TB_NARROW_MAX).
+tb_set_scale() {
+    if (($1 > TB_NARROW_MAX)); then
+        TB_WIDE=1 TB_GW_HOST=1022 TB_NODE_PREFIXLEN=22
+    else
+        TB_WIDE=0 TB_GW_HOST=254 TB_NODE_PREFIXLEN=24
+    fi
+}
+# tb_net_ip NET HOST: host number HOST of network NET (0 mgmt, 1 fabric, 2 overlay).
+tb_net_ip() {
+    if ((TB_WIDE)); then
+        printf '%s.%d.%d' "$TB_WIDE_BASE" $((4 * $1 + $2 / 256)) $(($2 % 256))
+    else
+        case $1 in
+            0) printf '%s.%d' "$TB_MGMT_NET" "$2" ;;
+            1) printf '%s.%d' "$TB_FABRIC_NET" "$2" ;;
+            2) printf '%s.%d' "$TB_OVERLAY_NET" "$2" ;;
+        esac
+    fi
+}
+tb_mgmt_ip() { tb_net_ip 0 "$1"; }
+tb_fabric_ip() { tb_net_ip 1 "$1"; }
+tb_overlay_ip() { tb_net_ip 2 "$1"; }
+tb_mgmt_gw() { tb_net_ip 0 "$TB_GW_HOST"; }
+tb_fabric_gw() { tb_net_ip 1 "$TB_GW_HOST"; }
 tb_dns_ip() { tb_mgmt_gw; }
 tb_service_ip() { printf '%s.%d' "$TB_SERVICE_NET" "$TB_SERVICE_HOST"; }
 # Node K's own service address (its overlay agent the only endpoint).
@@ -88,7 +119,7 @@ tb_parse_nodes() {
     fi
     v=$((10#$v))
     if ((v < TB_MIN_NODES || v > TB_MAX_NODES)); then
-        echo "--nodes $v is out of range: the testbed has $TB_MIN_NODES to $TB_MAX_NODES nodes (addresses .1-.$TB_MAX_NODES of each /24; three agents per node)" >&2
+        echo "--nodes $v is out of range: the testbed has $TB_MIN_NODES to $TB_MAX_NODES nodes (the hosts of a /22 per network but the switch's; three agents per node)" >&2
         return 1
     fi
     echo "$v"
@@ -242,4 +273,25 @@ tb_tbf_burst() {
     local b=$(($1 / 8 / 1000))
     ((b < 18000)) && b=18000
     echo "$b"
+}
+
+# Fault kinds for 'inject --kinds': a comma-separated list of TB_FAULT_KINDS;
+# prints them space-separated, each once, in the order given.
+tb_parse_kinds() {
+    local v=$1 k out=() seen=' ' ks
+    if [[ ! $v =~ ^[a-z-]+(,[a-z-]+)*$ ]]; then
+        echo "--kinds '$v' is not a comma-separated list of: ${TB_FAULT_KINDS// /, }" >&2
+        return 1
+    fi
+    IFS=, read -r -a ks <<<"$v"
+    for k in "${ks[@]}"; do
+        if [[ " $TB_FAULT_KINDS " != *" $k "* ]]; then
+            echo "--kinds: '$k' is not a fault kind; give some of: ${TB_FAULT_KINDS// /, }" >&2
+            return 1
+        fi
+        [[ $seen == *" $k "* ]] && continue
+        seen+="$k "
+        out+=("$k")
+    done
+    echo "${out[*]}"
 }

@@ -93,7 +93,8 @@ impl fabperf_proto::TestKind for Scripted {
         use fabperf_mtu::wire::{self, Datagram};
         let p: fabperf_mtu::agent::MtuParams = fabperf_proto::decode_params("mtu", params)?;
         *self.asked.lock().unwrap() = Some(p.duration_s);
-        let sock = std::net::UdpSocket::bind(ctx.local()).unwrap();
+        // As the real kind: the agent's UDP door gives the port up meanwhile.
+        let (sock, _door) = ctx.data.udp_socket(ctx.local()).unwrap();
         sock.set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
         let session = 77;

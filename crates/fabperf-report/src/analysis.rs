@@ -638,16 +638,12 @@ pub fn build(store: &Store, opts: &Options) -> Result<Report, ReportError> {
     let mut report = assemble(&mut data, opts)?;
     // The mesh matrices, with the plan's rule per test.
     for test in summary::mesh_tests(store, data.run.id)? {
-        let rule = data.mesh_rules.get(&test).copied();
-        match summary::analyze(
-            store,
-            data.run.id,
-            &test,
-            rule.map(|r| r.bw_fraction)
-                .unwrap_or(summary::DEFAULT_BW_FRACTION),
-            rule.map(|r| r.lat_factor)
-                .unwrap_or(summary::DEFAULT_LAT_FACTOR),
-        ) {
+        let rule = data
+            .mesh_rules
+            .get(&test)
+            .map(|r| summary::Rule::new(r.kind, r.bw_fraction, r.lat_factor))
+            .unwrap_or_default();
+        match summary::analyze(store, data.run.id, &test, &rule) {
             Ok(a) => report.meshes.push(a),
             // The mesh summary reads records strictly; one it cannot read
             // costs the matrix, not the whole report.
@@ -808,6 +804,8 @@ struct Acc {
     retrans: Vec<f64>,
     loss: Vec<f64>,
     hists: Merged,
+    /// Reused to read each repeat's own percentiles.
+    scratch: Merged,
     hist_missing: usize,
     stored: Vec<crate::data::LatView>,
     per_cell_hist_p50: Vec<Option<f64>>,
@@ -922,14 +920,16 @@ fn add_latency(acc: &mut Acc, rec: &RecView, cell: &str, notes: &mut Vec<String>
         .lat_kind
         .clone()
         .or(rec.lat.as_ref().and_then(|l| l.kind.clone()));
-    let decoded = rec.lat_hist.as_deref().map(hist::decode);
+    // Read sparsely (a mesh report merges a histogram per pair), each
+    // repeat's p50 from a scratch histogram of the same layout.
+    let decoded = rec.lat_hist.as_deref().map(hist::decode_counts);
     let mut hp50 = None;
     match decoded {
-        Some(Ok(h)) if !h.is_empty() => {
-            let mut one = Merged::new();
-            let _ = one.add(&h);
-            hp50 = one.quantile_us(0.5);
-            if let Err(e) = acc.hists.add(&h) {
+        Some(Ok(c)) if c.iter().any(|&(_, n)| n > 0) => {
+            acc.scratch.clear();
+            let _ = acc.scratch.add_counts(&c);
+            hp50 = acc.scratch.quantile_us(0.5);
+            if let Err(e) = acc.hists.add_counts(&c) {
                 notes.push(format!("cell {cell}: {e}"));
                 acc.hist_missing += 1;
             }

@@ -384,6 +384,7 @@ impl FindingView {
 /// Per-test settings from the stored plan.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MeshRule {
+    pub kind: fabperf_run::summary::RuleKind,
     pub bw_fraction: f64,
     pub lat_factor: f64,
 }
@@ -427,6 +428,7 @@ fn plan_settings(text: &str) -> (Option<String>, BTreeMap<String, MeshRule>) {
             rules.insert(
                 t.name.clone(),
                 MeshRule {
+                    kind: t.suspect_rule,
                     bw_fraction: t.suspect_bw,
                     lat_factor: t.suspect_lat,
                 },

@@ -29,6 +29,22 @@ pub fn decode(text: &str) -> Result<Histogram<u64>, HistError> {
     v2.deserialize().map_err(|e| HistError(e.0))
 }
 
+/// Decode one `lat_hist` text into its non-empty buckets, (lowest value in
+/// ns, count) — what [`Merged::add_counts`] takes — with the checks of
+/// [`decode`], without building a histogram: reading many stored
+/// histograms then costs their encoded size, not a bucket array each.
+pub fn decode_counts(text: &str) -> Result<Vec<(u64, u64)>, HistError> {
+    let v2 = V2Bytes::from_base64(text, true).map_err(|e| HistError(e.0))?;
+    let (digits, low, high) = (v2.digits, v2.low_ns, v2.high_ns);
+    if !(1..=5).contains(&digits) || low == 0 || high < 2 * low || high > MAX_HIGHEST_NS {
+        return Err(HistError(format!(
+            "parameters out of range ({digits} significant digits, {low}..{high} ns; \
+             accepted: 1..5 digits, up to {MAX_HIGHEST_NS} ns)"
+        )));
+    }
+    v2.counts().map_err(|e| HistError(e.0))
+}
+
 /// Histograms merged across repeats.
 #[derive(Debug, Clone)]
 pub struct Merged {
@@ -57,6 +73,23 @@ impl Merged {
             .map_err(|e| HistError(format!("cannot merge: {e:?}")))?;
         self.parts += 1;
         Ok(())
+    }
+
+    /// Add a histogram read by [`decode_counts`].
+    pub fn add_counts(&mut self, counts: &[(u64, u64)]) -> Result<(), HistError> {
+        for &(v, n) in counts {
+            self.hist
+                .record_n(v, n)
+                .map_err(|e| HistError(format!("cannot merge: {e:?}")))?;
+        }
+        self.parts += 1;
+        Ok(())
+    }
+
+    /// Empty it again, keeping its buckets' memory.
+    pub fn clear(&mut self) {
+        self.hist.reset();
+        self.parts = 0;
     }
 
     pub fn samples(&self) -> u64 {
@@ -146,6 +179,29 @@ pub(crate) mod tests {
         // 100 samples resolve p99 but not p99.9.
         assert!(c.iter().any(|(q, _)| *q == 99.0));
         assert!(!c.iter().any(|(q, _)| *q == 99.9));
+    }
+
+    /// The sparse path gives the merge and the percentiles of the full one.
+    #[test]
+    fn counts_merge_like_histograms() {
+        let a = sample(&[3_000, 3_001, 3_500, 9_000, 250_000, 250_000, 7_000_000]);
+        let b = sample(&[1, 2_999, 3_000, 1_000_000_000]);
+        let (ta, tb) = (encode(&a, true), encode(&b, false));
+        let mut full = Merged::new();
+        full.add(&decode(&ta).unwrap()).unwrap();
+        full.add(&decode(&tb).unwrap()).unwrap();
+        let mut sparse = Merged::new();
+        sparse.add_counts(&decode_counts(&ta).unwrap()).unwrap();
+        sparse.add_counts(&decode_counts(&tb).unwrap()).unwrap();
+        assert_eq!((sparse.samples(), sparse.parts), (11, 2));
+        for q in [0.0, 0.1, 0.5, 0.9, 0.99, 1.0] {
+            assert_eq!(sparse.quantile_us(q), full.quantile_us(q), "q {q}");
+        }
+        assert_eq!(sparse.curve(), full.curve());
+        sparse.clear();
+        assert_eq!((sparse.samples(), sparse.parts), (0, 0));
+        // The same refusals as decode.
+        assert!(decode_counts("not base64!").is_err());
     }
 
     #[test]

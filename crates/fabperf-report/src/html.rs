@@ -507,8 +507,152 @@ fn heat(f: f64) -> String {
     format!("hsl({hue:.0},70%,{:.0}%)", 45.0 + 10.0 * (1.0 - f))
 }
 
+/// `heat`'s colour as RGB bytes.
+fn heat_rgb(f: f64) -> [u8; 3] {
+    let f = f.clamp(0.0, 1.0);
+    let (h, sat, l) = (120.0 * f / 60.0, 0.70, (45.0 + 10.0 * (1.0 - f)) / 100.0);
+    let c = (1.0 - (2.0 * l - 1.0_f64).abs()) * sat;
+    let x = c * (1.0 - (h % 2.0 - 1.0).abs());
+    let (r, g) = if h < 1.0 { (c, x) } else { (x, c) };
+    let m = l - c / 2.0;
+    let b = |v: f64| ((v + m) * 255.0).round().clamp(0.0, 255.0) as u8;
+    [b(r), b(g), b(0.0)]
+}
+
+/// A pair's figure relative to the group's reference, 1 = as good or better.
+fn relative(g: &MeshGroup, v: f64) -> f64 {
+    match (g.metric, g.best) {
+        (Metric::BandwidthGbps, Some(best)) if best > 0.0 => v / best,
+        (Metric::LatencyP50Us, Some(best)) if v > 0.0 => best / v,
+        _ => 1.0,
+    }
+}
+
+/// A mesh of more nodes than SVG cells a browser draws well: the matrix
+/// as a PNG (one pixel per pair, or per block of pairs showing the block's
+/// worst above 1024 nodes), then the worst pairs and nodes.
+fn raster_heatmap(g: &MeshGroup, id: &str) -> String {
+    let k = g.nodes.len();
+    let scale = k.div_ceil(1024).max(1);
+    let side = k.div_ceil(scale) as u32;
+    let index: BTreeMap<&str, usize> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    // Worst relative figure per pixel (lower is worse); failed pairs grey.
+    let mut worst = vec![f64::INFINITY; side as usize * side as usize];
+    let mut img = crate::png::Rgb::new(side, side, [255, 255, 255]);
+    for (a, row) in &g.values {
+        let Some(&i) = index.get(a.as_str()) else {
+            continue;
+        };
+        for (b, v) in row {
+            let Some(&j) = index.get(b.as_str()) else {
+                continue;
+            };
+            let (x, y) = ((j / scale) as u32, (i / scale) as u32);
+            let cell = &mut worst[(y * side + x) as usize];
+            *cell = cell.min(relative(g, *v));
+        }
+    }
+    for (y, row) in worst.chunks(side as usize).enumerate() {
+        for (x, rel) in row.iter().enumerate() {
+            if rel.is_finite() {
+                img.set(x as u32, y as u32, heat_rgb((rel - 0.5) * 2.0));
+            }
+        }
+    }
+    for (a, b, _) in &g.failed {
+        if let (Some(&i), Some(&j)) = (index.get(a.as_str()), index.get(b.as_str())) {
+            img.set((j / scale) as u32, (i / scale) as u32, [0x99, 0x99, 0x99]);
+        }
+    }
+    for i in 0..side {
+        img.set(i, i, [0xdd, 0xdd, 0xdd]);
+    }
+    use base64::Engine;
+    let png = base64::engine::general_purpose::STANDARD.encode(img.encode());
+    let title = format!(
+        "mesh {} ({}) on path {}: {} per pair, from row to column, {k} nodes",
+        g.test,
+        g.kind,
+        g.path,
+        g.metric.unit()
+    );
+    let shown = side.clamp(256, 768);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<figure class="heatmap" data-chart="{id}"><img src="data:image/png;base64,{png}" width="{shown}" height="{shown}" style="image-rendering:pixelated" alt="{t}" title="{t}"><figcaption>{t}. Rows: the sending node, columns: the receiving node, both in name order ({first} … {last}){per}. Green: as good as the reference pair or better; red: half of it or worse; grey: failed; white: not measured. The worst pairs and nodes:</figcaption></figure>"#,
+        t = esc(&title),
+        first = esc(g.nodes.first().map(String::as_str).unwrap_or("")),
+        last = esc(g.nodes.last().map(String::as_str).unwrap_or("")),
+        per = if scale > 1 {
+            format!("; a pixel is a block of {scale}×{scale} pairs, coloured by its worst")
+        } else {
+            String::new()
+        }
+    );
+    let list = fabperf_run::summary::LIST_MAX;
+    let state = |a: &str, b: &str| {
+        g.suspects
+            .iter()
+            .find(|s| s.src == a && s.dst == b)
+            .map(|s| s.state.word())
+            .unwrap_or("")
+    };
+    s.push_str(r#"<div class="scroll"><table><thead><tr><th class="l">worst pairs</th><th>"#);
+    let _ = write!(
+        s,
+        r#"{}</th><th class="l">suspect</th></tr></thead><tbody>"#,
+        esc(g.metric.unit())
+    );
+    for (a, b, v) in g.worst_pairs(list) {
+        let _ = write!(
+            s,
+            r#"<tr><td class="l">{} → {}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
+            esc(&a),
+            esc(&b),
+            fmt_num(v),
+            esc(state(&a, &b))
+        );
+    }
+    s.push_str(r#"</tbody></table><table><thead><tr><th class="l">worst nodes</th><th>"#);
+    let _ = write!(
+        s,
+        r#"median pair, {}</th><th>pairs</th><th class="l">named</th></tr></thead><tbody>"#,
+        esc(g.metric.unit())
+    );
+    for (node, v, pairs) in g.worst_nodes(list) {
+        let named = g
+            .node_findings
+            .iter()
+            .find(|f| f.node == node)
+            .map(|f| {
+                if f.confirmed {
+                    "SUSPECT NODE"
+                } else {
+                    "unconfirmed suspect node"
+                }
+            })
+            .unwrap_or("");
+        let _ = write!(
+            s,
+            r#"<tr><td class="l">{}</td><td class="r">{}</td><td class="r">{pairs}</td><td class="l">{}</td></tr>"#,
+            esc(&node),
+            fmt_num(v),
+            named
+        );
+    }
+    s.push_str("</tbody></table></div>");
+    s
+}
+
 /// The N×N matrix of a mesh group, coloured by each pair's figure
-/// relative to the best pair; suspects outlined.
+/// relative to the reference pair (the rule's: the median or the best);
+/// suspects outlined.
 fn heatmap(g: &MeshGroup, id: &str) -> String {
     let k = g.nodes.len();
     let cell = if k > 16 { 28.0 } else { 48.0 };
@@ -627,7 +771,7 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
     }
     let _ = write!(
         s,
-        r#"<text x="{}" y="{}" font-size="11">green: as good as the best pair; red: half of it or worse; outlined red: suspect (thick: confirmed, thin: unconfirmed, dashed: cleared)</text></svg>"#,
+        r#"<text x="{}" y="{}" font-size="11">green: as good as the reference pair or better; red: half of it or worse; outlined red: suspect (thick: confirmed, thin: unconfirmed, dashed: cleared)</text></svg>"#,
         n(6.0),
         n(h - 10.0)
     );
@@ -824,11 +968,15 @@ pub fn render(rep: &Report) -> String {
         for m in &rep.meshes {
             for g in &m.groups {
                 k += 1;
-                let _ = write!(
-                    s,
-                    r#"<div class="scroll">{}</div>"#,
-                    heatmap(g, &format!("mesh-{k}"))
-                );
+                if g.nodes.len() > fabperf_run::summary::MATRIX_MAX_NODES {
+                    s.push_str(&raster_heatmap(g, &format!("mesh-{k}")));
+                } else {
+                    let _ = write!(
+                        s,
+                        r#"<div class="scroll">{}</div>"#,
+                        heatmap(g, &format!("mesh-{k}"))
+                    );
+                }
             }
             let _ = write!(s, "<pre>{}</pre>", esc(&fabperf_run::summary::render(m)));
         }

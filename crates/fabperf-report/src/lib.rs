@@ -22,6 +22,7 @@ pub mod gate;
 pub mod hist;
 pub mod html;
 pub mod openmetrics;
+mod png;
 pub mod stats;
 pub mod text;
 pub mod units;

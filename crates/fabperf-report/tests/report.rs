@@ -401,8 +401,9 @@ fn bad_records_and_histograms_in_the_store() {
     // Only the one good repeat of host 16K is left.
     let h = row(&r, "bw", "host", 16384);
     assert_eq!(h.values, vec![6.0]);
-    // A record the typed readers cannot decode is skipped and counted by
-    // the store, the same for every reader: the mesh keeps its matrix.
+    // The mesh summary reads its own cells (their figures from the store's
+    // columns), and a record the typed readers cannot decode is skipped and
+    // counted by the store: the mesh keeps its matrix.
     assert_eq!(r.meshes.len(), 1, "{:?}", r.notes);
     assert!(
         !r.notes.iter().any(|n| n.contains("no matrix")),
@@ -425,10 +426,9 @@ fn bad_records_and_histograms_in_the_store() {
         skipped.iter().any(|k| k.contains("udp-host")),
         "{skipped:?}"
     );
-    assert!(
-        skipped.iter().any(|k| k.contains("bw-host-16384-r1")),
-        "{skipped:?}"
-    );
+    // The record with the wrong types (bw-host-16384-r1) is no mesh cell's:
+    // the mesh summary reads its own test's cells only and does not decode
+    // it; the report leaves it out of its row (the one good repeat above).
 }
 
 #[test]

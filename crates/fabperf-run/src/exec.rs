@@ -1914,7 +1914,7 @@ fn retest_mesh(
 ) -> Result<bool, RunError> {
     for round in 0..rounds {
         let t_analysis = Instant::now();
-        let analysis = summary::analyze(ex.store, ex.run_id, &t.name, t.suspect_bw, t.suspect_lat)?;
+        let analysis = summary::analyze(ex.store, ex.run_id, &t.name, &t.rule())?;
         // One re-test per mesh cell behind a suspect still open after the
         // re-tests so far (a bidirectional cell measures two pairs).
         let mut todo: BTreeMap<String, CellSpec> = BTreeMap::new();

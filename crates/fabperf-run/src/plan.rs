@@ -244,10 +244,19 @@ pub struct TestDecl {
     pub points: Vec<SweepPoint>,
     /// Expected wall time of one cell (duration + warm-up), for ETAs.
     pub cell_secs: f64,
-    /// ClusterKit's rule for mesh suspects: bandwidth below this fraction of
-    /// the best pair, latency above this multiple of the lowest.
+    /// The rule for mesh suspects: bandwidth below this fraction of the
+    /// reference pair, latency above this multiple of it.
     pub suspect_bw: f64,
     pub suspect_lat: f64,
+    /// The reference pair: the median (default) or ClusterKit's best.
+    pub suspect_rule: crate::summary::RuleKind,
+}
+
+impl TestDecl {
+    /// The rule its mesh suspects are judged by.
+    pub fn rule(&self) -> crate::summary::Rule {
+        crate::summary::Rule::new(self.suspect_rule, self.suspect_bw, self.suspect_lat)
+    }
 }
 
 /// A validated plan.
@@ -342,6 +351,7 @@ struct RawTest {
     params: Option<S<toml::Table>>,
     suspect_bw: Option<S<f64>>,
     suspect_lat: Option<S<f64>>,
+    suspect_rule: Option<S<String>>,
     /// Tuning profile files (dimension `profile`).
     profiles: Option<S<Vec<S<String>>>>,
     /// Policy-rule counts (dimension `policies`).
@@ -997,6 +1007,20 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
         };
         let suspect_bw = frac(cx, &t.suspect_bw, 0.93, 0.0, 1.0, "suspect_bw");
         let suspect_lat = frac(cx, &t.suspect_lat, 2.1, 1.0, 1000.0, "suspect_lat");
+        let suspect_rule = match &t.suspect_rule {
+            None => crate::summary::RuleKind::default(),
+            Some(r) => crate::summary::RuleKind::parse(r.get_ref()).unwrap_or_else(|| {
+                cx.at(
+                    r.span(),
+                    format!(
+                        "unknown suspect_rule {:?}; one of: {}",
+                        r.get_ref(),
+                        crate::summary::RuleKind::NAMES
+                    ),
+                );
+                crate::summary::RuleKind::default()
+            }),
+        };
         let per_point = repeats as usize * path_names.len().max(1);
         let points = sweep(cx, t, kind, &name, per_point, &mut budget);
         let points = env_dims(cx, t, &name, base_dir, &mut profiles, points);
@@ -1028,6 +1052,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, text: &str, base_dir: &Path) -> Plan {
             cell_secs,
             suspect_bw,
             suspect_lat,
+            suspect_rule,
         });
     }
     if raw.tests.is_empty() {

@@ -1,7 +1,14 @@
 //! The mesh summary: the N×N matrix of a mesh test (data from the row's
-//! node to the column's), the suspect pairs by ClusterKit's rule (bandwidth
-//! below a fraction of the best pair, latency above a multiple of the
-//! lowest), their re-tests, and whom to blame.
+//! node to the column's), the suspect pairs (bandwidth below a fraction of
+//! a reference pair, latency above a multiple of it), their re-tests, and
+//! whom to blame.
+//!
+//! The reference is the median pair by default ([`RuleKind::Median`]):
+//! under noise — many flows sharing the CPUs, a pair that happened to run
+//! alone — one lucky pair sets ClusterKit's reference (the best pair) so
+//! high, or its latency so low, that healthy pairs fail it; the median
+//! stays put while fewer than half of the pairs are faulty. ClusterKit's
+//! rule ([`RuleKind::Clusterkit`]) stays available.
 //!
 //! Only the current plan's cells count ([`Store::plan_cells`]); cells of
 //! earlier versions of the plan are counted as stale and left out.
@@ -13,15 +20,72 @@
 //! — SUSPECT NODE, SUSPECT LINK — is confirmed only on confirmed suspects
 //! and failed cells; what unconfirmed suspects would blame is shown as such.
 
-use fabperf_store::{CellSpec, CellState, Measurement, Role, Store, StoreError, RETEST};
+use fabperf_store::{CellSpec, CellState, Role, Store, StoreError, StoredMeasurement, RETEST};
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-/// ClusterKit's defaults.
+/// ClusterKit's defaults (for either reference).
 pub const DEFAULT_BW_FRACTION: f64 = 0.93;
 pub const DEFAULT_LAT_FACTOR: f64 = 2.1;
+
+/// Which pair a mesh's figures are judged against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleKind {
+    /// The median pair (of an even count, the better of the two middle
+    /// ones): robust to lucky pairs and to faults on fewer than half of
+    /// the pairs.
+    #[default]
+    Median,
+    /// ClusterKit's: the best pair (highest bandwidth, lowest latency).
+    Clusterkit,
+}
+
+impl RuleKind {
+    pub const NAMES: &'static str = "median, clusterkit";
+
+    pub fn parse(s: &str) -> Option<RuleKind> {
+        match s {
+            "median" => Some(RuleKind::Median),
+            "clusterkit" => Some(RuleKind::Clusterkit),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RuleKind::Median => "median",
+            RuleKind::Clusterkit => "clusterkit",
+        }
+    }
+}
+
+/// How a mesh's pairs are judged: bandwidth below `bw_fraction` of the
+/// reference pair's, latency above `lat_factor` times its.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Rule {
+    pub kind: RuleKind,
+    pub bw_fraction: f64,
+    pub lat_factor: f64,
+}
+
+impl Rule {
+    pub fn new(kind: RuleKind, bw_fraction: f64, lat_factor: f64) -> Rule {
+        Rule {
+            kind,
+            bw_fraction,
+            lat_factor,
+        }
+    }
+}
+
+impl Default for Rule {
+    fn default() -> Rule {
+        Rule::new(RuleKind::Median, DEFAULT_BW_FRACTION, DEFAULT_LAT_FACTOR)
+    }
+}
 
 /// What a mesh group is judged by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -115,9 +179,14 @@ pub struct Reference {
     pub dst: String,
     /// Its figure.
     pub measured: f64,
-    /// The port rate the reference was capped at, when the best pair
-    /// measured above it.
+    /// The port rate the reference was capped at, when the pair measured
+    /// above it.
     pub capped_at: Option<f64>,
+    /// The median pair or the best one.
+    pub rule: RuleKind,
+    /// Among how many measured pairs, of how many nodes.
+    pub pairs: usize,
+    pub nodes: usize,
 }
 
 /// One test × path × sweep point of a mesh.
@@ -133,8 +202,8 @@ pub struct MeshGroup {
     pub values: BTreeMap<String, BTreeMap<String, f64>>,
     /// Repeats behind each figure.
     pub repeats: usize,
-    /// The reference the rule applies to: the best pair's figure (max
-    /// bandwidth, min latency), capped at the port rate.
+    /// The reference the rule applies to: the median (or, by ClusterKit's
+    /// rule, the best) pair's figure, capped at the port rate.
     pub best: Option<f64>,
     /// Which pair set the reference.
     pub reference: Option<Reference>,
@@ -159,13 +228,85 @@ pub struct MeshGroup {
     pub unconfirmed_links: Vec<(String, String)>,
     #[serde(skip)]
     templates: BTreeMap<(String, String), CellSpec>,
+    /// While judging: the mesh cell of each pair, by node id.
+    #[serde(skip)]
+    template_ids: HashMap<(u32, u32), u32>,
 }
 
 impl MeshGroup {
+    fn empty(s: &CellSpec, metric: Metric) -> MeshGroup {
+        MeshGroup {
+            test: s.test.clone(),
+            kind: s.kind.clone(),
+            path: s.path.clone(),
+            dims: s.dims.clone(),
+            metric,
+            nodes: Vec::new(),
+            values: BTreeMap::new(),
+            repeats: 0,
+            best: None,
+            reference: None,
+            port_rate_gbps: None,
+            above_port: Vec::new(),
+            threshold: None,
+            suspects: Vec::new(),
+            failed: Vec::new(),
+            node_findings: Vec::new(),
+            bad_nodes: Vec::new(),
+            bad_links: Vec::new(),
+            unconfirmed_links: Vec::new(),
+            templates: BTreeMap::new(),
+            template_ids: HashMap::new(),
+        }
+    }
+
     /// The mesh cell that measured data from `src` to `dst`, to derive
-    /// re-test cells from.
+    /// re-test cells from (kept for the suspect pairs only).
     pub fn cell_template(&self, src: &str, dst: &str) -> Option<&CellSpec> {
         self.templates.get(&(src.to_string(), dst.to_string()))
+    }
+
+    /// The `k` worst pairs (lowest bandwidth, highest latency), worst first.
+    pub fn worst_pairs(&self, k: usize) -> Vec<(String, String, f64)> {
+        let mut v: Vec<(&String, &String, f64)> = self
+            .values
+            .iter()
+            .flat_map(|(a, row)| row.iter().map(move |(b, v)| (a, b, *v)))
+            .collect();
+        v.sort_by(|x, y| match self.metric {
+            Metric::BandwidthGbps => x.2.total_cmp(&y.2),
+            Metric::LatencyP50Us => y.2.total_cmp(&x.2),
+        });
+        v.into_iter()
+            .take(k)
+            .map(|(a, b, v)| (a.clone(), b.clone(), v))
+            .collect()
+    }
+
+    /// The `k` nodes whose median pair (of those they send or receive in)
+    /// is worst, worst first: (node, that median, its pairs).
+    pub fn worst_nodes(&self, k: usize) -> Vec<(String, f64, usize)> {
+        let mut per: BTreeMap<&String, Vec<f64>> = BTreeMap::new();
+        for (a, row) in &self.values {
+            for (b, v) in row {
+                per.entry(a).or_default().push(*v);
+                per.entry(b).or_default().push(*v);
+            }
+        }
+        let bad_first = |x: &f64, y: &f64| match self.metric {
+            Metric::BandwidthGbps => x.total_cmp(y),
+            Metric::LatencyP50Us => y.total_cmp(x),
+        };
+        let mut v: Vec<(String, f64, usize)> = per
+            .into_iter()
+            .map(|(n, mut vals)| {
+                vals.sort_by(bad_first);
+                (n.clone(), vals[vals.len() / 2], vals.len())
+            })
+            .collect();
+        v.sort_by(|x, y| bad_first(&x.1, &y.1));
+        v.truncate(k);
+        v
     }
 
     /// Suspects neither confirmed nor cleared.
@@ -181,20 +322,14 @@ impl MeshGroup {
 pub struct MeshAnalysis {
     pub run_id: i64,
     pub test: String,
+    /// The reference the pairs were judged against.
+    pub rule: RuleKind,
     pub bw_fraction: f64,
     pub lat_factor: f64,
     pub groups: Vec<MeshGroup>,
     /// Stored cells of this test that are not part of the run's current
     /// plan (it was edited since they ran): not counted.
     pub stale_cells: Vec<String>,
-}
-
-fn figure(metric: Metric, r: &fabperf_results::Record) -> Option<f64> {
-    match metric {
-        Metric::BandwidthGbps => r.bw_gbps,
-        Metric::LatencyP50Us => r.lat_us.as_ref().map(|l| l.p50),
-    }
-    .filter(|v| v.is_finite())
 }
 
 fn passes(metric: Metric, v: f64, threshold: f64) -> bool {
@@ -239,49 +374,66 @@ fn planned_pairs(s: &CellSpec) -> Vec<(String, String)> {
     }
 }
 
-/// The figures a finished cell measured, per data direction. A record's
+/// A stored measurement's figure: its record's `bw_gbps` or `lat_us.p50`,
+/// as the store's columns hold them.
+fn figure(metric: Metric, m: &StoredMeasurement) -> Option<f64> {
+    match metric {
+        Metric::BandwidthGbps => m.bw_gbps,
+        Metric::LatencyP50Us => m.lat_p50_us,
+    }
+    .filter(|v| v.is_finite())
+}
+
+/// The figures a finished cell measured, per data direction, as (from, to)
+/// = (0, 1) for the driving agent `a` to `b` and (1, 0) back. A record's
 /// `direction` says where its data went (`forward`: from the client `a`;
 /// `reverse`: to it — RDMA `read` records are `reverse`); a `bidir` total
 /// sums both and is left out when the directions have records of their own.
-fn measured_pairs(
-    s: &CellSpec,
-    ms: &[&Measurement],
-    metric: Metric,
-) -> Vec<((String, String), f64)> {
-    let Some((a, b)) = s.flows.first().cloned() else {
-        return Vec::new();
-    };
-    let totals: Vec<&fabperf_results::Record> = ms
-        .iter()
-        .filter(|m| m.role == Role::Total)
-        .map(|m| &m.record)
-        .collect();
+fn measured_pairs(ms: &[StoredMeasurement], metric: Metric) -> Vec<(bool, f64)> {
+    let totals: Vec<&StoredMeasurement> = ms.iter().filter(|m| m.role == Role::Total).collect();
     let directed = totals
         .iter()
-        .any(|r| matches!(r.direction.as_deref(), Some("forward" | "reverse")));
-    let mut out: Vec<((String, String), f64)> = Vec::new();
-    for r in totals {
-        let pair = match r.direction.as_deref() {
-            Some("reverse") => (b.clone(), a.clone()),
+        .any(|m| matches!(m.direction.as_deref(), Some("forward" | "reverse")));
+    // (reversed, figure)
+    let mut out: Vec<(bool, f64)> = Vec::new();
+    for m in totals {
+        let reversed = match m.direction.as_deref() {
+            Some("reverse") => true,
             Some("bidir") if directed => continue,
-            _ => (a.clone(), b.clone()),
+            _ => false,
         };
-        if out.iter().any(|(p, _)| *p == pair) {
+        if out.iter().any(|(r, _)| *r == reversed) {
             continue;
         }
-        if let Some(v) = figure(metric, r) {
-            out.push((pair, v));
+        if let Some(v) = figure(metric, m) {
+            out.push((reversed, v));
         }
     }
     out
 }
 
+/// The parts of a stored record the summary reads beyond the columns
+/// (anything else in it is skipped unread).
+#[derive(serde::Deserialize, Default)]
+struct RecordExtras {
+    #[serde(default)]
+    warnings: Vec<fabperf_results::Note>,
+    #[serde(default)]
+    placement_local: Option<fabperf_results::Placement>,
+    #[serde(default)]
+    placement_remote: Option<fabperf_results::Placement>,
+}
+
+fn extras(m: &StoredMeasurement) -> RecordExtras {
+    serde_json::from_str(&m.record).unwrap_or_default()
+}
+
 /// Why a finished cell gave no figure: its records' warnings, if any.
-fn no_figure_reason(ms: &[&Measurement]) -> String {
+fn no_figure_reason(ms: &[StoredMeasurement]) -> String {
     let why: Vec<String> = ms
         .iter()
         .filter(|m| m.role == Role::Total)
-        .flat_map(|m| m.record.warnings.iter().map(|w| w.message.clone()))
+        .flat_map(|m| extras(m).warnings.into_iter().map(|w| w.message))
         .take(2)
         .collect();
     if why.is_empty() {
@@ -291,250 +443,437 @@ fn no_figure_reason(ms: &[&Measurement]) -> String {
     }
 }
 
-/// The real port rates of a record's two ends: an RDMA port's rate or a
-/// physical netdev's speed; a virtual link's speed is a label and a `tc`
-/// cap is a shaping, not the port.
-fn real_port_rates(r: &fabperf_results::Record) -> impl Iterator<Item = f64> + '_ {
-    [&r.placement_local, &r.placement_remote]
+/// The highest real port rate of a record's two ends: an RDMA port's rate
+/// or a physical netdev's speed; a virtual link's speed is a label and a
+/// `tc` cap is a shaping, not the port.
+fn real_port_rate(m: &StoredMeasurement) -> Option<f64> {
+    // Most records name no placement: skip the parse for them.
+    if !m.record.contains("\"port_rate_gbps\"") {
+        return None;
+    }
+    let x = extras(m);
+    [x.placement_local, x.placement_remote]
         .into_iter()
         .flatten()
         .filter(|p| !p.virtual_link && p.port_rate_source.as_deref() != Some("tc cap"))
         .filter_map(|p| p.port_rate_gbps)
         .filter(|v| v.is_finite() && *v > 0.0)
+        .reduce(f64::max)
 }
+
+/// Node names as small numbers.
+#[derive(Default)]
+struct Names {
+    ids: HashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl Names {
+    fn id(&mut self, n: &str) -> u32 {
+        if let Some(&i) = self.ids.get(n) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        self.ids.insert(n.to_string(), i);
+        self.names.push(n.to_string());
+        i
+    }
+}
+
+type Pair = (u32, u32);
 
 /// Per group (path, dims): per data pair, the figures or the failures.
 #[derive(Default)]
 struct Raw {
-    mesh: BTreeMap<(String, String), Vec<f64>>,
-    mesh_failed: BTreeMap<(String, String), String>,
-    retest: BTreeMap<(String, String), Vec<(u32, f64)>>,
-    retest_failed: BTreeMap<(String, String), Vec<String>>,
-    ports: Vec<f64>,
+    nodes: BTreeSet<u32>,
+    /// Sum and count of the mesh's figures per pair.
+    mesh: HashMap<Pair, (f64, u32)>,
+    mesh_failed: HashMap<Pair, String>,
+    retest: HashMap<Pair, Vec<(u32, f64)>>,
+    retest_failed: HashMap<Pair, Vec<String>>,
+    port: Option<f64>,
+    /// The mesh cell behind each pair (an index into the cell ids).
+    templates: HashMap<Pair, u32>,
 }
 
-/// Analyse the mesh cells of `test` in run `run_id`.
+/// What the measurement pass needs of a finished cell.
+struct CellInfo {
+    group: usize,
+    retest: bool,
+    /// The driving agent and its peer.
+    a: u32,
+    b: u32,
+    planned: Vec<Pair>,
+    repeat: u32,
+    seen: bool,
+}
+
+/// Analyse the mesh cells of `test` in run `run_id`. The run is read one
+/// cell and one measurement at a time; what is kept is per pair (a mean,
+/// failures, re-tests), so a mesh of a thousand nodes fits in memory.
 pub fn analyze(
     store: &Store,
     run_id: i64,
     test: &str,
-    bw_fraction: f64,
-    lat_factor: f64,
+    rule: &Rule,
 ) -> Result<MeshAnalysis, StoreError> {
-    let cells = store.plan_cells(run_id)?;
-    let current = cells.current_ids();
-    let ms = store.measurements(run_id, None)?;
-    let mut by_cell: BTreeMap<&str, Vec<&Measurement>> = BTreeMap::new();
-    for (id, m) in &ms {
-        if current.contains(id.as_str()) {
-            by_cell.entry(id.as_str()).or_default().push(m);
-        }
-    }
-    let stale_cells: Vec<String> = cells
-        .stale
-        .iter()
-        .filter(|c| c.spec.test == test && (c.spec.pattern == "mesh" || c.spec.pattern == RETEST))
-        .map(|c| c.spec.cell_id.clone())
-        .collect();
-    let mut groups: BTreeMap<(String, String), MeshGroup> = BTreeMap::new();
-    let mut raws: BTreeMap<(String, String), Raw> = BTreeMap::new();
-    for c in cells.current.iter().filter(|c| c.spec.test == test) {
+    let mut names = Names::default();
+    let mut keys: Vec<(String, String)> = Vec::new();
+    let mut groups: Vec<(MeshGroup, Raw)> = Vec::new();
+    let mut cell_ids: Vec<String> = Vec::new();
+    let mut done: HashMap<String, CellInfo> = HashMap::new();
+    let mut stale_cells: Vec<String> = Vec::new();
+    store.each_plan_cell(run_id, Some(test), &mut |c, current| {
         let s = &c.spec;
         let retest = s.pattern == RETEST;
         if s.pattern != "mesh" && !retest {
-            continue;
+            return Ok(());
+        }
+        if !current {
+            stale_cells.push(s.cell_id.clone());
+            return Ok(());
         }
         let key = (s.path.clone(), s.dims.to_string());
-        let metric = metric_of(&s.kind);
-        let g = groups.entry(key.clone()).or_insert_with(|| MeshGroup {
-            test: s.test.clone(),
-            kind: s.kind.clone(),
-            path: s.path.clone(),
-            dims: s.dims.clone(),
-            metric,
-            nodes: Vec::new(),
-            values: BTreeMap::new(),
-            repeats: 0,
-            best: None,
-            reference: None,
-            port_rate_gbps: None,
-            above_port: Vec::new(),
-            threshold: None,
-            suspects: Vec::new(),
-            failed: Vec::new(),
-            node_findings: Vec::new(),
-            bad_nodes: Vec::new(),
-            bad_links: Vec::new(),
-            unconfirmed_links: Vec::new(),
-            templates: BTreeMap::new(),
-        });
-        let raw = raws.entry(key).or_default();
-        let Some((a, b)) = s.flows.first() else {
-            continue;
-        };
-        for n in [a, b] {
-            if !g.nodes.contains(n) {
-                g.nodes.push(n.clone());
+        let gi = match keys.iter().position(|k| *k == key) {
+            Some(i) => i,
+            None => {
+                keys.push(key);
+                groups.push((MeshGroup::empty(s, metric_of(&s.kind)), Raw::default()));
+                groups.len() - 1
             }
-        }
-        let planned = planned_pairs(s);
+        };
+        let Some((a, b)) = s.flows.first() else {
+            return Ok(());
+        };
+        let (a, b) = (names.id(a), names.id(b));
+        let planned: Vec<Pair> = planned_pairs(s)
+            .iter()
+            .map(|(x, y)| (names.id(x), names.id(y)))
+            .collect();
+        let raw = &mut groups[gi].1;
+        raw.nodes.extend([a, b]);
         if !retest {
             for p in &planned {
-                g.templates.entry(p.clone()).or_insert_with(|| s.clone());
+                if !raw.templates.contains_key(p) {
+                    raw.templates.insert(*p, cell_ids.len() as u32);
+                    cell_ids.push(s.cell_id.clone());
+                }
             }
         }
-        let mine = by_cell.get(s.cell_id.as_str()).cloned().unwrap_or_default();
         match c.state {
             CellState::Pending => {}
-            CellState::Done | CellState::Failed => {
-                let got = if c.state == CellState::Done {
-                    measured_pairs(s, &mine, metric)
-                } else {
-                    Vec::new()
-                };
-                for (p, v) in &got {
-                    if retest {
-                        raw.retest
-                            .entry(p.clone())
-                            .or_default()
-                            .push((s.repeat, *v));
-                    } else {
-                        raw.mesh.entry(p.clone()).or_default().push(*v);
-                    }
-                }
-                if metric == Metric::BandwidthGbps {
-                    for m in &mine {
-                        raw.ports.extend(real_port_rates(&m.record));
-                    }
-                }
-                // A planned direction without a figure is a failure, also
-                // when the cell itself finished.
-                let why = match c.state {
-                    CellState::Failed => c.error.clone().unwrap_or_else(|| "failed".into()),
-                    _ => no_figure_reason(&mine),
-                };
-                for p in planned.iter().filter(|p| !got.iter().any(|(q, _)| q == *p)) {
-                    if retest {
-                        raw.retest_failed
-                            .entry(p.clone())
-                            .or_default()
-                            .push(why.clone());
-                    } else {
-                        raw.mesh_failed
-                            .entry(p.clone())
-                            .or_insert_with(|| why.clone());
-                    }
+            CellState::Failed => {
+                let why = c.error.clone().unwrap_or_else(|| "failed".into());
+                for p in planned {
+                    fail(raw, retest, p, &why);
                 }
             }
+            CellState::Done => {
+                done.insert(
+                    s.cell_id.clone(),
+                    CellInfo {
+                        group: gi,
+                        retest,
+                        a,
+                        b,
+                        planned,
+                        repeat: s.repeat,
+                        seen: false,
+                    },
+                );
+            }
+        }
+        Ok(())
+    })?;
+    // The finished cells' measurements, one cell at a time.
+    let mut cur: Vec<StoredMeasurement> = Vec::new();
+    let mut finish = |ms: &mut Vec<StoredMeasurement>, groups: &mut Vec<(MeshGroup, Raw)>| {
+        let Some(first) = ms.first() else {
+            return;
+        };
+        if let Some(info) = done.get_mut(&first.cell_id) {
+            info.seen = true;
+            let (g, raw) = &mut groups[info.group];
+            record_cell(info, g.metric, ms, raw);
+        }
+        ms.clear();
+    };
+    store.each_measurement(run_id, Some(test), &mut |m| {
+        if cur.first().is_some_and(|c| c.cell_id != m.cell_id) {
+            finish(&mut cur, &mut groups);
+        }
+        cur.push(m);
+        Ok(())
+    })?;
+    finish(&mut cur, &mut groups);
+    // Finished cells without a single record.
+    for info in done.values().filter(|i| !i.seen) {
+        let raw = &mut groups[info.group].1;
+        for p in &info.planned {
+            fail(raw, info.retest, *p, "the cell finished without a figure");
         }
     }
-    for (key, g) in groups.iter_mut() {
-        let raw = raws.remove(key).unwrap_or_default();
-        judge(g, raw, bw_fraction, lat_factor);
+    let mut out = Vec::new();
+    for (mut g, raw) in groups {
+        judge(&mut g, raw, rule, &names);
+        // Re-test templates only for the suspects (the runner derives
+        // re-tests from them); every pair's would be a copy of the run.
+        for s in &g.suspects {
+            let (Some(&x), Some(&y)) = (names.ids.get(&s.src), names.ids.get(&s.dst)) else {
+                continue;
+            };
+            let Some(&ci) = g.template_ids.get(&(x, y)) else {
+                continue;
+            };
+            if let Some(c) = store.cell(run_id, &cell_ids[ci as usize])? {
+                g.templates.insert((s.src.clone(), s.dst.clone()), c.spec);
+            }
+        }
+        g.template_ids = HashMap::new();
+        out.push(g);
     }
+    // Groups in (path, dims) order.
+    out.sort_by(|x, y| (&x.path, x.dims.to_string()).cmp(&(&y.path, y.dims.to_string())));
     Ok(MeshAnalysis {
         run_id,
         test: test.to_string(),
-        bw_fraction,
-        lat_factor,
-        groups: groups.into_values().collect(),
+        rule: rule.kind,
+        bw_fraction: rule.bw_fraction,
+        lat_factor: rule.lat_factor,
+        groups: out,
         stale_cells,
     })
 }
 
-/// Apply the rule to a group's figures, re-tests and failures, and blame.
-fn judge(g: &mut MeshGroup, mut raw: Raw, bw_fraction: f64, lat_factor: f64) {
-    g.nodes.sort();
-    g.repeats = raw.mesh.values().map(Vec::len).max().unwrap_or(0);
-    for ((a, b), v) in &raw.mesh {
-        let mean = v.iter().sum::<f64>() / v.len() as f64;
-        g.values
-            .entry(a.clone())
+fn fail(raw: &mut Raw, retest: bool, p: Pair, why: &str) {
+    if retest {
+        raw.retest_failed
+            .entry(p)
             .or_default()
-            .insert(b.clone(), mean);
+            .push(why.to_string());
+    } else {
+        raw.mesh_failed.entry(p).or_insert_with(|| why.to_string());
+    }
+}
+
+/// A finished cell's records into its group's figures and failures.
+fn record_cell(info: &CellInfo, metric: Metric, ms: &[StoredMeasurement], raw: &mut Raw) {
+    let got: Vec<(Pair, f64)> = measured_pairs(ms, metric)
+        .into_iter()
+        .map(|(reversed, v)| {
+            (
+                if reversed {
+                    (info.b, info.a)
+                } else {
+                    (info.a, info.b)
+                },
+                v,
+            )
+        })
+        .collect();
+    for (p, v) in &got {
+        if info.retest {
+            raw.retest.entry(*p).or_default().push((info.repeat, *v));
+        } else {
+            let e = raw.mesh.entry(*p).or_insert((0.0, 0));
+            e.0 += v;
+            e.1 += 1;
+        }
+    }
+    if metric == Metric::BandwidthGbps {
+        for m in ms {
+            if let Some(r) = real_port_rate(m) {
+                raw.port = Some(raw.port.map_or(r, |p| p.max(r)));
+            }
+        }
+    }
+    // A planned direction without a figure is a failure, also when the
+    // cell itself finished.
+    let missing: Vec<Pair> = info
+        .planned
+        .iter()
+        .filter(|p| !got.iter().any(|(q, _)| q == *p))
+        .copied()
+        .collect();
+    if !missing.is_empty() {
+        let why = no_figure_reason(ms);
+        for p in missing {
+            fail(raw, info.retest, p, &why);
+        }
+    }
+}
+
+/// Apply the rule to a group's figures, re-tests and failures, and blame.
+fn judge(g: &mut MeshGroup, mut raw: Raw, rule: &Rule, names: &Names) {
+    // Ranks: the group's nodes in name order, so that every list below is
+    // in (src, dst) name order.
+    let mut order: Vec<u32> = raw.nodes.iter().copied().collect();
+    order.sort_by(|x, y| names.names[*x as usize].cmp(&names.names[*y as usize]));
+    let mut rank: HashMap<u32, u32> = HashMap::with_capacity(order.len());
+    for (r, id) in order.iter().enumerate() {
+        rank.insert(*id, r as u32);
+    }
+    g.nodes = order
+        .iter()
+        .map(|&i| names.names[i as usize].clone())
+        .collect();
+    let name = |r: u32| g.nodes[r as usize].clone();
+    let ranked = |p: &Pair| (rank[&p.0], rank[&p.1]);
+    g.repeats = raw.mesh.values().map(|v| v.1 as usize).max().unwrap_or(0);
+    // (src rank, dst rank, mean) in name order.
+    let mut pairs: Vec<(u32, u32, f64)> = raw
+        .mesh
+        .iter()
+        .map(|(p, (sum, n))| {
+            let (x, y) = ranked(p);
+            (x, y, sum / f64::from(*n))
+        })
+        .collect();
+    pairs.sort_by_key(|p| (p.0, p.1));
+    let mut row: Option<(u32, BTreeMap<String, f64>)> = None;
+    for &(x, y, v) in &pairs {
+        if row.as_ref().is_some_and(|(r, _)| *r != x) {
+            let (r, m) = row.take().expect("checked");
+            g.values.insert(name(r), m);
+        }
+        row.get_or_insert_with(|| (x, BTreeMap::new()))
+            .1
+            .insert(name(y), v);
+    }
+    if let Some((r, m)) = row {
+        g.values.insert(name(r), m);
     }
     // A pair that failed in one repeat but was measured in another is not
     // "failed".
-    g.failed = raw
+    let mut failed: Vec<(u32, u32, String)> = raw
         .mesh_failed
         .iter()
         .filter(|(p, _)| !raw.mesh.contains_key(*p))
-        .map(|((a, b), e)| (a.clone(), b.clone(), e.clone()))
+        .map(|(p, e)| {
+            let (x, y) = ranked(p);
+            (x, y, e.clone())
+        })
+        .collect();
+    failed.sort_by_key(|f| (f.0, f.1));
+    g.failed = failed
+        .iter()
+        .map(|(x, y, e)| (name(*x), name(*y), e.clone()))
         .collect();
     if g.metric == Metric::BandwidthGbps {
-        g.port_rate_gbps = raw.ports.iter().copied().reduce(f64::max);
+        g.port_rate_gbps = raw.port;
     }
-    let pairs: Vec<(&String, &String, f64)> = g
-        .values
-        .iter()
-        .flat_map(|(a, row)| row.iter().map(move |(b, v)| (a, b, *v)))
-        .collect();
-    let best = pairs.iter().copied().reduce(|x, y| {
-        let better = match g.metric {
-            Metric::BandwidthGbps => y.2 > x.2,
-            Metric::LatencyP50Us => y.2 < x.2,
-        };
-        if better {
-            y
-        } else {
-            x
-        }
-    });
     if let Some(port) = g.port_rate_gbps {
         g.above_port = pairs
             .iter()
             .filter(|(_, _, v)| *v > port)
-            .map(|(a, b, v)| ((*a).clone(), (*b).clone(), *v))
+            .map(|(a, b, v)| (name(*a), name(*b), *v))
             .collect();
     }
-    if let Some((a, b, v)) = best {
+    if let Some((a, b, v)) = reference_pair(g.metric, rule.kind, &pairs) {
         let capped_at = g
             .port_rate_gbps
             .filter(|p| g.metric == Metric::BandwidthGbps && v > *p);
         g.reference = Some(Reference {
-            src: a.clone(),
-            dst: b.clone(),
+            src: name(a),
+            dst: name(b),
             measured: v,
             capped_at,
+            rule: rule.kind,
+            pairs: pairs.len(),
+            nodes: pairs
+                .iter()
+                .flat_map(|(a, b, _)| [*a, *b])
+                .collect::<BTreeSet<_>>()
+                .len(),
         });
         g.best = Some(capped_at.unwrap_or(v));
     }
-    let Some(best) = g.best else {
-        blame(g);
-        return;
-    };
-    let threshold = match g.metric {
-        Metric::BandwidthGbps => best * bw_fraction,
-        Metric::LatencyP50Us => best * lat_factor,
-    };
-    g.threshold = Some(threshold);
-    for (a, b, v) in pairs {
-        if passes(g.metric, v, threshold) {
-            continue;
-        }
-        let key = (a.clone(), b.clone());
-        let mut rt = raw.retest.remove(&key).unwrap_or_default();
-        rt.sort_by_key(|(round, _)| *round);
-        let retests: Vec<f64> = rt.into_iter().map(|(_, v)| v).collect();
-        let retests_failed = raw.retest_failed.remove(&key).unwrap_or_default();
-        let state = if retests.iter().any(|&x| passes(g.metric, x, threshold)) {
-            SuspectState::Cleared
-        } else if retests.is_empty() {
-            SuspectState::Unconfirmed
-        } else {
-            SuspectState::Confirmed
+    let mut states: HashMap<(u32, u32), SuspectState> = HashMap::new();
+    if let Some(best) = g.best {
+        let threshold = match g.metric {
+            Metric::BandwidthGbps => best * rule.bw_fraction,
+            Metric::LatencyP50Us => best * rule.lat_factor,
         };
-        g.suspects.push(Suspect {
-            src: a.clone(),
-            dst: b.clone(),
-            value: v,
-            retests,
-            retests_failed,
-            state,
-            confirmed: state == SuspectState::Confirmed,
-        });
+        g.threshold = Some(threshold);
+        for &(a, b, v) in &pairs {
+            if passes(g.metric, v, threshold) {
+                continue;
+            }
+            let key = (order[a as usize], order[b as usize]);
+            let mut rt = raw.retest.remove(&key).unwrap_or_default();
+            rt.sort_by_key(|(round, _)| *round);
+            let retests: Vec<f64> = rt.into_iter().map(|(_, v)| v).collect();
+            let retests_failed = raw.retest_failed.remove(&key).unwrap_or_default();
+            let state = if retests.iter().any(|&x| passes(g.metric, x, threshold)) {
+                SuspectState::Cleared
+            } else if retests.is_empty() {
+                SuspectState::Unconfirmed
+            } else {
+                SuspectState::Confirmed
+            };
+            states.insert((a, b), state);
+            g.suspects.push(Suspect {
+                src: name(a),
+                dst: name(b),
+                value: v,
+                retests,
+                retests_failed,
+                state,
+                confirmed: state == SuspectState::Confirmed,
+            });
+        }
     }
-    blame(g);
+    g.template_ids = std::mem::take(&mut raw.templates);
+    blame(g, &pairs, &failed, &states);
+}
+
+/// The pair the reference comes from. ClusterKit's: the best (highest
+/// bandwidth, lowest latency). The median: each node's median pair (the
+/// pairs it sends or receives in), then the median of those over the
+/// nodes — of an even count the better of the two middle ones at both
+/// steps. A faulty node moves only its own median and one pair of each
+/// other node's, so the reference stays on the healthy side while fewer
+/// than half of the nodes are faulty and no healthy node has more than half
+/// of its pairs with faulty peers (one bad node of three still works); a
+/// lucky pair moves two nodes' medians by one place at most. Ties go to
+/// the first pair in (src, dst) order.
+fn reference_pair(
+    metric: Metric,
+    kind: RuleKind,
+    pairs: &[(u32, u32, f64)],
+) -> Option<(u32, u32, f64)> {
+    type P = (u32, u32, f64);
+    // From worst to best; ties: the later (src, dst) first, so that the
+    // best of equal pairs is the first in (src, dst) order.
+    let sort = |v: &mut Vec<P>| {
+        v.sort_by(|x, y| {
+            let by_value = match metric {
+                Metric::BandwidthGbps => x.2.total_cmp(&y.2),
+                Metric::LatencyP50Us => y.2.total_cmp(&x.2),
+            };
+            by_value.then_with(|| (y.0, y.1).cmp(&(x.0, x.1)))
+        })
+    };
+    let better_middle = |mut v: Vec<P>| -> Option<P> {
+        sort(&mut v);
+        v.get(v.len() / 2).copied()
+    };
+    match kind {
+        RuleKind::Clusterkit => {
+            let mut v = pairs.to_vec();
+            sort(&mut v);
+            v.last().copied()
+        }
+        RuleKind::Median => {
+            let mut by_node: BTreeMap<u32, Vec<P>> = BTreeMap::new();
+            for p in pairs {
+                by_node.entry(p.0).or_default().push(*p);
+                by_node.entry(p.1).or_default().push(*p);
+            }
+            let medians: Vec<P> = by_node.into_values().filter_map(better_middle).collect();
+            better_middle(medians)
+        }
+    }
 }
 
 /// How one directed pair stands, for blame.
@@ -546,94 +885,113 @@ enum PairIs {
     Unconfirmed,
 }
 
-/// Name the nodes (and links) behind the failures and suspects.
-fn blame(g: &mut MeshGroup) {
-    let mut status: BTreeMap<(String, String), PairIs> = BTreeMap::new();
-    for (a, row) in &g.values {
-        for b in row.keys() {
-            status.insert((a.clone(), b.clone()), PairIs::Good);
-        }
+/// Name the nodes (and links) behind the failures and suspects. Pairs are
+/// by node rank (an index into `g.nodes`); each node's pairs are found
+/// through its own lists, so the work grows with the pairs, not with the
+/// nodes times the pairs.
+fn blame(
+    g: &mut MeshGroup,
+    pairs: &[(u32, u32, f64)],
+    failed: &[(u32, u32, String)],
+    states: &HashMap<(u32, u32), SuspectState>,
+) {
+    let n = g.nodes.len();
+    let mut status: BTreeMap<(u32, u32), PairIs> = BTreeMap::new();
+    let mut value: HashMap<(u32, u32), f64> = HashMap::with_capacity(pairs.len());
+    for &(a, b, v) in pairs {
+        status.insert((a, b), PairIs::Good);
+        value.insert((a, b), v);
     }
-    for (a, b, _) in &g.failed {
-        status.insert((a.clone(), b.clone()), PairIs::Failed);
+    for (a, b, _) in failed {
+        status.insert((*a, *b), PairIs::Failed);
     }
-    for s in &g.suspects {
-        let st = match s.state {
+    for (p, st) in states {
+        let st = match st {
             SuspectState::Confirmed => PairIs::Confirmed,
             SuspectState::Unconfirmed => PairIs::Unconfirmed,
             SuspectState::Cleared => PairIs::Good,
         };
-        status.insert((s.src.clone(), s.dst.clone()), st);
+        status.insert(*p, st);
+    }
+    // Each node's pairs: (src, dst, state), sending and receiving.
+    let mut outs: Vec<Vec<(u32, u32, PairIs)>> = vec![Vec::new(); n];
+    let mut ins: Vec<Vec<(u32, u32, PairIs)>> = vec![Vec::new(); n];
+    for (&(a, b), &s) in &status {
+        outs[a as usize].push((a, b, s));
+        ins[b as usize].push((a, b, s));
     }
     let fmt = |v: f64| format!("{v:.2}");
+    let unit = g.metric.unit();
     let range = |vals: &[f64]| -> String {
         let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         if vals.is_empty() {
             String::new()
         } else if fmt(lo) == fmt(hi) {
-            format!("{} {}", fmt(lo), g.metric.unit())
+            format!("{} {unit}", fmt(lo))
         } else {
-            format!("{}-{} {}", fmt(lo), fmt(hi), g.metric.unit())
+            format!("{}-{} {unit}", fmt(lo), fmt(hi))
         }
     };
-    let value = |a: &str, b: &str| g.values.get(a).and_then(|r| r.get(b)).copied();
     // Dead nodes first: every cell with them failed.
-    let mut dead: BTreeSet<String> = BTreeSet::new();
-    for n in &g.nodes {
-        let mine: Vec<(&(String, String), &PairIs)> = status
+    let mut dead = vec![false; n];
+    for i in 0..n {
+        let mine = outs[i].len() + ins[i].len();
+        let all_failed = outs[i]
             .iter()
-            .filter(|((a, b), _)| a == n || b == n)
-            .collect();
-        if !mine.is_empty() && mine.iter().all(|(_, s)| **s == PairIs::Failed) {
-            dead.insert(n.clone());
-            let first = g
-                .failed
+            .chain(&ins[i])
+            .all(|(_, _, s)| *s == PairIs::Failed);
+        if mine > 0 && all_failed {
+            dead[i] = true;
+            let first = failed
                 .iter()
-                .find(|(a, b, _)| a == n || b == n)
+                .find(|(a, b, _)| *a as usize == i || *b as usize == i)
                 .map(|(_, _, e)| e.as_str())
                 .unwrap_or("");
             g.node_findings.push(NodeFinding {
-                node: n.clone(),
+                node: g.nodes[i].clone(),
                 fault: NodeFault::Dead,
                 confirmed: true,
                 text: format!(
                     "all of its {} cell{} failed: {first}",
-                    mine.len(),
-                    if mine.len() == 1 { "" } else { "s" }
+                    mine,
+                    if mine == 1 { "" } else { "s" }
                 ),
             });
         }
     }
     // Then the living: pairs with a dead peer say nothing about them.
-    for n in &g.nodes {
-        if dead.contains(n) {
+    for i in 0..n {
+        if dead[i] {
             continue;
         }
-        let side = |sends: bool| -> Vec<(String, String, PairIs)> {
-            status
-                .iter()
-                .filter(|((a, b), _)| {
-                    let (me, peer) = if sends { (a, b) } else { (b, a) };
-                    me == n && !dead.contains(peer)
-                })
-                .map(|((a, b), s)| (a.clone(), b.clone(), *s))
-                .collect()
-        };
-        let (outs, ins) = (side(true), side(false));
-        let peers = |v: &[(String, String, PairIs)]| -> usize {
+        let me = i as u32;
+        let outs: Vec<(u32, u32, PairIs)> = outs[i]
+            .iter()
+            .filter(|(_, b, _)| !dead[*b as usize])
+            .copied()
+            .collect();
+        let ins: Vec<(u32, u32, PairIs)> = ins[i]
+            .iter()
+            .filter(|(a, _, _)| !dead[*a as usize])
+            .copied()
+            .collect();
+        let peers = |v: &[(u32, u32, PairIs)]| -> usize {
             v.iter()
-                .map(|(a, b, _)| if a == n { b } else { a })
+                .map(|(a, b, _)| if *a == me { *b } else { *a })
                 .collect::<BTreeSet<_>>()
                 .len()
         };
-        let suspect = |v: &[(String, String, PairIs)]| v.iter().all(|(_, _, s)| *s != PairIs::Good);
-        let confirmed = |v: &[(String, String, PairIs)]| {
+        let suspect = |v: &[(u32, u32, PairIs)]| v.iter().all(|(_, _, s)| *s != PairIs::Good);
+        let confirmed = |v: &[(u32, u32, PairIs)]| {
             v.iter()
                 .all(|(_, _, s)| matches!(s, PairIs::Failed | PairIs::Confirmed))
         };
-        let figures = |v: &[(String, String, PairIs)]| -> (Vec<f64>, usize) {
-            let vals: Vec<f64> = v.iter().filter_map(|(a, b, _)| value(a, b)).collect();
+        let figures = |v: &[(u32, u32, PairIs)]| -> (Vec<f64>, usize) {
+            let vals: Vec<f64> = v
+                .iter()
+                .filter_map(|(a, b, _)| value.get(&(*a, *b)).copied())
+                .collect();
             let failed = v.iter().filter(|(_, _, s)| *s == PairIs::Failed).count();
             (vals, failed)
         };
@@ -644,7 +1002,7 @@ fn blame(g: &mut MeshGroup) {
                 format!(", {k} failed")
             }
         };
-        let all: Vec<(String, String, PairIs)> = outs.iter().chain(&ins).cloned().collect();
+        let all: Vec<(u32, u32, PairIs)> = outs.iter().chain(&ins).copied().collect();
         let both_ways = !outs.is_empty() && !ins.is_empty();
         let finding = if peers(&all) >= 2 && suspect(&all) {
             let (vals, k) = figures(&all);
@@ -710,7 +1068,7 @@ fn blame(g: &mut MeshGroup) {
         };
         if let Some((fault, confirmed, text)) = finding {
             g.node_findings.push(NodeFinding {
-                node: n.clone(),
+                node: g.nodes[i].clone(),
                 fault,
                 confirmed,
                 text,
@@ -805,6 +1163,13 @@ pub fn render(a: &MeshAnalysis) -> String {
     o
 }
 
+/// Above this many nodes the text summary lists the worst pairs and nodes
+/// instead of printing the matrix.
+pub const MATRIX_MAX_NODES: usize = 64;
+/// Lines per list (suspect links, cleared and unconfirmed suspects, failed
+/// pairs) in the text summary; `--json` has every one.
+pub const LIST_MAX: usize = 20;
+
 fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
     // Names and errors come from a store (and agents): escaped, one line each.
     let e = fabperf_results::escape::terminal;
@@ -828,11 +1193,6 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         .max()
         .unwrap_or(4)
         .max(8);
-    let _ = write!(o, "  {:>w$}", "from \\ to");
-    for n in &g.nodes {
-        let _ = write!(o, " {:>w$}", shown[n.as_str()]);
-    }
-    o.push('\n');
     let state: BTreeMap<(&str, &str), SuspectState> = g
         .suspects
         .iter()
@@ -844,7 +1204,43 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         .map(|(a, b, _)| (a.as_str(), b.as_str()))
         .collect();
     let mut unmeasured = false;
-    for x in &g.nodes {
+    let big = g.nodes.len() > MATRIX_MAX_NODES;
+    if big {
+        let measured: usize = g.values.values().map(BTreeMap::len).sum();
+        let n = g.nodes.len();
+        unmeasured = measured + g.failed.len() < n * (n - 1);
+        let _ = writeln!(
+            o,
+            "  {n} nodes, {measured} pairs measured: the matrix is not printed above {MATRIX_MAX_NODES} nodes (`fabperf mesh-summary --json` has every pair; `fabperf report --format html` draws it as a heat map)"
+        );
+        let worst: Vec<String> = g
+            .worst_pairs(LIST_MAX)
+            .iter()
+            .map(|(x, y, v)| format!("{} -> {} {v:.2}", e(x), e(y)))
+            .collect();
+        if !worst.is_empty() {
+            let _ = writeln!(o, "  worst pairs: {}", worst.join(", "));
+        }
+        let nodes: Vec<String> = g
+            .worst_nodes(LIST_MAX)
+            .iter()
+            .map(|(x, v, _)| format!("{} {v:.2}", e(x)))
+            .collect();
+        if !nodes.is_empty() {
+            let _ = writeln!(
+                o,
+                "  worst nodes (the median of the pairs each sends or receives in): {}",
+                nodes.join(", ")
+            );
+        }
+    } else {
+        let _ = write!(o, "  {:>w$}", "from \\ to");
+        for n in &g.nodes {
+            let _ = write!(o, " {:>w$}", shown[n.as_str()]);
+        }
+        o.push('\n');
+    }
+    for x in g.nodes.iter().filter(|_| !big) {
         let _ = write!(o, "  {:>w$}", shown[x.as_str()]);
         for y in &g.nodes {
             let cell = if x == y {
@@ -868,27 +1264,41 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         o.push('\n');
     }
     let who = |r: &Reference| format!("{} -> {}", e(&r.src), e(&r.dst));
-    let rule = match (g.metric, &g.reference, g.threshold) {
-        (Metric::BandwidthGbps, Some(r), Some(t)) => match r.capped_at {
-            Some(p) => format!(
-                "bandwidth below {:.0}% of the {p:.2} Gbit/s port rate, i.e. < {t:.2} (the best pair, {}, measured {:.2}, above the port rate)",
-                a.bw_fraction * 100.0,
-                who(r),
-                r.measured
-            ),
-            None => format!(
-                "bandwidth below {:.0}% of the best pair ({}, {:.2} Gbit/s), i.e. < {t:.2}",
-                a.bw_fraction * 100.0,
-                who(r),
-                r.measured
-            ),
-        },
-        (Metric::LatencyP50Us, Some(r), Some(t)) => format!(
-            "latency above {}x the lowest pair ({}, {:.2} us), i.e. > {t:.2}",
-            a.lat_factor,
-            who(r),
-            r.measured
+    // "the best pair" / "the median pair", and "of N pairs" for the median.
+    let which = |r: &Reference, best: &str| match r.rule {
+        RuleKind::Clusterkit => (format!("the {best} pair"), String::new()),
+        RuleKind::Median => (
+            "the median pair".to_string(),
+            format!("; the median of {} nodes' median pairs", r.nodes),
         ),
+    };
+    let rule = match (g.metric, &g.reference, g.threshold) {
+        (Metric::BandwidthGbps, Some(r), Some(t)) => {
+            let (name, of) = which(r, "best");
+            match r.capped_at {
+                Some(p) => format!(
+                    "bandwidth below {:.0}% of the {p:.2} Gbit/s port rate, i.e. < {t:.2} ({name}{of}, {}, measured {:.2}, above the port rate)",
+                    a.bw_fraction * 100.0,
+                    who(r),
+                    r.measured
+                ),
+                None => format!(
+                    "bandwidth below {:.0}% of {name} ({}, {:.2} Gbit/s{of}), i.e. < {t:.2}",
+                    a.bw_fraction * 100.0,
+                    who(r),
+                    r.measured
+                ),
+            }
+        }
+        (Metric::LatencyP50Us, Some(r), Some(t)) => {
+            let (name, of) = which(r, "lowest");
+            format!(
+                "latency above {}x {name} ({}, {:.2} us{of}), i.e. > {t:.2}",
+                a.lat_factor,
+                who(r),
+                r.measured
+            )
+        }
         _ => "no figures".into(),
     };
     let _ = writeln!(
@@ -956,10 +1366,21 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             .collect::<Vec<_>>()
             .join("; ")
     };
-    for (x, y) in &g.bad_links {
+    // Long lists (a large or a noisy mesh) end after LIST_MAX lines.
+    let more = |o: &mut String, n: usize, what: &str| {
+        if n > LIST_MAX {
+            let _ = writeln!(
+                o,
+                "  ... and {} more {what} (`fabperf mesh-summary --json` lists them all)",
+                n - LIST_MAX
+            );
+        }
+    };
+    for (x, y) in g.bad_links.iter().take(LIST_MAX) {
         let _ = writeln!(o, "  SUSPECT LINK {} - {}: {}", e(x), e(y), detail(x, y));
     }
-    for (x, y) in &g.unconfirmed_links {
+    more(o, g.bad_links.len(), "suspect links");
+    for (x, y) in g.unconfirmed_links.iter().take(LIST_MAX) {
         let _ = writeln!(
             o,
             "  unconfirmed SUSPECT LINK {} - {}: {}",
@@ -968,9 +1389,14 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             detail(x, y)
         );
     }
+    more(o, g.unconfirmed_links.len(), "unconfirmed suspect links");
+    let (mut cleared, mut open) = (0usize, 0usize);
     for s in &g.suspects {
         match s.state {
+            SuspectState::Cleared if cleared >= LIST_MAX => cleared += 1,
+            SuspectState::Unconfirmed if open >= LIST_MAX => open += 1,
             SuspectState::Cleared => {
+                cleared += 1;
                 let _ = writeln!(
                     o,
                     "  cleared {} -> {}: {:.2} in the mesh, re-tests {} (noise)",
@@ -981,6 +1407,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
                 );
             }
             SuspectState::Unconfirmed => {
+                open += 1;
                 let why = match s.retests_failed.first() {
                     Some(err) => format!(
                         "{} re-test{} failed ({}); `fabperf run PLAN --retry-failed` runs {} again",
@@ -1002,11 +1429,14 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
             SuspectState::Confirmed => {}
         }
     }
-    for (x, y, err) in &g.failed {
+    more(o, cleared, "cleared suspects");
+    more(o, open, "unconfirmed suspects");
+    for (x, y, err) in g.failed.iter().take(LIST_MAX) {
         let _ = writeln!(o, "  FAILED {} -> {}: {}", e(x), e(y), e(err));
     }
+    more(o, g.failed.len(), "failed pairs");
     if let Some(p) = g.port_rate_gbps {
-        for (x, y, v) in &g.above_port {
+        for (x, y, v) in g.above_port.iter().take(LIST_MAX) {
             let _ = writeln!(
                 o,
                 "  ABOVE THE PORT RATE {} -> {}: {v:.2} Gbit/s on {p:.2} Gbit/s ports: the agents share a host, or a rate or a count is wrong",
@@ -1014,6 +1444,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
                 e(y)
             );
         }
+        more(o, g.above_port.len(), "pairs above the port rate");
     }
     o.push('\n');
 }
@@ -1033,7 +1464,7 @@ pub fn mesh_tests(store: &Store, run_id: i64) -> Result<Vec<String>, StoreError>
 mod tests {
     use super::*;
     use fabperf_results::{Placement, Record, Transport};
-    use fabperf_store::{Attempt, NewRun};
+    use fabperf_store::{Attempt, Measurement, NewRun};
     use serde_json::json;
 
     const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
@@ -1165,14 +1596,11 @@ mod tests {
     }
 
     fn analyze_one(f: &Fixture) -> (MeshAnalysis, MeshGroup, String) {
-        let a = analyze(
-            &f.store,
-            f.run,
-            "mesh",
-            DEFAULT_BW_FRACTION,
-            DEFAULT_LAT_FACTOR,
-        )
-        .unwrap();
+        analyze_by(f, Rule::default())
+    }
+
+    fn analyze_by(f: &Fixture, rule: Rule) -> (MeshAnalysis, MeshGroup, String) {
+        let a = analyze(&f.store, f.run, "mesh", &rule).unwrap();
         assert_eq!(a.groups.len(), 1, "{a:#?}");
         let g = a.groups[0].clone();
         let text = render(&a);
@@ -1262,7 +1690,13 @@ mod tests {
             vec![],
         );
         // The plan's rule: nobody is a suspect at 0.7.
-        let a = analyze(&f.store, f.run, "mesh", 0.7, DEFAULT_LAT_FACTOR).unwrap();
+        let a = analyze(
+            &f.store,
+            f.run,
+            "mesh",
+            &Rule::new(RuleKind::Median, 0.7, DEFAULT_LAT_FACTOR),
+        )
+        .unwrap();
         assert!(a.groups[0].suspects.is_empty());
         // A stricter rule afterwards: n1's sends are suspects with no re-test.
         let (_, g, text) = analyze_one(&f);
@@ -1479,8 +1913,13 @@ mod tests {
                 Ok(vec![r])
             })
         };
+        let clusterkit = Rule::new(
+            RuleKind::Clusterkit,
+            DEFAULT_BW_FRACTION,
+            DEFAULT_LAT_FACTOR,
+        );
         let f = fixture(cells("netdev speed", false), vec![]);
-        let (_, g, text) = analyze_one(&f);
+        let (_, g, text) = analyze_by(&f, clusterkit);
         assert_eq!(g.port_rate_gbps, Some(10.0));
         assert_eq!(g.best, Some(10.0));
         let r = g.reference.as_ref().unwrap();
@@ -1500,7 +1939,7 @@ mod tests {
         // rule as it is, and the summary names the pair that set it.
         for (src, virt) in [("netdev speed", true), ("tc cap", false)] {
             let f = fixture(cells(src, virt), vec![]);
-            let (_, g, text) = analyze_one(&f);
+            let (_, g, text) = analyze_by(&f, clusterkit);
             assert_eq!((g.port_rate_gbps, g.best), (None, Some(30.0)));
             assert_eq!(g.suspects.len(), 11);
             assert!(
@@ -1510,21 +1949,144 @@ mod tests {
         }
     }
 
+    /// Latency under CPU noise: one pair ran while the others waited for a
+    /// core. ClusterKit's reference is that lucky pair, and every healthy
+    /// pair above 2.1 times it is a suspect; the median pair is not moved
+    /// by it, and only the node with a real delay is named.
+    #[test]
+    fn a_lucky_pair_sets_clusterkits_reference_but_not_the_median() {
+        let lat = |us: f64| {
+            let mut r = Record::new("tcp-lat", Transport::Tcp, 64, 1);
+            let mut h = fabperf_results::LatencyHistogram::new(fabperf_results::LatencyKind::Rtt);
+            for _ in 0..8 {
+                h.record_rtt_ns((us * 1000.0) as u64);
+            }
+            r.set_latency(&h);
+            r
+        };
+        let lat_cells = |fig: &dyn Fn(&str, &str) -> f64| -> Vec<(CellSpec, Outcome)> {
+            mesh_cells(|_, _| Ok(vec![]))
+                .into_iter()
+                .map(|(mut c, _)| {
+                    c.kind = "tcp-lat".into();
+                    let (a, b) = c.flows[0].clone();
+                    let v = fig(&a, &b);
+                    (c, Ok(vec![lat(v)]))
+                })
+                .collect()
+        };
+        // Healthy pairs 40-90 us, one lucky 12 us; n4 has 1 ms more each way.
+        let fig = |a: &str, b: &str| -> f64 {
+            let base = match (a, b) {
+                ("n1", "n2") => 12.0,
+                ("n1", _) | (_, "n1") => 40.0,
+                ("n2", _) | (_, "n2") => 60.0,
+                _ => 90.0,
+            };
+            if a == "n4" || b == "n4" {
+                base + 1000.0
+            } else {
+                base
+            }
+        };
+        // The re-tests measure the same again.
+        let retests: Vec<(CellSpec, Outcome)> = lat_cells(&fig)
+            .into_iter()
+            .map(|(mut c, o)| {
+                c.cell_id = format!("rt0-{}", c.cell_id);
+                c.pattern = RETEST.into();
+                (c, o)
+            })
+            .collect();
+        let f = fixture(lat_cells(&fig), retests);
+        let ck = Rule::new(
+            RuleKind::Clusterkit,
+            DEFAULT_BW_FRACTION,
+            DEFAULT_LAT_FACTOR,
+        );
+        let (_, g, text) = analyze_by(&f, ck);
+        assert!((g.best.unwrap() - 12.0).abs() < 0.1, "{text}");
+        assert!(
+            g.bad_nodes.len() > 1,
+            "ClusterKit blames healthy nodes too: {:?}\n{text}",
+            g.bad_nodes
+        );
+        let (a, g, text) = analyze_one(&f);
+        assert_eq!(a.rule, RuleKind::Median);
+        assert_eq!(g.bad_nodes, vec!["n4".to_string()], "{text}");
+        assert!(g.bad_links.is_empty(), "{:?}", g.bad_links);
+        let r = g.reference.as_ref().unwrap();
+        assert_eq!((r.rule, r.pairs, r.nodes), (RuleKind::Median, 12, 4));
+        assert!(
+            text.contains("latency above 2.1x the median pair (")
+                && text.contains(" us; the median of 4 nodes' median pairs), i.e. > "),
+            "{text}"
+        );
+    }
+
+    /// Bandwidth: one pair above the others (it ran alone) is ClusterKit's
+    /// reference; the median is the better of the two middle pairs, so a
+    /// node whose every pair is slow — half of a 4-node one-way mesh — still
+    /// leaves the reference on the healthy side.
+    #[test]
+    fn the_median_is_the_better_middle_pair() {
+        // One way: n1 -> n2, n1 -> n3, ... (6 pairs), n3 slow in all 3 of its.
+        let mut cells = Vec::new();
+        for (a, b) in [
+            ("n1", "n2"),
+            ("n1", "n3"),
+            ("n1", "n4"),
+            ("n2", "n3"),
+            ("n2", "n4"),
+            ("n3", "n4"),
+        ] {
+            let v = match (a, b) {
+                _ if a == "n3" || b == "n3" => 1.0,
+                ("n1", "n2") => 19.0,
+                _ => 9.0,
+            };
+            cells.push((
+                spec(&format!("{a}{b}"), "mesh", a, b, json!({"size": 65536}), 0),
+                Ok(vec![rec(v, "forward")]),
+            ));
+        }
+        let f = fixture(cells, vec![]);
+        let (_, g, text) = analyze_one(&f);
+        assert_eq!(g.best, Some(9.0), "{text}");
+        let named: Vec<&str> = g.node_findings.iter().map(|f| f.node.as_str()).collect();
+        assert_eq!(named, vec!["n3"], "{text}");
+        assert_eq!(g.suspects.len(), 3, "{:?}", g.suspects);
+        let ck = Rule::new(
+            RuleKind::Clusterkit,
+            DEFAULT_BW_FRACTION,
+            DEFAULT_LAT_FACTOR,
+        );
+        let (_, g, _) = analyze_by(&f, ck);
+        assert_eq!(g.best, Some(19.0));
+        assert_eq!(g.suspects.len(), 5, "every pair below the lucky one");
+    }
+
     #[test]
     fn stale_cells_are_left_out_and_listed() {
         let mut f = fixture(
             mesh_cells(|a, _| Ok(vec![rec(if a == "n1" { 1.0 } else { 10.0 }, "forward")])),
             vec![retest("n1", "n2", 0, Ok(vec![rec(1.0, "forward")]))],
         );
-        // The plan is edited (another duration: new ids) and re-run.
-        let edited: Vec<(CellSpec, Outcome)> = mesh_cells(|_, _| Ok(vec![rec(10.0, "forward")]))
-            .into_iter()
-            .map(|(mut c, o)| {
-                c.cell_id = format!("v2-{}", c.cell_id);
-                c.params = json!({"size": 65536, "duration_s": 2.0});
-                (c, o)
-            })
-            .collect();
+        // The plan is edited (another duration: new ids) and re-run: now
+        // only n1 -> n2 is slow.
+        let edited: Vec<(CellSpec, Outcome)> = mesh_cells(|a, b| {
+            Ok(vec![rec(
+                if (a, b) == ("n1", "n2") { 1.0 } else { 10.0 },
+                "forward",
+            )])
+        })
+        .into_iter()
+        .map(|(mut c, o)| {
+            c.cell_id = format!("v2-{}", c.cell_id);
+            c.params = json!({"size": 65536, "duration_s": 2.0});
+            (c, o)
+        })
+        .collect();
         let specs: Vec<CellSpec> = edited.iter().map(|(c, _)| c.clone()).collect();
         f.store.sync_cells(f.run, &specs, false).unwrap();
         for (c, o) in edited {
@@ -1544,7 +2106,16 @@ mod tests {
         }
         let (a, g, text) = analyze_one(&f);
         assert_eq!(g.repeats, 1, "the old cells are not repeats");
-        assert!(g.suspects.is_empty(), "{:?}", g.suspects);
+        let suspects: Vec<(&str, &str)> = g
+            .suspects
+            .iter()
+            .map(|s| (s.src.as_str(), s.dst.as_str()))
+            .collect();
+        assert_eq!(
+            suspects,
+            vec![("n1", "n2")],
+            "the old slow cells do not count"
+        );
         assert!(g
             .cell_template("n1", "n2")
             .unwrap()

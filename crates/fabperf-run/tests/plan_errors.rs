@@ -172,6 +172,31 @@ fn sweeps_that_explode_are_refused() {
     assert!(e.iter().any(|x| x.contains("more than")), "{e:?}");
 }
 
+#[test]
+fn the_suspect_rule_is_the_median_unless_the_plan_names_clusterkit() {
+    use fabperf_run::summary::RuleKind;
+    let plan = |extra: &str| format!("{AGENTS}[[tests]]\nkind = \"tcp-bw\"\nduration = 1\n{extra}");
+    let p = parse(&plan(""), "p.toml", Path::new("/plans")).unwrap();
+    assert_eq!(p.tests[0].suspect_rule, RuleKind::Median);
+    let p = parse(
+        &plan("suspect_rule = \"clusterkit\"\nsuspect_bw = 0.5\n"),
+        "p.toml",
+        Path::new("/plans"),
+    )
+    .unwrap();
+    let r = p.tests[0].rule();
+    assert_eq!(
+        (r.kind, r.bw_fraction, r.lat_factor),
+        (RuleKind::Clusterkit, 0.5, 2.1)
+    );
+    let e = errors(&plan("suspect_rule = \"min\"\n"));
+    has(
+        &e,
+        "12:16",
+        "unknown suspect_rule \"min\"; one of: median, clusterkit",
+    );
+}
+
 /// A test of `n_sizes` sizes × `n_streams` stream counts × 3 directions.
 fn huge_test(n_sizes: usize, n_streams: usize) -> String {
     let sizes: Vec<String> = (1..=n_sizes).map(|i| (i * 64).to_string()).collect();

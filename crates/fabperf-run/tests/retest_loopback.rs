@@ -98,7 +98,13 @@ fn retests_share_no_node_and_failed_ones_stay_unconfirmed_until_retried() {
         }
     }
     // The suspects are unconfirmed, not "confirmed by every re-test".
-    let a = summary::analyze(&s, run, "bw", 0.5, 2.1).unwrap();
+    let a = summary::analyze(
+        &s,
+        run,
+        "bw",
+        &summary::Rule::new(summary::RuleKind::Median, 0.5, 2.1),
+    )
+    .unwrap();
     assert_eq!(a.groups.len(), 2);
     for g in &a.groups {
         assert_eq!(g.suspects.len(), 4, "{:?}", g.suspects);
@@ -128,7 +134,13 @@ fn retests_share_no_node_and_failed_ones_stay_unconfirmed_until_retried() {
     assert_eq!(retried.ran, 8, "{retried:?}");
     assert_eq!(retried.failed, 0, "{retried:?}");
     let s = Store::open_read_only(&db).unwrap();
-    let a = summary::analyze(&s, run, "bw", 0.5, 2.1).unwrap();
+    let a = summary::analyze(
+        &s,
+        run,
+        "bw",
+        &summary::Rule::new(summary::RuleKind::Median, 0.5, 2.1),
+    )
+    .unwrap();
     for g in &a.groups {
         for sus in &g.suspects {
             assert_eq!(sus.state, SuspectState::Cleared, "{sus:?}");

@@ -283,6 +283,27 @@ pub struct RawMeasurement {
     pub lat_hist: Option<String>,
 }
 
+/// One stored measurement for readers that go over a whole run
+/// ([`Store::each_measurement`]): the main figures as their columns hold
+/// them (written from the record), the record as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMeasurement {
+    pub cell_id: String,
+    pub role: Role,
+    pub src: Option<String>,
+    pub dst: Option<String>,
+    /// The record's `direction`.
+    pub direction: Option<String>,
+    /// The record's `bw_gbps`.
+    pub bw_gbps: Option<f64>,
+    /// The record's `lat_us.p50`.
+    pub lat_p50_us: Option<f64>,
+    /// The record's JSON text.
+    pub record: String,
+    /// The `lat_hist` column.
+    pub lat_hist: Option<String>,
+}
+
 /// How the cells of a plan met the cells already stored for its run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SyncReport {
@@ -856,114 +877,110 @@ impl Store {
     /// last). Readers that judge a run use [`Store::plan_cells`]: this list
     /// also holds the cells of earlier versions of its plan.
     pub fn cells(&self, run_id: i64) -> Result<Vec<CellRow>, StoreError> {
-        Ok(self
-            .cells_and_plan(run_id)?
-            .into_iter()
-            .map(|(c, _)| c)
-            .collect())
+        let mut out = Vec::new();
+        self.each_cell(run_id, None, &mut |c, _| {
+            out.push(c);
+            Ok(())
+        })?;
+        Ok(out)
     }
 
-    /// The run's cells, each with its `in_plan` flag.
-    fn cells_and_plan(&self, run_id: i64) -> Result<Vec<(CellRow, bool)>, StoreError> {
+    /// One cell of a run by its id.
+    pub fn cell(&self, run_id: i64, cell_id: &str) -> Result<Option<CellRow>, StoreError> {
+        let mut out = None;
+        self.each_cell_where(
+            run_id,
+            "AND cell_id = ?2",
+            &[&run_id, &cell_id],
+            &mut |c, _| {
+                out = Some(c);
+                Ok(())
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Calls `f` with each cell of the run (of one test when `test` is
+    /// given) and its `in_plan` flag, in plan order, keeping none: readers
+    /// of a large run hold what they derive, not the cells.
+    fn each_cell(
+        &self,
+        run_id: i64,
+        test: Option<&str>,
+        f: &mut dyn FnMut(CellRow, bool) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        match test {
+            Some(t) => self.each_cell_where(run_id, "AND test = ?2", &[&run_id, &t], f),
+            None => self.each_cell_where(run_id, "", &[&run_id], f),
+        }
+    }
+
+    fn each_cell_where(
+        &self,
+        run_id: i64,
+        filter: &str,
+        args: &[&dyn rusqlite::ToSql],
+        f: &mut dyn FnMut(CellRow, bool) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         let mut st = self
             .conn
-            .prepare(
+            .prepare(&format!(
                 "SELECT cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat,
                         state, error, attempts, started_at, ended_at, wall_s, in_plan
-                 FROM cells WHERE run_id = ?1 ORDER BY in_plan DESC, seq, cell_id",
-            )
+                 FROM cells WHERE run_id = ?1 {filter} ORDER BY in_plan DESC, seq, cell_id"
+            ))
             .map_err(self.err("reading cells"))?;
-        type Raw = (
-            String,
-            i64,
-            i64,
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-            u32,
-            String,
-            Option<String>,
-            u32,
-            Option<String>,
-            Option<String>,
-            Option<f64>,
-            bool,
-        );
-        let rows = st
-            .query_map([run_id], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                    r.get(8)?,
-                    r.get(9)?,
-                    r.get(10)?,
-                    r.get(11)?,
-                    r.get(12)?,
-                    r.get(13)?,
-                    r.get(14)?,
-                    r.get(15)?,
-                    r.get(16)?,
-                    r.get(17)?,
-                ))
-            })
-            .map_err(self.err("reading cells"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let raw: Raw = row.map_err(self.err("reading cells"))?;
+        let mut rows = st.query(args).map_err(self.err("reading cells"))?;
+        while let Some(r) = rows.next().map_err(self.err("reading cells"))? {
+            let get = |e| StoreError::sql(&self.path, "reading cells", e);
+            let cell_id: String = r.get(0).map_err(get)?;
+            let text =
+                |i: usize| -> Result<String, StoreError> { r.get::<_, String>(i).map_err(get) };
+            let (flows_t, params_t, dims_t, state_t) = (text(7)?, text(8)?, text(9)?, text(11)?);
+            // A cell the readers cannot decode is skipped and counted by the
+            // store (Store::skipped), the same for every reader.
             let decoded = (|| -> Result<_, String> {
                 fn j<T: serde::de::DeserializeOwned>(what: &str, t: &str) -> Result<T, String> {
                     serde_json::from_str(t).map_err(|e| format!("{what}: {e}"))
                 }
-                let flows: Vec<(String, String)> = j("flows", &raw.7)?;
-                let params: serde_json::Value = j("params", &raw.8)?;
-                let dims: serde_json::Value = j("dims", &raw.9)?;
-                let state = CellState::parse(&raw.11)
-                    .ok_or_else(|| format!("state: unknown state {:?}", raw.11))?;
+                let flows: Vec<(String, String)> = j("flows", &flows_t)?;
+                let params: serde_json::Value = j("params", &params_t)?;
+                let dims: serde_json::Value = j("dims", &dims_t)?;
+                let state = CellState::parse(&state_t)
+                    .ok_or_else(|| format!("state: unknown state {state_t:?}"))?;
                 Ok((flows, params, dims, state))
             })();
             let (flows, params, dims, state) = match decoded {
                 Ok(d) => d,
                 Err(e) => {
-                    self.skip(format!("run {run_id} cell {}: {e}", raw.0));
+                    self.skip(format!("run {run_id} cell {cell_id}: {e}"));
                     continue;
                 }
             };
-            out.push((
-                CellRow {
-                    spec: CellSpec {
-                        cell_id: raw.0.clone(),
-                        seq: raw.1,
-                        batch: raw.2,
-                        test: raw.3,
-                        kind: raw.4,
-                        path: raw.5,
-                        pattern: raw.6,
-                        flows,
-                        params,
-                        dims,
-                        repeat: raw.10,
-                    },
-                    state,
-                    error: raw.12,
-                    attempts: raw.13,
-                    started_at: raw.14,
-                    ended_at: raw.15,
-                    wall_s: raw.16,
+            let row = CellRow {
+                spec: CellSpec {
+                    cell_id: cell_id.clone(),
+                    seq: r.get(1).map_err(get)?,
+                    batch: r.get(2).map_err(get)?,
+                    test: text(3)?,
+                    kind: text(4)?,
+                    path: text(5)?,
+                    pattern: text(6)?,
+                    flows,
+                    params,
+                    dims,
+                    repeat: r.get(10).map_err(get)?,
                 },
-                raw.17,
-            ));
+                state,
+                error: r.get(12).map_err(get)?,
+                attempts: r.get(13).map_err(get)?,
+                started_at: r.get(14).map_err(get)?,
+                ended_at: r.get(15).map_err(get)?,
+                wall_s: r.get(16).map_err(get)?,
+            };
+            f(row, r.get(17).map_err(get)?)?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The run's cells split by its current plan — the plan its last
@@ -974,38 +991,97 @@ impl Store {
     /// summary, the re-test scheduler, reports — counts `current` only and
     /// lists `stale` as not part of the plan.
     pub fn plan_cells(&self, run_id: i64) -> Result<PlanCells, StoreError> {
-        let all = self.cells_and_plan(run_id)?;
-        // A re-test repeats one planned cell: the same test, kind, path,
-        // parameters, sweep point and flows.
-        let key = |c: &CellSpec| {
-            (
-                c.test.clone(),
-                c.kind.clone(),
-                c.path.clone(),
-                c.params.to_string(),
-                c.dims.to_string(),
-                c.flows.clone(),
-            )
-        };
-        let planned: std::collections::HashSet<_> = all
-            .iter()
-            .filter(|(c, in_plan)| *in_plan && c.spec.pattern != RETEST)
-            .map(|(c, _)| key(&c.spec))
-            .collect();
         let mut out = PlanCells::default();
-        for (c, in_plan) in all {
-            let current = if c.spec.pattern == RETEST {
-                planned.contains(&key(&c.spec))
-            } else {
-                in_plan
-            };
+        self.each_plan_cell(run_id, None, &mut |c, current| {
             if current {
                 out.current.push(c);
             } else {
                 out.stale.push(c);
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
+    }
+
+    /// [`Store::plan_cells`] one cell at a time (of one test when `test` is
+    /// given), in plan order, each with whether it is part of the current
+    /// plan; nothing is kept but a 128-bit hash per planned cell, so a run
+    /// of millions of cells can be read in bounded memory.
+    pub fn each_plan_cell(
+        &self,
+        run_id: i64,
+        test: Option<&str>,
+        f: &mut dyn FnMut(CellRow, bool) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        // A re-test repeats one planned cell: the same test, kind, path,
+        // parameters, sweep point and flows (as stored: the same text).
+        let hasher = (
+            std::collections::hash_map::RandomState::new(),
+            std::collections::hash_map::RandomState::new(),
+        );
+        let key = |parts: [&str; 6]| -> u128 {
+            use std::hash::{BuildHasher, Hash, Hasher};
+            let (mut a, mut b) = (hasher.0.build_hasher(), hasher.1.build_hasher());
+            for p in parts {
+                p.hash(&mut a);
+                p.hash(&mut b);
+            }
+            (u128::from(a.finish()) << 64) | u128::from(b.finish())
+        };
+        let mut planned: std::collections::HashSet<u128> = std::collections::HashSet::new();
+        let retests: bool = self
+            .conn
+            .query_row(
+                &format!("SELECT EXISTS (SELECT 1 FROM cells WHERE run_id = ?1 AND pattern = '{RETEST}')"),
+                [run_id],
+                |r| r.get(0),
+            )
+            .map_err(self.err("reading cells"))?;
+        // Canonical text, as the second pass makes it from the parsed cell.
+        let canon = |t: &str| -> String {
+            serde_json::from_str::<serde_json::Value>(t)
+                .map(|v| v.to_string())
+                .unwrap_or_else(|_| t.to_string())
+        };
+        if retests {
+            let sql = format!(
+                "SELECT test, kind, path, params, dims, flows FROM cells
+                 WHERE run_id = ?1 AND in_plan = 1 AND pattern <> '{RETEST}' {}",
+                if test.is_some() { "AND test = ?2" } else { "" }
+            );
+            let mut st = self.conn.prepare(&sql).map_err(self.err("reading cells"))?;
+            let mut rows = match test {
+                Some(t) => st.query(params![run_id, t]),
+                None => st.query(params![run_id]),
+            }
+            .map_err(self.err("reading cells"))?;
+            while let Some(r) = rows.next().map_err(self.err("reading cells"))? {
+                let t = |i: usize| {
+                    r.get_ref(i)
+                        .ok()
+                        .and_then(|v| v.as_str().ok())
+                        .unwrap_or("")
+                };
+                let (params, dims, flows) = (canon(t(3)), canon(t(4)), canon(t(5)));
+                planned.insert(key([t(0), t(1), t(2), &params, &dims, &flows]));
+            }
+        }
+        self.each_cell(run_id, test, &mut |c, in_plan| {
+            let current = if c.spec.pattern == RETEST {
+                retests
+                    && planned.contains(&key([
+                        &c.spec.test,
+                        &c.spec.kind,
+                        &c.spec.path,
+                        &c.spec.params.to_string(),
+                        &c.spec.dims.to_string(),
+                        &serde_json::to_string(&c.spec.flows).unwrap_or_default(),
+                    ]))
+            } else {
+                in_plan
+            };
+            f(c, current)
+        })
     }
 
     /// Store a finished cell and its measurements in one transaction.
@@ -1016,46 +1092,76 @@ impl Store {
         attempt: &Attempt,
         measurements: &[Measurement],
     ) -> Result<(), StoreError> {
+        self.finish_cells_done(run_id, &[(cell_id, attempt, measurements)])
+    }
+
+    /// Store several finished cells and their measurements in one
+    /// transaction (an import; the runner stores each cell as it finishes,
+    /// so that a kill loses at most the cell that was running).
+    pub fn finish_cells_done(
+        &mut self,
+        run_id: i64,
+        cells: &[(&str, &Attempt, &[Measurement])],
+    ) -> Result<(), StoreError> {
         let path = self.path.clone();
-        let e = |e| StoreError::sql(&path, format!("storing cell {cell_id}"), e);
-        let tx = self.conn.transaction().map_err(e)?;
-        tx.execute(
-            "DELETE FROM measurements WHERE run_id = ?1 AND cell_id = ?2",
-            params![run_id, cell_id],
-        )
-        .map_err(e)?;
+        let what = |id: &str| {
+            if cells.len() == 1 {
+                format!("storing cell {id}")
+            } else {
+                format!("storing {} cells (at cell {id})", cells.len())
+            }
+        };
+        let first = cells.first().map(|c| c.0).unwrap_or("");
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|e| StoreError::sql(&path, what(first), e))?;
         {
-            let mut ins = tx.prepare(measurement_insert_sql()).map_err(e)?;
-            for m in measurements {
-                insert_measurement(&mut ins, run_id, cell_id, m).map_err(e)?;
+            let mut del = tx
+                .prepare_cached("DELETE FROM measurements WHERE run_id = ?1 AND cell_id = ?2")
+                .map_err(|e| StoreError::sql(&path, what(first), e))?;
+            let mut ins = tx
+                .prepare_cached(measurement_insert_sql())
+                .map_err(|e| StoreError::sql(&path, what(first), e))?;
+            let mut done = tx
+                .prepare_cached(
+                    "UPDATE cells SET state = 'done', error = NULL, attempts = ?3, started_at = ?4, ended_at = ?5, wall_s = ?6
+                     WHERE run_id = ?1 AND cell_id = ?2",
+                )
+                .map_err(|e| StoreError::sql(&path, what(first), e))?;
+            for (cell_id, attempt, measurements) in cells {
+                let e = |e| StoreError::sql(&path, what(cell_id), e);
+                del.execute(params![run_id, cell_id]).map_err(e)?;
+                for m in *measurements {
+                    insert_measurement(&mut ins, run_id, cell_id, m).map_err(e)?;
+                }
+                let n = done
+                    .execute(params![
+                        run_id,
+                        cell_id,
+                        attempt.attempts,
+                        attempt.started_at,
+                        attempt.ended_at,
+                        attempt.wall_s
+                    ])
+                    .map_err(e)?;
+                if n != 1 {
+                    return Err(StoreError::Invalid {
+                        path,
+                        msg: format!("cell {cell_id} is not in run {run_id}"),
+                    });
+                }
             }
         }
-        let n = tx
-            .execute(
-                "UPDATE cells SET state = 'done', error = NULL, attempts = ?3, started_at = ?4, ended_at = ?5, wall_s = ?6
-                 WHERE run_id = ?1 AND cell_id = ?2",
-                params![
-                    run_id,
-                    cell_id,
-                    attempt.attempts,
-                    attempt.started_at,
-                    attempt.ended_at,
-                    attempt.wall_s
-                ],
+        if let Some((_, last, _)) = cells.last() {
+            tx.execute(
+                "UPDATE runs SET updated_at = ?2 WHERE id = ?1",
+                params![run_id, last.ended_at],
             )
-            .map_err(e)?;
-        if n != 1 {
-            return Err(StoreError::Invalid {
-                path,
-                msg: format!("cell {cell_id} is not in run {run_id}"),
-            });
+            .map_err(|e| StoreError::sql(&path, what(first), e))?;
         }
-        tx.execute(
-            "UPDATE runs SET updated_at = ?2 WHERE id = ?1",
-            params![run_id, attempt.ended_at],
-        )
-        .map_err(e)?;
-        tx.commit().map_err(e)
+        tx.commit()
+            .map_err(|e| StoreError::sql(&path, what(first), e))
     }
 
     /// Store a failed cell with its error.
@@ -1141,6 +1247,62 @@ impl Store {
             ));
         }
         Ok(out)
+    }
+
+    /// Every measurement of a run (of one test when `test` is given), one at
+    /// a time, grouped by cell (cells in id order, a cell's measurements in
+    /// the order stored), keeping none: the main figures from their columns,
+    /// the record's JSON text as stored and the `lat_hist` column.
+    pub fn each_measurement(
+        &self,
+        run_id: i64,
+        test: Option<&str>,
+        f: &mut dyn FnMut(StoredMeasurement) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let sql = format!(
+            "SELECT m.cell_id, m.role, m.src, m.dst, m.direction, m.bw_gbps, m.lat_p50_us, m.record, m.lat_hist
+             FROM measurements m {}
+             WHERE m.run_id = ?1 {}
+             ORDER BY m.cell_id, m.id",
+            if test.is_some() {
+                "JOIN cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id"
+            } else {
+                ""
+            },
+            if test.is_some() { "AND c.test = ?2" } else { "" }
+        );
+        let mut st = self
+            .conn
+            .prepare(&sql)
+            .map_err(self.err("reading measurements"))?;
+        let mut rows = match test {
+            Some(t) => st.query(params![run_id, t]),
+            None => st.query(params![run_id]),
+        }
+        .map_err(self.err("reading measurements"))?;
+        while let Some(r) = rows.next().map_err(self.err("reading measurements"))? {
+            let get = |e| StoreError::sql(&self.path, "reading measurements", e);
+            let cell_id: String = r.get(0).map_err(get)?;
+            let role: String = r.get(1).map_err(get)?;
+            let Some(role) = Role::parse(&role) else {
+                self.skip(format!(
+                    "run {run_id} cell {cell_id}: unknown role {role:?}"
+                ));
+                continue;
+            };
+            f(StoredMeasurement {
+                role,
+                src: r.get(2).map_err(get)?,
+                dst: r.get(3).map_err(get)?,
+                direction: r.get(4).map_err(get)?,
+                bw_gbps: r.get(5).map_err(get)?,
+                lat_p50_us: r.get(6).map_err(get)?,
+                record: r.get(7).map_err(get)?,
+                lat_hist: r.get(8).map_err(get)?,
+                cell_id,
+            })?;
+        }
+        Ok(())
     }
 
     /// Measurements of a run as stored: the record JSON as written (keys

@@ -621,3 +621,80 @@ fn hostile_lease_files() {
     .to_string();
     assert!(e.contains("not a regular file; remove it"), "{e}");
 }
+
+/// Many cells in one transaction, read back one at a time: every cell's
+/// measurements together and in the order stored, the figures from their
+/// columns, one cell by id, and a cell that is not in the run refused with
+/// nothing of the batch stored.
+#[test]
+fn cells_stored_in_bulk_and_read_one_at_a_time() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let mut s = Store::open(&db).unwrap();
+    let run = new_run(&mut s, "h1");
+    let cells: Vec<CellSpec> = (0..50).map(|i| spec(&format!("c{i:02}"), 49 - i)).collect();
+    s.sync_cells(run.id, &cells, false).unwrap();
+    let ms: Vec<Vec<Measurement>> = (0..50)
+        .map(|i| {
+            (0..2)
+                .map(|k| Measurement {
+                    role: if k == 0 { Role::Total } else { Role::Stream },
+                    src: Some("a".into()),
+                    dst: Some("b".into()),
+                    record: record(i as f64 + k as f64 / 10.0),
+                })
+                .collect()
+        })
+        .collect();
+    let at = attempt();
+    let batch: Vec<(&str, &Attempt, &[Measurement])> = cells
+        .iter()
+        .zip(&ms)
+        .map(|(c, m)| (c.cell_id.as_str(), &at, m.as_slice()))
+        .collect();
+    // One unknown cell: the whole batch is refused.
+    let mut bad = batch.clone();
+    bad.push(("nope", &at, &[]));
+    assert!(s.finish_cells_done(run.id, &bad).is_err());
+    assert_eq!(
+        s.count(
+            "SELECT count(*) FROM measurements WHERE run_id = ?1",
+            run.id
+        )
+        .unwrap(),
+        0
+    );
+    s.finish_cells_done(run.id, &batch).unwrap();
+    let mut seen: Vec<(String, Role, Option<f64>)> = Vec::new();
+    s.each_measurement(run.id, Some("bw"), &mut |m| {
+        assert!(m.record.starts_with('{'));
+        seen.push((m.cell_id, m.role, m.bw_gbps));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen.len(), 100);
+    assert_eq!(seen[0], ("c00".to_string(), Role::Total, Some(0.0)));
+    assert_eq!(seen[1].1, Role::Stream);
+    assert_eq!(seen[99].0, "c49");
+    assert!((seen[99].2.unwrap() - 49.1).abs() < 1e-9);
+    let mut none = 0;
+    s.each_measurement(run.id, Some("other"), &mut |_| {
+        none += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(none, 0, "another test's measurements only");
+    let c = s.cell(run.id, "c07").unwrap().unwrap();
+    assert_eq!((c.spec.seq, c.state), (42, CellState::Done));
+    assert!(s.cell(run.id, "c99").unwrap().is_none());
+    // In plan order, one at a time, with the current-plan flag.
+    let mut order = Vec::new();
+    s.each_plan_cell(run.id, Some("bw"), &mut |c, current| {
+        assert!(current);
+        order.push(c.spec.cell_id);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(order.first().map(String::as_str), Some("c49"));
+    assert_eq!(order.len(), 50);
+}

@@ -316,14 +316,18 @@ pub struct MeshSummaryArgs {
     /// Only this mesh test (the plan's test name).
     #[arg(long, value_name = "NAME")]
     pub test: Option<String>,
-    /// A pair is suspect below this fraction of the best pair's bandwidth
-    /// (default: the plan's suspect_bw, else ClusterKit's 0.93).
+    /// A pair is suspect below this fraction of the reference pair's
+    /// bandwidth (default: the plan's suspect_bw, else ClusterKit's 0.93).
     #[arg(long, value_name = "FRACTION", value_parser = fraction)]
     pub bw_threshold: Option<f64>,
-    /// A pair is suspect above this multiple of the lowest latency
-    /// (default: the plan's suspect_lat, else ClusterKit's 2.1).
+    /// A pair is suspect above this multiple of the reference pair's
+    /// latency (default: the plan's suspect_lat, else ClusterKit's 2.1).
     #[arg(long, value_name = "FACTOR", value_parser = factor)]
     pub lat_factor: Option<f64>,
+    /// The reference pair: `median` (robust to lucky pairs) or `clusterkit`
+    /// (the best pair) (default: the plan's suspect_rule, else median).
+    #[arg(long, value_name = "RULE", value_parser = rule_kind)]
+    pub rule: Option<summary::RuleKind>,
     /// JSON instead of the tables.
     #[arg(long)]
     pub json: bool,
@@ -335,6 +339,11 @@ fn fraction(s: &str) -> Result<f64, String> {
         return Err(format!("{v} is not a fraction in (0, 1]"));
     }
     Ok(v)
+}
+
+fn rule_kind(s: &str) -> Result<summary::RuleKind, String> {
+    summary::RuleKind::parse(s)
+        .ok_or_else(|| format!("{s:?} is not a rule; one of: {}", summary::RuleKind::NAMES))
 }
 
 fn factor(s: &str) -> Result<f64, String> {
@@ -388,7 +397,8 @@ pub fn mesh_summary(a: MeshSummaryArgs) -> anyhow::Result<ExitCode> {
             .lat_factor
             .or(decl.map(|d| d.suspect_lat))
             .unwrap_or(summary::DEFAULT_LAT_FACTOR);
-        let an = summary::analyze(&store, run.id, t, bw, lat)?;
+        let kind = a.rule.or(decl.map(|d| d.suspect_rule)).unwrap_or_default();
+        let an = summary::analyze(&store, run.id, t, &summary::Rule::new(kind, bw, lat))?;
         if a.json {
             all.push(an);
         } else {

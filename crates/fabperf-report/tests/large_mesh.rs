@@ -1,0 +1,155 @@
+//! A mesh of more nodes than a matrix can show: the text summary lists the
+//! worst pairs and nodes instead of printing 70 columns, the HTML report
+//! draws the matrix as one PNG image instead of an SVG rectangle per pair,
+//! and the slow node is named and listed first.
+
+use fabperf_report::analysis::{build, Options};
+use fabperf_results::{LatencyHistogram, LatencyKind, Record, Transport};
+use fabperf_run::summary::{self, Rule};
+use fabperf_store::{Attempt, CellSpec, Measurement, NewRun, Role, Store};
+use serde_json::json;
+
+const NODES: usize = 70;
+const SLOW: &str = "n017";
+
+fn lat(us: u64) -> Record {
+    let mut h = LatencyHistogram::new(LatencyKind::HalfRtt);
+    for i in 0..200 {
+        h.record_rtt_ns(2 * (us * 1000 + i));
+    }
+    let mut r = Record::new("tcp-lat", Transport::Tcp, 64, 1);
+    r.duration_s = 1.0;
+    r.set_latency(&h);
+    r.started_at = "2026-01-02T03:04:05Z".into();
+    r
+}
+
+fn store() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("big.db");
+    let mut s = Store::open(&db).unwrap();
+    let mut plan = String::from("name = \"big\"\n");
+    for i in 1..=NODES {
+        plan.push_str(&format!(
+            "[[agents]]\nname = \"n{i:03}\"\naddr = \"10.0.0.{i}\"\n"
+        ));
+    }
+    plan.push_str(
+        "[[tests]]\nname = \"lat\"\nkind = \"tcp-lat\"\npattern = \"mesh\"\nduration = \"1s\"\n",
+    );
+    let run = s
+        .create_run(&NewRun {
+            plan_name: "big",
+            plan_hash: "h",
+            plan_file: None,
+            plan_text: &plan,
+        })
+        .unwrap()
+        .id;
+    let names: Vec<String> = (1..=NODES).map(|i| format!("n{i:03}")).collect();
+    let mut cells = Vec::new();
+    let mut ms = Vec::new();
+    for a in &names {
+        for b in &names {
+            if a == b {
+                continue;
+            }
+            cells.push(CellSpec {
+                cell_id: format!("{a}-{b}"),
+                seq: cells.len() as i64,
+                batch: 0,
+                test: "lat".into(),
+                kind: "tcp-lat".into(),
+                path: "host".into(),
+                pattern: "mesh".into(),
+                flows: vec![(a.clone(), b.clone())],
+                params: json!({"size": 64, "duration_s": 1.0}),
+                dims: json!({"size": 64}),
+                repeat: 0,
+            });
+            let slow = a == SLOW || b == SLOW;
+            ms.push(vec![Measurement {
+                role: Role::Total,
+                src: Some(a.clone()),
+                dst: Some(b.clone()),
+                record: lat(if slow {
+                    90
+                } else {
+                    5 + (a.len() + b.len()) as u64 % 3
+                }),
+            }]);
+        }
+    }
+    s.sync_cells(run, &cells, false).unwrap();
+    let at = Attempt {
+        attempts: 1,
+        started_at: "2026-01-02T03:04:05Z".into(),
+        ended_at: "2026-01-02T03:04:06Z".into(),
+        wall_s: 1.0,
+    };
+    let done: Vec<(&str, &Attempt, &[Measurement])> = cells
+        .iter()
+        .zip(&ms)
+        .map(|(c, m)| (c.cell_id.as_str(), &at, m.as_slice()))
+        .collect();
+    s.finish_cells_done(run, &done).unwrap();
+    s.end_run(run).unwrap();
+    (dir, db)
+}
+
+#[test]
+fn a_large_mesh_is_listed_and_drawn_not_tabulated() {
+    let (_d, db) = store();
+    let s = Store::open_read_only(&db).unwrap();
+    let a = summary::analyze(&s, 1, "lat", &Rule::default()).unwrap();
+    let g = &a.groups[0];
+    assert_eq!(g.nodes.len(), NODES);
+    assert_eq!(
+        g.values.values().map(|r| r.len()).sum::<usize>(),
+        NODES * (NODES - 1)
+    );
+    // No re-tests ran: the slow node is named, unconfirmed.
+    let named: Vec<&str> = g.node_findings.iter().map(|f| f.node.as_str()).collect();
+    assert_eq!(named, vec![SLOW]);
+    assert_eq!(g.worst_nodes(1)[0].0, SLOW);
+    let text = summary::render(&a);
+    assert!(!text.contains("from \\ to"), "no matrix: {text}");
+    assert!(
+        text.contains("70 nodes, 4830 pairs measured: the matrix is not printed above 64 nodes"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "worst nodes (the median of the pairs each sends or receives in): {SLOW} "
+        )),
+        "{text}"
+    );
+    // 138 unconfirmed suspect pairs: 20 lines and a count.
+    assert_eq!(text.matches("\n  unconfirmed n").count(), 20, "{text}");
+    assert!(
+        text.contains("... and 118 more unconfirmed suspects"),
+        "{text}"
+    );
+    assert!(
+        text.lines().all(|l| l.len() < 2000),
+        "no line holds a matrix row"
+    );
+
+    let rep = build(&s, &Options::default()).unwrap();
+    let html = fabperf_report::html::render(&rep);
+    assert!(
+        html.contains("<img src=\"data:image/png;base64,iVBORw0KGgo"),
+        "a PNG heat map"
+    );
+    assert!(
+        !html.contains("<rect class=\"cell\""),
+        "no SVG cell per pair"
+    );
+    assert!(html.contains("worst nodes"), "the worst nodes are listed");
+    let first_row = html.split("worst nodes").nth(1).unwrap();
+    assert!(
+        first_row.find(SLOW).is_some_and(|i| i < 400),
+        "{SLOW} is listed first"
+    );
+    assert!(html.len() < 2_000_000, "{} bytes", html.len());
+}
