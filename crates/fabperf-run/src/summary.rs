@@ -313,6 +313,30 @@ struct Raw {
     ports: Vec<f64>,
 }
 
+/// The end of a rail cell's flow as the summary names it: the node and
+/// its rail.
+pub fn rail_end(node: &str, rail: u32) -> String {
+    format!("{node}/rail{rail}")
+}
+
+/// A rail cell as the summary sees it: its flow between the two nodes'
+/// rails ([`rail_end`]), its dimensions without the rails (one group for
+/// all rails). `None` for a cell without rails.
+fn on_rails(s: &CellSpec) -> Option<CellSpec> {
+    let (from, to) = crate::rails::cell_rails(s)?;
+    let mut c = s.clone();
+    c.flows = c
+        .flows
+        .iter()
+        .map(|(a, b)| (rail_end(a, from), rail_end(b, to)))
+        .collect();
+    if let Some(o) = c.dims.as_object_mut() {
+        o.remove("rail");
+        o.remove("rail_to");
+    }
+    Some(c)
+}
+
 /// Analyse the mesh cells of `test` in run `run_id`.
 pub fn analyze(
     store: &Store,
@@ -339,11 +363,16 @@ pub fn analyze(
     let mut groups: BTreeMap<(String, String), MeshGroup> = BTreeMap::new();
     let mut raws: BTreeMap<(String, String), Raw> = BTreeMap::new();
     for c in cells.current.iter().filter(|c| c.spec.test == test) {
-        let s = &c.spec;
-        let retest = s.pattern == RETEST;
-        if s.pattern != "mesh" && !retest {
+        let orig = &c.spec;
+        let retest = orig.pattern == RETEST;
+        if orig.pattern != "mesh" && !retest {
             continue;
         }
+        // A rail cell's ends are the nodes' rails: all rails of a sweep
+        // point are one group, so a slow rail stands out against the others
+        // and is named (`n2/rail1`).
+        let on_rails = on_rails(orig);
+        let s = on_rails.as_ref().unwrap_or(orig);
         let key = (s.path.clone(), s.dims.to_string());
         let metric = metric_of(&s.kind);
         let g = groups.entry(key.clone()).or_insert_with(|| MeshGroup {
@@ -380,7 +409,7 @@ pub fn analyze(
         let planned = planned_pairs(s);
         if !retest {
             for p in &planned {
-                g.templates.entry(p.clone()).or_insert_with(|| s.clone());
+                g.templates.entry(p.clone()).or_insert_with(|| orig.clone());
             }
         }
         let mine = by_cell.get(s.cell_id.as_str()).cloned().unwrap_or_default();
