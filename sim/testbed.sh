@@ -35,7 +35,7 @@ usage() {
 Usage: $PROG COMMAND [ARGS]
 
   up [--nodes N] [--node-ip mgmt|fabric] [--overlay-underlay auto|mgmt|fabric]
-     [--mgmt-rate R] [--service] [--build]
+     [--mgmt-rate R] [--service] [--rails R] [--build]
         Build the testbed: N nodes (default $TB_DEFAULT_NODES, $TB_MIN_NODES..$TB_MAX_NODES), namespaces
         ${TB_NODE_PREFIX}1..${TB_NODE_PREFIX}N and $TB_SWITCH_NS (the two bridges, gateway, DNS).
         --node-ip      link of the default route, so of the address a default
@@ -48,6 +48,11 @@ Usage: $PROG COMMAND [ARGS]
         --service      a service address, $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN),
                        DNAT'd in every node to the other nodes' overlay agents
                        (kube-proxy iptables mode; needs iptables)
+        --rails R      R more fabric links per node (0..$TB_MAX_RAILS, default 0): rail I is
+                       railI in the node, on its own bridge br-railI, address
+                       $TB_RAIL_NET.(10+I).K; one more agent per node
+                       (path "rails") serves all its rails on every address,
+                       port $TB_RAILS_PORT (docs/rails.md)
         --build        run 'cargo build --release -p fabperf' when no fabperf
                        binary is found
   down  Stop everything and remove the testbed (idempotent; also cleans up
@@ -58,12 +63,13 @@ Usage: $PROG COMMAND [ARGS]
   exec NODE CMD [ARGS...]
         Run CMD inside NODE (${TB_NODE_PREFIX}K, nodeK, K, or 'switch'), with the
         testbed's fabperf first on PATH; exits with CMD's status.
-  degrade NODE [--rate R] [--delay D] [--loss P] [--egress-only]
+  degrade NODE [--rail I] [--rate R] [--delay D] [--loss P] [--egress-only]
         Shape NODE's fabric link in both directions: R bits/s (e.g. 200mbit),
         D added one way in each direction (e.g. 2ms), P percent lost per packet.
         --egress-only shapes only what NODE transmits (a transmit-side fault).
-  restore NODE
-        Remove what degrade applied.
+        --rail I shapes NODE's rail I instead of fab0 (up --rails).
+  restore NODE [--rail I]
+        Remove what degrade applied (to rail I).
 
 State, logs and the agents' token: $STATE (FABPERF_TESTBED_DIR).
 fabperf binary: \$FABPERF_BIN, else target/release/fabperf, target/debug/fabperf
@@ -154,6 +160,9 @@ require_up() {
         die 1 "no testbed is up; start one with 'sudo $PROG up'"
     fi
     NODES=$(state_get nodes)
+    RAILS=$(state_get rails || true)
+    RAILS=${RAILS:-0}
+    [[ $RAILS =~ ^[0-9]+$ ]] || die 1 "$STATE/testbed.env is damaged; run 'sudo $PROG down' and 'up' again"
     [[ $NODES =~ ^[0-9]+$ ]] || die 1 "$STATE/testbed.env is damaged; run 'sudo $PROG down' and 'up' again"
 }
 
@@ -246,36 +255,41 @@ cmd_down() {
 # ------------------------------------------------------------------ up
 
 start_agent() { # K PATH
-    local k=$1 path=$2 ip name log pidf pid i
-    ip=$(tb_path_ip "$k" "$path")
+    local k=$1 path=$2 ip name log pidf pid i port=$TB_PORT
+    if [[ $path == rails ]]; then
+        # Every rail of the node (and its other addresses), one agent.
+        ip=0.0.0.0 port=$TB_RAILS_PORT
+    else
+        ip=$(tb_path_ip "$k" "$path")
+    fi
     name="$(tb_node_ns "$k")-$path"
     log=$STATE/logs/$name.log
     pidf=$STATE/pids/$name.pid
     # shellcheck disable=SC2016 # expanded by the inner sh
     setsid ip netns exec "$(tb_node_ns "$k")" unshare --uts -- \
         sh -c 'hostname "$1" && shift && exec "$@"' sh "$(tb_node_ns "$k")" \
-        "$FABPERF" server --bind "$ip" --port "$TB_PORT" --token-file "$STATE/token" --path-label "$path" --http \
+        "$FABPERF" server --bind "$ip" --port "$port" --token-file "$STATE/token" --path-label "$path" --http \
         --allow-tune all --state-dir "$STATE/tune-state" \
         </dev/null >"$log" 2>&1 9>&- &
     pid=$!
     echo "$pid" >"$pidf"
-    AGENT_PIDS+=("$pid:$k:$ip:$name")
+    AGENT_PIDS+=("$pid:$k:$ip:$name:$port")
 }
 
 wait_agents() {
-    local entry pid k ip name i
+    local entry pid k ip name i port
     for entry in "${AGENT_PIDS[@]}"; do
-        IFS=: read -r pid k ip name <<<"$entry"
+        IFS=: read -r pid k ip name port <<<"$entry"
         for i in $(seq 1 100); do
             if ! pid_alive "$pid"; then
                 local st=0
                 wait "$pid" || st=$?
                 die 1 "agent $name ($FABPERF server --bind $ip) exited at start with status $st: $(tail -n 5 "$STATE/logs/$name.log" | tr '\n' ' ')"
             fi
-            if ip netns exec "$(tb_node_ns "$k")" ss -Htln "src $ip:$TB_PORT" 2>/dev/null | grep -q .; then
+            if ip netns exec "$(tb_node_ns "$k")" ss -Htln "src $ip:$port" 2>/dev/null | grep -q .; then
                 break
             fi
-            ((i < 100)) || die 1 "agent $name does not listen on $ip:$TB_PORT after 20 s; its log: $STATE/logs/$name.log"
+            ((i < 100)) || die 1 "agent $name does not listen on $ip:$port after 20 s; its log: $STATE/logs/$name.log"
             sleep 0.2
         done
     done
@@ -356,6 +370,14 @@ build_node() { # K
     ip -n "$ns" link set fab0 mtu "$TB_FABRIC_MTU" up
     ip -n "$sw" link set "f-node$k" mtu "$TB_FABRIC_MTU" master br-fabric up
     ip -n "$ns" addr add "$(tb_fabric_ip "$k")/$TB_PREFIXLEN" dev fab0
+    # Rails: railI in the node, rI-nodeK on br-railI, MTU 9000, unshaped.
+    local r
+    for ((r = 0; r < RAILS; r++)); do
+        ip link add "rail$r" netns "$ns" type veth peer name "r$r-node$k" netns "$sw"
+        ip -n "$ns" link set "rail$r" mtu "$TB_FABRIC_MTU" up
+        ip -n "$sw" link set "r$r-node$k" mtu "$TB_FABRIC_MTU" master "br-rail$r" up
+        ip -n "$ns" addr add "$(tb_rail_ip "$k" "$r")/$TB_PREFIXLEN" dev "rail$r"
+    done
     # The default route decides the node address (kubelet without --node-ip).
     if [[ $NODE_IP_LINK == fabric ]]; then
         ip -n "$ns" route add default via "$(tb_fabric_gw)" dev fab0
@@ -476,6 +498,7 @@ cmd_up() {
     OVERLAY_CHOICE=auto
     MGMT_RATE=1000000000
     SERVICE=0
+    RAILS=0
     local build=0
     while [[ $# -gt 0 ]]; do
         case $1 in
@@ -502,6 +525,11 @@ cmd_up() {
             --service)
                 SERVICE=1
                 shift
+                ;;
+            --rails)
+                [[ $# -ge 2 ]] || die 2 "--rails needs a number of rails (0..$TB_MAX_RAILS)"
+                RAILS=$(tb_parse_rails "$2") || exit 2
+                shift 2
                 ;;
             --build)
                 build=1
@@ -559,11 +587,17 @@ cmd_up() {
     ip -n "$sw" link set br-mgmt mtu "$TB_MGMT_MTU" up
     ip -n "$sw" addr add "$(tb_mgmt_gw)/$TB_PREFIXLEN" dev br-mgmt
     ip -n "$sw" addr add "$(tb_fabric_gw)/$TB_PREFIXLEN" dev br-fabric
+    for ((k = 0; k < RAILS; k++)); do
+        ip -n "$sw" link add "br-rail$k" type bridge stp_state 0 mcast_snooping 0
+    done
     write_resolv_conf "$sw"
     for ((k = 1; k <= NODES; k++)); do
         build_node "$k"
     done
     ip -n "$sw" link set br-fabric mtu "$TB_FABRIC_MTU" up
+    for ((k = 0; k < RAILS; k++)); do
+        ip -n "$sw" link set "br-rail$k" mtu "$TB_FABRIC_MTU" up
+    done
     for k in $(seq 1 "$NODES") "$TB_GW_HOST"; do
         build_overlay "$k" || die 1 "cannot create the VXLAN overlay: the kernel needs vxlan support (modprobe vxlan)"
     done
@@ -580,6 +614,7 @@ overlay_underlay=$OVERLAY_LINK
 overlay_mtu=$(( $([[ $OVERLAY_LINK == fabric ]] && echo "$TB_FABRIC_MTU" || echo "$TB_MGMT_MTU") - TB_VXLAN_OVERHEAD ))
 mgmt_rate=$MGMT_RATE
 service=$SERVICE
+rails=$RAILS
 fabperf=$FABPERF
 EOF
 
@@ -591,11 +626,13 @@ EOF
         for path in $TB_PATHS; do
             start_agent "$k" "$path"
         done
+        ((RAILS == 0)) || start_agent "$k" rails
     done
     wait_agents
     UP_DONE=1
     trap - EXIT INT TERM
     log "up: $NODES nodes, $((NODES * 3)) agents on port $TB_PORT (fabperf and HTTP), DNS on $(tb_dns_ip)"
+    ((RAILS == 0)) || log "rails: $RAILS per node (railI, $TB_RAIL_NET.(10+I).K); their agents on port $TB_RAILS_PORT, path \"rails\""
     [[ $SERVICE == 0 ]] || log "service address: $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN) -> the other nodes' overlay agents"
     log "token file for clients: $STATE/token"
     log "try: sudo $PROG exec ${TB_NODE_PREFIX}1 fabperf tcp-bw ${TB_NODE_PREFIX}2.fabric.agents.$TB_DOMAIN -t 3 --token-file $STATE/token"
@@ -642,6 +679,13 @@ cmd_status() {
     printf '%-10s %-16s %-16s %-16s %s\n' "$TB_SWITCH_NS" "$(tb_mgmt_gw)" "$(tb_fabric_gw)" "$(tb_overlay_ip "$TB_GW_HOST")" \
         "(bridges, gateway, DNS; a controller can run here: exec switch)"
     echo "(* = node address: the default-route link)"
+    if ((RAILS > 0)); then
+        echo "rails: $RAILS per node, railI = $TB_RAIL_NET.(10+I).K on br-railI, MTU $TB_FABRIC_MTU"
+        local f
+        for f in "$STATE"/degraded/*-rail*; do
+            [[ -f $f ]] && echo "  ${f##*/} degraded: $(cat "$f")"
+        done
+    fi
     echo
     printf '%-10s %-12s %-21s %-8s %s\n' NODE PATH ADDRESS PID STATE
     for ((k = 1; k <= NODES; k++)); do
@@ -662,6 +706,16 @@ cmd_status() {
             fi
             printf '%-10s %-12s %-21s %-8s %s\n' "$ns" "$path" "$ip:$TB_PORT" "$pid" "$st"
         done
+        if ((RAILS > 0)); then
+            pid=$(cat "$STATE/pids/$ns-rails.pid" 2>/dev/null || echo -)
+            if pid_alive "$pid" && ip netns exec "$ns" ss -Htln "sport = :$TB_RAILS_PORT" 2>/dev/null | grep -q .; then
+                st="alive, listening"
+            else
+                st="DEAD or not listening (log: $STATE/logs/$ns-rails.log)"
+                bad=1
+            fi
+            printf '%-10s %-12s %-21s %-8s %s\n' "$ns" rails "0.0.0.0:$TB_RAILS_PORT" "$pid" "$st"
+        fi
     done
     echo
     pid=$(cat "$STATE/pids/dnsmasq.pid" 2>/dev/null || echo -)
@@ -720,10 +774,16 @@ cmd_exec() {
 
 cmd_degrade() {
     [[ $# -ge 1 ]] || die 2 "degrade needs a node: $PROG degrade ${TB_NODE_PREFIX}2 --rate 200mbit [--delay 1ms] [--loss 0.5] [--egress-only]"
-    local node=$1 rate='' delay='' loss='' egress_only=0
+    local node=$1 rate='' delay='' loss='' egress_only=0 rail=''
     shift
     while [[ $# -gt 0 ]]; do
         case $1 in
+            --rail)
+                [[ $# -ge 2 ]] || die 2 "--rail needs a rail number"
+                [[ $2 =~ ^[0-9]{1,3}$ ]] || die 2 "--rail wants a rail number, got '$2'"
+                rail=$2
+                shift 2
+                ;;
             --rate)
                 [[ $# -ge 2 ]] || die 2 "--rate needs a value such as 200mbit"
                 rate=$(tb_parse_rate "$2") || exit 2
@@ -743,7 +803,7 @@ cmd_degrade() {
                 egress_only=1
                 shift
                 ;;
-            *) die 2 "degrade: unknown argument '$1' (give --rate, --delay and/or --loss, and --egress-only)" ;;
+            *) die 2 "degrade: unknown argument '$1' (give --rate, --delay and/or --loss, --egress-only, --rail I)" ;;
         esac
     done
     [[ -n $rate$delay$loss ]] || die 2 "degrade needs at least one of --rate R, --delay D, --loss P"
@@ -752,18 +812,20 @@ cmd_degrade() {
     require_up
     local k
     k=$(tb_parse_node "$node" "$NODES") || exit 2
+    if [[ -n $rail ]]; then rail=$(tb_parse_rail "$rail" "$RAILS") || exit 2; fi
     take_lock
-    local ns sw=$TB_SWITCH_NS
+    local ns sw=$TB_SWITCH_NS dev peer what key
     ns=$(tb_node_ns "$k")
+    link_of "$k" "$rail"
     # The node's end shapes what it transmits, the switch's end what it
     # receives; --egress-only leaves the switch's end unshaped.
     if [[ $egress_only -eq 1 ]]; then
-        tc -n "$sw" qdisc del dev "f-node$k" root 2>/dev/null || true
+        tc -n "$sw" qdisc del dev "$peer" root 2>/dev/null || true
     fi
-    if ! degrade_dev "$ns" fab0 "$rate" "$delay" "$loss" ||
-        { [[ $egress_only -eq 0 ]] && ! degrade_dev "$sw" "f-node$k" "$rate" "$delay" "$loss"; }; then
-        undegrade "$k"
-        die 1 "could not degrade $ns (see above); its fabric link is now not degraded at all"
+    if ! degrade_dev "$ns" "$dev" "$rate" "$delay" "$loss" ||
+        { [[ $egress_only -eq 0 ]] && ! degrade_dev "$sw" "$peer" "$rate" "$delay" "$loss"; }; then
+        undegrade "$k" "$rail"
+        die 1 "could not degrade $ns's $what (see above); it is now not degraded at all"
     fi
     local desc=() way="each way" both="both ways"
     if [[ $egress_only -eq 1 ]]; then
@@ -774,8 +836,8 @@ cmd_degrade() {
     [[ -z $delay ]] || desc+=("delay ${delay}us $way")
     [[ -z $loss ]] || desc+=("loss $(tb_fmt_loss "$loss") $way")
     [[ $egress_only -eq 0 ]] || desc+=("(transmit only)")
-    echo "${desc[*]}" >"$STATE/degraded/$ns"
-    log "$ns fabric link degraded $both: ${desc[*]} (undo: $PROG restore $ns)"
+    echo "${desc[*]}" >"$STATE/degraded/$key"
+    log "$ns $what degraded $both: ${desc[*]} (undo: $PROG restore $ns${rail:+ --rail $rail})"
 }
 
 # NODE's fabric link is shaped on the egress of both veth ends:
@@ -812,28 +874,49 @@ degrade_dev() { # NS DEV RATE_BPS DELAY_US LOSS_PPM
     fi
 }
 
-undegrade() { # K: both ends of node K's fabric link back to no qdisc
-    tc -n "$(tb_node_ns "$1")" qdisc del dev fab0 root 2>/dev/null || true
-    tc -n "$TB_SWITCH_NS" qdisc del dev "f-node$1" root 2>/dev/null || true
-    rm -f "$STATE/degraded/$(tb_node_ns "$1")"
+# link_of K [RAIL]: node K's fabric link (fab0), or its rail RAIL: sets dev
+# (in the node), peer (in the switch), what (in words) and key (its file in
+# $STATE/degraded).
+link_of() {
+    if [[ -n ${2:-} ]]; then
+        dev=rail$2 peer=r$2-node$1 what="rail $2 (rail$2)" key=$(tb_node_ns "$1")-rail$2
+    else
+        dev=fab0 peer=f-node$1 what="fabric link" key=$(tb_node_ns "$1")
+    fi
+}
+
+undegrade() { # K [RAIL]: both ends of node K's fabric link (or rail) back to no qdisc
+    local dev peer what key
+    link_of "$1" "${2:-}"
+    tc -n "$(tb_node_ns "$1")" qdisc del dev "$dev" root 2>/dev/null || true
+    tc -n "$TB_SWITCH_NS" qdisc del dev "$peer" root 2>/dev/null || true
+    rm -f "$STATE/degraded/$key"
 }
 
 cmd_restore() {
-    [[ $# -eq 1 ]] || die 2 "restore needs exactly one node: $PROG restore ${TB_NODE_PREFIX}2"
+    local rail=''
+    if [[ $# -eq 3 && $2 == --rail ]]; then
+        [[ $3 =~ ^[0-9]{1,3}$ ]] || die 2 "--rail wants a rail number, got '$3'"
+        rail=$3
+    elif [[ $# -ne 1 ]]; then
+        die 2 "restore needs exactly one node (and --rail I for a rail): $PROG restore ${TB_NODE_PREFIX}2 [--rail 1]"
+    fi
     need_root restore
     need_tools ip tc flock
     require_up
-    local k ns
+    local k ns dev peer what key
     k=$(tb_parse_node "$1" "$NODES") || exit 2
+    if [[ -n $rail ]]; then rail=$(tb_parse_rail "$rail" "$RAILS") || exit 2; fi
     take_lock
     ns=$(tb_node_ns "$k")
+    link_of "$k" "$rail"
     local was
-    was=$(cat "$STATE/degraded/$ns" 2>/dev/null || true)
-    undegrade "$k"
+    was=$(cat "$STATE/degraded/$key" 2>/dev/null || true)
+    undegrade "$k" "$rail"
     if [[ -n $was ]]; then
-        log "$ns fabric link restored (was: $was)"
+        log "$ns $what restored (was: $was)"
     else
-        log "$ns fabric link was not degraded; nothing to restore"
+        log "$ns $what was not degraded; nothing to restore"
     fi
 }
 
