@@ -6,7 +6,7 @@
 #
 #   bench/http-vs-wrk.sh [--where loopback|overlay|service] [--rounds N]
 #       [--duration SECS] [--connections "10 100 1000"] [--threads T]
-#       [--size BYTES] [--fabperf PATH] [--prio nice|none]
+#       [--size BYTES] [--fabperf PATH] [--prio nice|rt|none]
 #
 # --where loopback (default): an agent on 127.0.0.1 that this script starts
 #     and stops; client and server share the machine's CPUs, unpinned.
@@ -16,7 +16,11 @@
 #     --service), from fp-node1: every connection DNAT'd to one of the
 #     other nodes' overlay agents.
 #
-# Fairness: both tools run under the same priority (nice -n -10 by default),
+# Fairness: both tools run under the same priority (nice -n -10 by default;
+# --prio rt: SCHED_FIFO 20 for both clients and for the server, so that other
+# work on a shared machine does not decide the figures; on the testbed the
+# target agent's threads are moved to SCHED_FIFO 20 for the run and back
+# to SCHED_OTHER at the end; not with --where service),
 # back to back, the order alternating every round; both use keep-alive
 # connections with one request in flight each (wrk's default), the same
 # URL (GET /bytes/SIZE), no warm-up (wrk has none: fabperf gets --warmup 0).
@@ -25,6 +29,9 @@
 # printed apart). Rows in which either tool had errors are marked and left
 # out of the medians (a fabperf run that ended without a record counts as an
 # error, its message on stderr).
+#
+# Output: every round (both tools' figures, their ratio, the load average),
+# then the table of medians with the load average at the start and the end.
 #
 # Needs: wrk (Debian package wrk), jq, and a release build of fabperf (built
 # here unless --fabperf); root for --where overlay|service (the testbed).
@@ -58,7 +65,8 @@ done
 die() { echo "http-vs-wrk.sh: $*" >&2; exit 1; }
 usage_die() { echo "http-vs-wrk.sh: $*" >&2; exit 2; }
 case $WHERE in loopback | overlay | service) ;; *) usage_die "--where takes loopback, overlay or service" ;; esac
-case $PRIO in nice | none) ;; *) usage_die "--prio takes nice or none" ;; esac
+case $PRIO in nice | rt | none) ;; *) usage_die "--prio takes nice, rt or none" ;; esac
+[[ $PRIO == rt && $WHERE == service ]] && usage_die "--prio rt is for loopback and overlay (the service's agents keep their priority)"
 [[ $ROUNDS =~ ^[1-9][0-9]{0,2}$ ]] || usage_die "--rounds wants 1..999"
 [[ $DUR =~ ^[1-9][0-9]{0,3}$ ]] || usage_die "--duration wants whole seconds, 1..9999"
 [[ $THREADS =~ ^[1-9][0-9]{0,2}$ ]] || usage_die "--threads wants 1..999"
@@ -82,10 +90,13 @@ FABPERF=$(realpath "$FABPERF")
 
 PRIO_CMD=()
 [ "$PRIO" = nice ] && PRIO_CMD=(nice -n -10)
+[ "$PRIO" = rt ] && PRIO_CMD=(chrt -f 20)
 WORK=$(mktemp -d)
 SERVER_PID=""
+RT_AGENT=""
 cleanup() {
     [ -z "$SERVER_PID" ] || kill "$SERVER_PID" 2>/dev/null || true
+    [ -z "$RT_AGENT" ] || chrt -a -o -p 0 "$RT_AGENT" >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -115,6 +126,11 @@ case $WHERE in
         RUN=("$TB" exec fp-node1)
         "${RUN[@]}" curl -fsS -o /dev/null "http://$HOST:$PORT/bytes/0" ||
             die "no HTTP answer from $HOST:$PORT in fp-node1 (testbed agents serve HTTP; --where service needs 'up --service')"
+        if [ "$PRIO" = rt ]; then
+            RT_AGENT=$(pgrep -f -- "server --bind $HOST " | head -n1 || true)
+            [ -n "$RT_AGENT" ] || die "--prio rt: no agent process bound to $HOST found"
+            chrt -a -f -p 20 "$RT_AGENT" || die "--prio rt: cannot set SCHED_FIFO on agent $RT_AGENT"
+        fi
         ;;
 esac
 URL="http://$HOST:$PORT/bytes/$SIZE"
@@ -147,11 +163,12 @@ run_fabperf() { # CONNS -> "rps errors"
 median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print 0; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 echo "# fabperf http-load vs wrk: $WHERE, $URL"
-echo "# $(date -u '+%a %d %b %Y %H:%M UTC'), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "# $(date -u '+%a %d %b %Y %H:%M UTC'), $(nproc) CPUs, load average $LOAD_START"
 echo "# wrk $(wrk --version 2>&1 | head -n1 | awk '{print $2}'), fabperf $("$FABPERF" --version | awk '{print $2}')"
 echo "# $ROUNDS rounds x ${DUR} s, $THREADS threads, priority $PRIO, order alternating"
 echo
-printf '%-7s %-5s %-22s %-22s %s\n' conns round "wrk req/s (errors)" "fabperf req/s (errors)" "ratio"
+printf '%-7s %-5s %-22s %-22s %-7s %s\n' conns round "wrk req/s (errors)" "fabperf req/s (errors)" "ratio" "load"
 summary=()
 for c in $CONNS; do
     : >"$WORK/w" && : >"$WORK/f" && : >"$WORK/r"
@@ -166,8 +183,8 @@ for c in $CONNS; do
         ratio=$(awk -v f="$f" -v w="$w" 'BEGIN {if (w > 0) printf "%.3f", f / w; else print "nan"}')
         mark=""
         [[ $we == 0 && $fe == 0 ]] || mark="  (errors)"
-        printf '%-7s %-5s %-22s %-22s %s%s\n' "$c" "$r" "$(printf '%.0f (%s)' "$w" "$we")" \
-            "$(printf '%.0f (%s)' "$f" "$fe")" "$ratio" "$mark"
+        printf '%-7s %-5s %-22s %-22s %-7s %s%s\n' "$c" "$r" "$(printf '%.0f (%s)' "$w" "$we")" \
+            "$(printf '%.0f (%s)' "$f" "$fe")" "$ratio" "$(cut -d' ' -f1 /proc/loadavg)" "$mark"
         # Rounds in which either tool had errors stay out of the medians.
         if [ -z "$mark" ]; then
             echo "$w" >>"$WORK/w"
@@ -185,6 +202,7 @@ for c in $CONNS; do
         "$mr" "$lo-$hi")")
 done
 echo
+echo "# $WHERE, medians of $ROUNDS rounds; load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-7s %-12s %-12s %-16s %-10s %s\n' conns "wrk median" "fabperf med." "ratio of medians" "median of" "ratio range"
 printf '%-7s %-12s %-12s %-16s %-10s %s\n' "" "" "" "" "ratios" ""
 printf '%s\n' "${summary[@]}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fabperf's whole test suite. Run after ./ci/install-deps.sh (or ./install.sh).
-#   ./ci/test.sh            # everything: lint, unit + loopback tests, manifests, namespace testbed, soft-RoCE guest
+#   ./ci/test.sh            # everything: doc links, lint, unit + loopback tests, manifests, namespace testbed, soft-RoCE guest
 #   ./ci/test.sh --no-vm    # skip the soft-RoCE QEMU guest (about 10 minutes under TCG)
 # Ends with a summary: each step PASSED, SKIPPED (with the reason: a step
 # that exits 77 ran nothing) or FAILED. Stops at the first failure.
@@ -47,6 +47,7 @@ step() {
   rm -f "$log"
 }
 
+step "Markdown links and the docs/*.md named in code resolve (ci/doc-links.sh)" ./ci/doc-links.sh
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "rust-version is true for the locked dependencies" ./ci/rust-version.sh

@@ -7,11 +7,14 @@
 //! - **Open loop** (a rate): every connection has a schedule (rate /
 //!   connections requests per second, the connections' start times spread
 //!   evenly) and a request is *due* at its slot whether or not the
-//!   previous one has returned. Latency counts from the due time when the
-//!   connection was still busy with an earlier request (the correction for
-//!   coordinated omission wrk2 makes), and from the send time when it was
-//!   idle and only waiting for the slot, so the client's own timer
-//!   granularity is not charged to the server.
+//!   previous one has returned. Every request's latency counts from its due
+//!   time, as wrk2 does (the correction for coordinated omission): a
+//!   request that came due while its connection still waited for an earlier
+//!   response is charged that wait (`late`), and one that came due on an
+//!   idle connection is charged the generator's own delay in sending it
+//!   (timer granularity, scheduling), which is also reported on its own
+//!   (`send_lag_us`), so a reader can tell the generator's part from the
+//!   server's.
 //!
 //! Every latency goes into one HdrHistogram per thread (every sample, 3
 //! significant digits), merged at the end. Requests that complete in the
@@ -22,7 +25,9 @@
 use crate::params::LoadParams;
 use crate::parse::{ResponseParser, MAX_HEAD};
 use crate::server::{REASON_CONNECTION_LIMIT, REASON_HTTP_OFF, REASON_SIZE_LIMIT};
-use fabperf_results::{LatencyHistogram, LatencyKind, Record, RequestErrors, Transport, Warning};
+use fabperf_results::{
+    LatencyHistogram, LatencyKind, Record, RequestErrors, SendLag, Transport, Warning,
+};
 use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream as StdTcpStream};
@@ -81,23 +86,32 @@ impl Target {
 /// Figures of one thread's connections.
 struct Stats {
     hist: LatencyHistogram,
+    /// Open loop: send time minus due time of the counted requests that
+    /// came due on an idle connection.
+    lag: LatencyHistogram,
     ok: u64,
     bytes: u64,
     errors: RequestErrors,
     warmup_errors: u64,
-    /// Open-loop requests whose latency counted from their due time.
+    /// Open-loop counted requests that came due while their connection
+    /// still waited for an earlier response.
     late: u64,
+    /// CPU seconds of the thread(s) over the measured interval (`None`:
+    /// unknown).
+    cpu_s: Option<f64>,
 }
 
 impl Stats {
     fn new() -> Stats {
         Stats {
             hist: LatencyHistogram::new(LatencyKind::Rtt),
+            lag: LatencyHistogram::new(LatencyKind::Rtt),
             ok: 0,
             bytes: 0,
             errors: RequestErrors::default(),
             warmup_errors: 0,
             late: 0,
+            cpu_s: Some(0.0),
         }
     }
 }
@@ -200,7 +214,6 @@ pub fn run_load(target: &Target, p: &LoadParams) -> Result<Vec<Record>, LoadErro
         handles.push(h);
     }
     barrier.wait();
-    let cpu0 = cpu_secs();
     let start = Instant::now();
     *t0.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
     barrier.wait();
@@ -213,22 +226,24 @@ pub fn run_load(target: &Target, p: &LoadParams) -> Result<Vec<Record>, LoadErro
                 if let Err(e) = total.hist.merge(&s.hist) {
                     failure = Some(format!("merging the threads' latencies: {e}"));
                 }
+                if let Err(e) = total.lag.merge(&s.lag) {
+                    failure = Some(format!("merging the threads' send lags: {e}"));
+                }
                 total.ok += s.ok;
                 total.bytes += s.bytes;
                 total.errors.add(&s.errors);
                 total.warmup_errors += s.warmup_errors;
                 total.late += s.late;
+                total.cpu_s = total.cpu_s.zip(s.cpu_s).map(|(a, b)| a + b);
             }
             Ok(Err(e)) => failure = Some(e),
             Err(_) => failure = Some("a load thread panicked (a bug)".into()),
         }
     }
-    let wall = start.elapsed().as_secs_f64();
-    let cpu = cpu_secs() - cpu0;
     if let Some(e) = failure {
         return Err(LoadError::Local(e));
     }
-    Ok(vec![record(target, p, total, started_at, cpu, wall)])
+    Ok(vec![record(target, p, total, started_at)])
 }
 
 fn plan(target: &Target, p: &LoadParams, start: Instant, timeout: Duration) -> Plan {
@@ -265,6 +280,19 @@ fn thread_main(rt: &tokio::runtime::Runtime, ids: Vec<u32>, plan: Plan) -> Stats
     let plan = Rc::new(plan);
     let stats = Rc::new(RefCell::new(Stats::new()));
     let local = tokio::task::LocalSet::new();
+    // This thread's CPU time over the measured interval only (not the
+    // warm-up's connection set-up and cold caches), as every record's CPU.
+    stats.borrow_mut().cpu_s = None;
+    {
+        let (plan, stats) = (plan.clone(), stats.clone());
+        local.spawn_local(async move {
+            tokio::time::sleep_until(plan.measure_from.into()).await;
+            let a = thread_cpu_secs();
+            tokio::time::sleep_until(plan.end.into()).await;
+            let b = thread_cpu_secs();
+            stats.borrow_mut().cpu_s = a.zip(b).map(|(a, b)| (b - a).max(0.0));
+        });
+    }
     for id in ids {
         let (plan, stats) = (plan.clone(), stats.clone());
         local.spawn_local(async move { connection(id, &plan, &stats).await });
@@ -317,25 +345,35 @@ async fn connection(id: u32, plan: &Plan, stats: &RefCell<Stats>) {
         let _ = s.set_nodelay(true);
         let mut held = 0usize;
         loop {
-            // When this request starts counting.
-            let from = match plan.interval {
-                None => Instant::now(),
+            // When this request starts counting: its due time (open loop),
+            // or when it is sent (closed loop); and whether it came due on
+            // an idle connection (open loop; otherwise it is late).
+            let (from, idle_due) = match plan.interval {
+                None => {
+                    // Closed loop: let the thread's other connections whose
+                    // responses are in read them first, so the requests go
+                    // out together, as wrk's event loop sends them (one
+                    // wake-up of a server thread for several requests).
+                    if held == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                    (Instant::now(), false)
+                }
                 Some(iv) => {
-                    let now = Instant::now();
                     let this = due;
                     due += iv;
                     if this >= plan.end {
                         return;
                     }
-                    if now < this {
+                    if Instant::now() < this {
                         tokio::time::sleep_until(this.into()).await;
-                        Instant::now()
+                        (this, true)
                     } else {
-                        stats.borrow_mut().late += 1;
-                        this
+                        (this, false)
                     }
                 }
             };
+            let sent = Instant::now();
             if Instant::now() >= plan.end {
                 return;
             }
@@ -364,8 +402,16 @@ async fn connection(id: u32, plan: &Plan, stats: &RefCell<Stats>) {
                         } else {
                             st.ok += 1;
                             st.bytes += if plan.upload > 0 { plan.upload } else { body };
-                            let ns = at.saturating_duration_since(from).as_nanos();
-                            st.hist.record_rtt_ns(ns.min(u128::from(u64::MAX)) as u64);
+                            st.hist
+                                .record_rtt_ns(nanos(at.saturating_duration_since(from)));
+                            if plan.interval.is_some() {
+                                if idle_due {
+                                    st.lag
+                                        .record_rtt_ns(nanos(sent.saturating_duration_since(from)));
+                                } else {
+                                    st.late += 1;
+                                }
+                            }
                         }
                     } else if status >= 400 && at < plan.measure_from {
                         stats.borrow_mut().warmup_errors += 1;
@@ -386,6 +432,10 @@ async fn connection(id: u32, plan: &Plan, stats: &RefCell<Stats>) {
             }
         }
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
 /// Send the request and read its response.
@@ -441,24 +491,15 @@ async fn exchange(
     }
 }
 
-/// CPU seconds this process used so far (user + system).
-fn cpu_secs() -> f64 {
+/// CPU seconds the calling thread used so far (user + system).
+fn thread_cpu_secs() -> Option<f64> {
     use nix::sys::resource::{getrusage, UsageWho};
-    let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else {
-        return 0.0;
-    };
+    let ru = getrusage(UsageWho::RUSAGE_THREAD).ok()?;
     let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-    t(ru.user_time()) + t(ru.system_time())
+    Some(t(ru.user_time()) + t(ru.system_time()))
 }
 
-fn record(
-    target: &Target,
-    p: &LoadParams,
-    st: Stats,
-    started_at: String,
-    cpu: f64,
-    wall: f64,
-) -> Record {
+fn record(target: &Target, p: &LoadParams, st: Stats, started_at: String) -> Record {
     let mut r = Record::new("http-load", Transport::Tcp, p.size, p.connections);
     r.started_at = started_at;
     r.op = Some(if p.upload { "PUT" } else { "GET" }.to_string());
@@ -467,10 +508,22 @@ fn record(
     let rps = st.ok as f64 / p.duration_s;
     r.requests_per_s = Some(rps);
     r.set_latency(&st.hist);
+    if p.rate.is_some() {
+        r.send_lag_us = SendLag::from_hist(&st.lag);
+    }
     r.errors = Some(st.errors.clone());
     r.remote = Some(target.addr.to_string());
-    if wall > 0.0 {
-        r.cpu_local_pct = Some((cpu / wall * 100.0).max(0.0));
+    // The load threads' CPU over the measured interval.
+    r.cpu_local_pct = st.cpu_s.map(|c| (c / p.duration_s * 100.0).max(0.0));
+    if r.cpu_local_pct.is_none() {
+        r.warnings.push(
+            Warning::CpuUnknown {
+                side: fabperf_results::Side::Client,
+                why: "a load thread could not read its CPU time over the whole measured interval"
+                    .into(),
+            }
+            .note(),
+        );
     }
     if let Some(rate) = p.rate {
         if rps < rate * 0.95 {

@@ -147,6 +147,69 @@ fn open_loop_charges_a_stall_to_the_requests_it_delayed() {
     // The schedule was kept on average.
     let rps = open.requests_per_s.unwrap();
     assert!((80.0..=110.0).contains(&rps), "{rps}");
+    // The stall is the server's: the requests it delayed are late, not the
+    // generator's send lag, which covers only requests due on an idle
+    // connection.
+    let lag = open
+        .send_lag_us
+        .clone()
+        .expect("open loop reports its send lag");
+    assert!(lag.max < 100_000.0, "{lag:?}");
+    assert!(lag.samples + 10 <= open.iterations.unwrap(), "{lag:?}");
+    assert!(closed.send_lag_us.is_none(), "{closed:?}");
+}
+
+/// wrk2's rule: every open-loop request counts from when it was due, also
+/// one due on an idle connection, whose generator-side delay (the timer's
+/// granularity, scheduling) is then both in its latency and, apart, in
+/// `send_lag_us`. Each such latency is its lag plus the exchange, and the
+/// lag covers a subset of the requests, so the latencies' sum and maximum
+/// are at least the lags'.
+#[test]
+fn open_loop_counts_every_request_from_its_due_time() {
+    let addr = fake(|_| Some(ok(b"abcd")));
+    let mut p = params(2, 1.0);
+    p.rate = Some(200.0);
+    let r = &run_load(&Target::new(addr), &p).unwrap()[0];
+    let bad = r.check();
+    assert!(bad.is_empty(), "{bad:?}");
+    let lat = r.lat_us.clone().unwrap();
+    let lag = r.send_lag_us.clone().expect("send lag in open loop");
+    assert!(
+        lag.samples > 0 && lag.samples <= r.iterations.unwrap(),
+        "{lag:?}"
+    );
+    // HdrHistogram's 3 significant digits: 0.1 % either way.
+    let ge = |a: f64, b: f64| a * 1.002 >= b;
+    assert!(
+        ge(lat.p50, lag.p50)
+            && ge(lat.p90, lag.p90)
+            && ge(lat.p99, lag.p99)
+            && ge(lat.max, lag.max),
+        "latency {lat:?} below send lag {lag:?}"
+    );
+}
+
+/// `cpu_local_pct` is over the measured interval: a warm-up that keeps the
+/// generator busy (instant answers) before a measured interval in which it
+/// only waits (answers 300 ms late) must not lend the interval its CPU.
+#[test]
+fn cpu_is_measured_over_the_measured_interval_only() {
+    let t0 = std::time::Instant::now();
+    let addr = fake(move |_| {
+        if t0.elapsed() > Duration::from_millis(1300) {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        Some(ok(b"abcd"))
+    });
+    let mut p = params(4, 1.2);
+    p.warmup_s = 1.2;
+    let r = &run_load(&Target::new(addr), &p).unwrap()[0];
+    let cpu = r.cpu_local_pct.expect("a CPU figure");
+    assert!(
+        cpu < 10.0,
+        "{cpu} % of a core while waiting for slow answers"
+    );
 }
 
 #[test]

@@ -156,6 +156,28 @@ pub(crate) fn check(r: &Record) -> Vec<String> {
     } else if r.lat_hist.is_some() {
         fail("lat_hist without lat_us".into());
     }
+    if let Some(g) = &r.send_lag_us {
+        let order = [g.p50, g.p90, g.p99, g.max];
+        let sane = g.samples > 0
+            && order.windows(2).all(|w| w[0] <= w[1])
+            && finite_nonneg(g.p50)
+            && g.mean.is_finite()
+            && g.mean >= 0.0
+            && g.mean <= g.max;
+        if !sane {
+            fail(format!(
+                "send_lag_us {g:?}: no samples, or figures out of order"
+            ));
+        }
+        if let Some(n) = r.iterations {
+            if g.samples > n {
+                fail(format!(
+                    "send_lag_us.samples {} > iterations {n}",
+                    g.samples
+                ));
+            }
+        }
+    }
     if let Some(u) = &r.udp {
         if u.received <= u.sent && u.lost != u.sent - u.received {
             fail(format!(
@@ -345,6 +367,21 @@ mod tests {
         has(&l, "lat_hist does not give lat_us");
         l.lat_hist = Some("garbage".into());
         has(&l, "lat_hist");
+        // http-load's send lag: ordered, and over at most the counted requests.
+        let mut r = Record::new("http-load", Transport::Tcp, 1024, 10);
+        r.iterations = Some(2);
+        let mut g = LatencyHistogram::new(LatencyKind::Rtt);
+        g.record_rtt_ns(1_000_000);
+        g.record_rtt_ns(2_000_000);
+        r.send_lag_us = crate::SendLag::from_hist(&g);
+        assert_eq!(r.check(), Vec::<String>::new());
+        r.iterations = Some(1);
+        has(&r, "send_lag_us.samples 2 > iterations 1");
+        r.iterations = Some(2);
+        if let Some(x) = r.send_lag_us.as_mut() {
+            x.p50 = x.max + 1.0;
+        }
+        has(&r, "send_lag_us");
     }
 
     #[test]

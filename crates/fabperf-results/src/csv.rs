@@ -66,6 +66,10 @@ pub fn csv_header() -> Vec<&'static str> {
         "errors_timeout",
         "errors_status",
         "errors_parse",
+        "send_lag_us_p50",
+        "send_lag_us_p99",
+        "send_lag_us_max",
+        "send_lag_samples",
         "local",
         "remote",
         "device",
@@ -159,6 +163,7 @@ fn csv_row(r: &Record) -> Vec<String> {
             .map(|x| f(x).to_string())
             .unwrap_or_default()
     };
+    let g = |f: fn(&crate::SendLag) -> String| r.send_lag_us.as_ref().map(f).unwrap_or_default();
     let mut row = vec![
         r.schema.to_string(),
         r.test.clone(),
@@ -214,6 +219,10 @@ fn csv_row(r: &Record) -> Vec<String> {
         e(|s| s.timeout),
         e(|s| s.status),
         e(|s| s.parse),
+        g(|s| s.p50.to_string()),
+        g(|s| s.p99.to_string()),
+        g(|s| s.max.to_string()),
+        g(|s| s.samples.to_string()),
         opt(&r.local),
         opt(&r.remote),
         opt(&r.device),

@@ -72,6 +72,38 @@ pub struct LatencySummary {
     pub samples: u64,
 }
 
+/// How late a load generator sent its requests, µs: for each request that
+/// came due while its connection was idle, the time from when it was due to
+/// when it was written (timer granularity, scheduling). Requests that came
+/// due while their connection still waited for an earlier response are not
+/// in it: their wait is the server's (`late-requests`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SendLag {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+    pub mean: f64,
+    /// Requests behind the figures.
+    pub samples: u64,
+}
+
+impl SendLag {
+    /// From a histogram of lags (recorded with
+    /// [`LatencyHistogram::record_rtt_ns`] into an [`LatencyKind::Rtt`]
+    /// histogram); `None` without a sample.
+    pub fn from_hist(h: &LatencyHistogram) -> Option<SendLag> {
+        h.summary().map(|s| SendLag {
+            p50: s.p50,
+            p90: s.p90,
+            p99: s.p99,
+            max: s.max,
+            mean: s.mean,
+            samples: s.samples,
+        })
+    }
+}
+
 /// Every latency sample, recorded in nanoseconds with 3 significant digits
 /// (0.1 % relative error), from 1 ns up to one hour.
 #[derive(Debug, Clone)]

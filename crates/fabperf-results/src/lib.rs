@@ -32,7 +32,7 @@ pub use crate::csv::{csv_header, write_csv};
 pub use finding::{Evidence, Finding, Severity};
 pub use interval::{FlowSet, Interval, Progress, ProgressRecorder, WallClock};
 pub use json::write_json_lines;
-pub use latency::{HistError, LatencyHistogram, LatencyKind, LatencySummary, V2Bytes};
+pub use latency::{HistError, LatencyHistogram, LatencyKind, LatencySummary, SendLag, V2Bytes};
 pub use placement::{GpuMemory, Placement};
 pub use plausible::BadValue;
 pub use table::Table;
@@ -230,6 +230,10 @@ pub struct Record {
     /// Failed requests by kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errors: Option<RequestErrors>,
+    /// http-load at a rate (open loop): how late the generator sent the
+    /// requests that came due on an idle connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag_us: Option<SendLag>,
     /// CPU time of the local (client) side's test threads over the measured
     /// time, percent of one core.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -344,6 +348,7 @@ impl Record {
             lat_hist: None,
             requests_per_s: None,
             errors: None,
+            send_lag_us: None,
             cpu_local_pct: None,
             cpu_remote_pct: None,
             host_cpu_local: None,

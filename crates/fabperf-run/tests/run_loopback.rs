@@ -282,7 +282,14 @@ fn a_bidirectional_incast_counts_each_direction_once() {
             .filter(|m| m.record.direction.as_deref() == Some(dir))
             .map(|m| m.record.bytes)
             .sum();
-        assert!(a.record.bytes <= sum, "{dir}: {} > {sum}", a.record.bytes);
+        // The common interval lies inside every flow's own; a receive that
+        // straddles an interval's edge is counted whole by the flow and
+        // pro rata by the progress counts, so allow 1 % for the edges.
+        assert!(
+            a.record.bytes as f64 <= sum as f64 * 1.01,
+            "{dir}: {} > {sum}",
+            a.record.bytes
+        );
         assert_eq!(a.record.flows.as_ref().unwrap().count, 2);
         assert_eq!(a.dst.as_deref(), Some("n1"));
     }

@@ -50,6 +50,15 @@ mod opt {
         libc::SO_MAX_PACING_RATE,
         u64
     );
+    sockopt_impl!(
+        /// `SO_RCVLOWAT`: bytes that must be queued before a blocking
+        /// receive returns (and before the kernel wakes the reader).
+        RcvLowat,
+        SetOnly,
+        libc::SOL_SOCKET,
+        libc::SO_RCVLOWAT,
+        libc::c_int
+    );
     /// `SO_ZEROCOPY` (asm-generic/socket.h; libc does not export it).
     const SO_ZEROCOPY: libc::c_int = 60;
     sockopt_impl!(
@@ -135,6 +144,15 @@ pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result
         // Above 4 GB/s the kernel (4.20+) takes a 64-bit value.
         _ => Ok(setsockopt(&fd, opt::MaxPacingRate64, &bytes_per_sec)?),
     }
+}
+
+/// SO_RCVLOWAT: a blocking receive waits for `bytes` (or the receive
+/// timeout, or the end of the stream), and the kernel wakes the reader only
+/// once that much is queued. For TCP the kernel caps the value at half the
+/// largest receive buffer and grows an autotuned buffer to hold it.
+pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let v = bytes.clamp(1, i32::MAX as usize) as libc::c_int;
+    Ok(setsockopt(&fd, opt::RcvLowat, &v)?)
 }
 
 pub fn enable_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {

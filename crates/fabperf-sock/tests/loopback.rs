@@ -153,6 +153,31 @@ fn tcp_bw_paced_streams_match_the_kernels_pacing() {
     );
 }
 
+/// The same oracle on the default path (sendfile, receive discarded in the
+/// kernel, the receiver woken per 128 KiB or every few milliseconds): a
+/// stream paced far below the receiver's low-water mark per wake-up still
+/// measures the paced rate.
+#[test]
+fn tcp_bw_paced_stream_on_the_default_path() {
+    let a = agent();
+    let rate = 40_000_000u64;
+    let p = TcpBwParams {
+        duration_s: 1.5,
+        omit_s: 0.2,
+        rate_bps: Some(rate),
+        ..Default::default()
+    };
+    let recs = run_tcp_bw(a.addr(), &cfg(), &p).unwrap();
+    consistent(&recs);
+    let got = total(&recs).bw_gbps.unwrap() * 1e9;
+    assert!(
+        got > rate as f64 * 0.75 && got < rate as f64 * 1.05,
+        "{:.1} Mbit/s measured, kernel paces {:.1} Mbit/s",
+        got / 1e6,
+        rate as f64 / 1e6
+    );
+}
+
 #[test]
 fn tcp_bw_bidir_has_both_directions() {
     let a = agent();
