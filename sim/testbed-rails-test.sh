@@ -7,7 +7,7 @@
 #     (`rails = ["rail0", "rail1"]`) pairs rail i with rail i, both rails of
 #     a round at one start, every cell stored with its rail, and the mesh
 #     summary names fp-node2/rail1 (confirmed by its re-tests) and nothing
-#     else;
+#     else, as does `fabperf report` (a suspect-nodes gate fails on it);
 #  3. `restore --rail 1` removes the shaping.
 #
 #   sudo sim/testbed-rails-test.sh     # uses FABPERF_BIN, else target/release/fabperf
@@ -95,6 +95,11 @@ sed 's/^/      /' "$WORK/summary.txt"
 check "the summary has the nodes' rails as rows and columns" grep -q "fp-node1/rail0" "$WORK/summary.txt"
 check "fp-node2's rail 1 is named, confirmed by its re-tests" grep -q "^  SUSPECT NODE fp-node2/rail1" "$WORK/summary.txt"
 check "no other node or rail is named" test "$(grep -c 'SUSPECT NODE' "$WORK/summary.txt")" = 1
+
+fp report --db "$DB" --gate "mesh suspect-nodes == 0" >"$WORK/report.txt" 2>&1
+rc=$?
+check "the report's mesh has the rails too, and gate mesh suspect-nodes == 0 fails naming the rail (rc $rc)" \
+    bash -c "[[ $rc == 1 ]] && grep -q 'fp-node2/rail1' '$WORK/report.txt' && grep -q 'measured 1 (fp-node2/rail1)' '$WORK/report.txt'"
 
 section "restore"
 check "restore fp-node2 --rail 1" "$TB" restore fp-node2 --rail 1
