@@ -72,7 +72,7 @@ echo "== fabperf report: exit status and output"
 expect 0 "report, no gate" "$FP" report --db "$tmp/fx.db"
 has "$tmp/out" "−41 % vs host at 128 KiB" "verdict in words for the overlay path"
 has "$tmp/out" "SUSPECT NODE n3" "mesh summary names the slow node"
-expect 0 "gates that hold" "$FP" report --db "$tmp/fx.db" --gate 'path:host tcp-lat p99 <= 60us' --gate 'incast jain >= 0.85'
+expect 0 "gates that hold" "$FP" report --db "$tmp/fx.db" --gate 'path:host tcp-lat p99 <= 60us' --gate 'direction:forward incast jain >= 0.85'
 has "$tmp/err" "all 2 gate(s) hold" "gates summary on stderr"
 expect 1 "a violated gate" "$FP" report --db "$tmp/fx.db" --gate 'path:overlay tcp-bw >= 0.8 * path:host'
 has "$tmp/out" "measured 5.60 Gbit/s, required >= 7.60 Gbit/s" "violation: measured vs required"

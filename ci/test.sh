@@ -64,6 +64,8 @@ step "multi-node testbed: namespaces, shaped links, overlay, DNS, degrade (sim/t
   ./sim/testbed-test.sh
 step "fabperf run on the testbed: mesh + incast, SIGKILL mid-run and resume, host vs overlay, HTTP via the overlay and a service address (sim/testbed-run-test.sh)" \
   ./sim/testbed-run-test.sh
+step "pod-to-service on the testbed: each kind through a single-endpoint service 10 of 10, the balancing pitfall named, the pod-vs-service plan (sim/testbed-service-test.sh)" \
+  ./sim/testbed-service-test.sh
 step "mesh verdicts on the testbed: an edited plan's stale cells left out, a transmit-only fault named, failed re-tests unconfirmed until --retry-failed (sim/testbed-mesh-test.sh)" \
   ./sim/testbed-mesh-test.sh
 step "rails on the testbed: 3 nodes x 2 rails, rail i paired with rail i at one start, a degraded rail named by the mesh summary (sim/testbed-rails-test.sh, ~25 s)" \

@@ -3,8 +3,9 @@
 # 1 Gbit/s management link (carries the node address), an unshaped MTU 9000
 # fabric link, a VXLAN overlay standing in for a CNI, three fabperf agents
 # (host-mgmt, host-fabric, overlay; each also serves HTTP), DNS names for them
-# served by dnsmasq, and with --service a service address DNAT'd to the overlay
-# agents as kube-proxy does for a ClusterIP Service.
+# served by dnsmasq, and with --service service addresses DNAT'd to the overlay
+# agents as kube-proxy does for ClusterIP Services (one per node, and one
+# balanced over several nodes).
 # See docs/testbed.md.
 set -euo pipefail
 
@@ -45,9 +46,12 @@ Usage: $PROG COMMAND [ARGS]
                        node address's link, as CNIs choose it; mgmt or fabric
                        pins it, as a CNI with an interface setting does
         --mgmt-rate    shaping of the management link (default 1gbit)
-        --service      a service address, $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN),
-                       DNAT'd in every node to the other nodes' overlay agents
-                       (kube-proxy iptables mode; needs iptables)
+        --service      service addresses, DNAT'd in every node as kube-proxy's
+                       iptables mode does (needs iptables), TCP and UDP:
+                       $(tb_node_service_ip 1)..N ($(tb_node_ns 1).$TB_SERVICE_NAME.$TB_DOMAIN, ...), each with
+                       one node's overlay agent as its only endpoint, and
+                       $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN) in front of the
+                       other nodes' overlay agents, balanced per connection
         --rails R      R more fabric links per node (0..$TB_MAX_RAILS, default 0): rail I is
                        railI in the node, on its own bridge br-railI, address
                        $TB_RAIL_NET.(10+I).K; one more agent per node
@@ -312,6 +316,9 @@ write_dns() {
         done
         if [[ $SERVICE == 1 ]]; then
             echo "$(tb_service_ip) $TB_SERVICE_NAME.$TB_DOMAIN"
+            for ((k = 1; k <= NODES; k++)); do
+                echo "$(tb_node_service_ip "$k") $(tb_node_ns "$k").$TB_SERVICE_NAME.$TB_DOMAIN"
+            done
         fi
     } >"$f"
     chmod 0644 "$f"
@@ -430,16 +437,23 @@ build_overlay() { # K | 254
     ip -n "$ns" -batch "$neigh"
 }
 
-# The service address in member K (a node, or 254: the switch): the rules
-# kube-proxy's iptables mode writes for a ClusterIP Service (OUTPUT jumps to a
-# services chain, the service's chain picks an endpoint with 'statistic
-# --mode random --probability 1/(n-i)', the endpoint's chain DNATs), loaded
-# with iptables-restore. Endpoints: the overlay agents of the other nodes, as
-# for a client pod on node K whose server pods run elsewhere. A route sends
-# the service subnet out of vxlan0 with the overlay address as source, the
-# address a pod would use.
+# The service addresses in member K (a node, or 254: the switch), with the
+# rules kube-proxy's iptables mode writes for a ClusterIP Service
+# (pkg/proxy/iptables/proxier.go: OUTPUT jumps to a services chain; each
+# service *port* — TCP and UDP apart — has its own chain, which picks an
+# endpoint with 'statistic --mode random --probability 1/(n-i)' (no match
+# for the last one, and none at all for a single endpoint), and each
+# endpoint of each port its own chain that DNATs), loaded with
+# iptables-restore:
+# - the shared address (several endpoints: the other nodes' overlay agents,
+#   as for a client pod on node K whose server pods run elsewhere), where
+#   every TCP connection and every UDP flow picks its own endpoint;
+# - one address per node J with J's overlay agent as its only endpoint.
+# Conntrack keeps each connection and UDP flow on the endpoint its first
+# packet chose. Routes send the service subnets out of vxlan0 with the
+# overlay address as source, the address a pod would use.
 build_service() { # K | 254
-    local k=$1 ns f j i n eps=()
+    local k=$1 ns f j i n proto eps=() chain sep
     if ((k == TB_GW_HOST)); then ns=$TB_SWITCH_NS; else ns=$(tb_node_ns "$k"); fi
     for ((j = 1; j <= NODES; j++)); do
         ((j == k)) || eps+=("$j")
@@ -449,26 +463,42 @@ build_service() { # K | 254
     {
         echo "*nat"
         echo ":FABPERF-SERVICES - [0:0]"
-        echo ":FABPERF-SVC-OVERLAY - [0:0]"
-        for j in "${eps[@]}"; do echo ":FABPERF-SEP-NODE$j - [0:0]"; done
-        echo "-A OUTPUT -m comment --comment \"fabperf testbed service portals\" -j FABPERF-SERVICES"
-        echo "-A FABPERF-SERVICES -d $(tb_service_ip)/32 -p tcp -m comment --comment \"$TB_SERVICE_NAME: cluster IP\" -m tcp --dport $TB_PORT -j FABPERF-SVC-OVERLAY"
-        i=0
-        for j in "${eps[@]}"; do
-            if ((i < n - 1)); then
-                echo "-A FABPERF-SVC-OVERLAY -m statistic --mode random --probability $(tb_probability $((n - i))) -j FABPERF-SEP-NODE$j"
-            else
-                echo "-A FABPERF-SVC-OVERLAY -j FABPERF-SEP-NODE$j"
-            fi
-            i=$((i + 1))
+        for proto in tcp udp; do
+            echo ":FABPERF-SVC-OVERLAY-${proto^^} - [0:0]"
+            for j in "${eps[@]}"; do echo ":FABPERF-SEP-OVERLAY-N$j-${proto^^} - [0:0]"; done
+            for ((j = 1; j <= NODES; j++)); do
+                echo ":FABPERF-SVC-N$j-${proto^^} - [0:0]"
+                echo ":FABPERF-SEP-N$j-${proto^^} - [0:0]"
+            done
         done
-        for j in "${eps[@]}"; do
-            echo "-A FABPERF-SEP-NODE$j -p tcp -m comment --comment \"$TB_SERVICE_NAME -> $(tb_node_ns "$j")\" -m tcp -j DNAT --to-destination $(tb_overlay_ip "$j"):$TB_PORT"
+        echo "-A OUTPUT -m comment --comment \"fabperf testbed service portals\" -j FABPERF-SERVICES"
+        for proto in tcp udp; do
+            chain=FABPERF-SVC-OVERLAY-${proto^^}
+            echo "-A FABPERF-SERVICES -d $(tb_service_ip)/32 -p $proto -m comment --comment \"$TB_SERVICE_NAME:$proto cluster IP\" -m $proto --dport $TB_PORT -j $chain"
+            i=0
+            for j in "${eps[@]}"; do
+                sep=FABPERF-SEP-OVERLAY-N$j-${proto^^}
+                if ((i < n - 1)); then
+                    echo "-A $chain -m statistic --mode random --probability $(tb_probability $((n - i))) -j $sep"
+                else
+                    echo "-A $chain -j $sep"
+                fi
+                echo "-A $sep -p $proto -m comment --comment \"$TB_SERVICE_NAME:$proto -> $(tb_node_ns "$j")\" -m $proto -j DNAT --to-destination $(tb_overlay_ip "$j"):$TB_PORT"
+                i=$((i + 1))
+            done
+            for ((j = 1; j <= NODES; j++)); do
+                chain=FABPERF-SVC-N$j-${proto^^}
+                sep=FABPERF-SEP-N$j-${proto^^}
+                echo "-A FABPERF-SERVICES -d $(tb_node_service_ip "$j")/32 -p $proto -m comment --comment \"$(tb_node_ns "$j").$TB_SERVICE_NAME:$proto cluster IP\" -m $proto --dport $TB_PORT -j $chain"
+                echo "-A $chain -j $sep"
+                echo "-A $sep -p $proto -m comment --comment \"$(tb_node_ns "$j").$TB_SERVICE_NAME:$proto -> $(tb_node_ns "$j")\" -m $proto -j DNAT --to-destination $(tb_overlay_ip "$j"):$TB_PORT"
+            done
         done
         echo "COMMIT"
     } >"$f"
     ip netns exec "$ns" iptables-restore --noflush <"$f" || return 1
     ip -n "$ns" route add "$TB_SERVICE_NET.0/$TB_PREFIXLEN" dev vxlan0 src "$(tb_overlay_ip "$k")"
+    ip -n "$ns" route add "$TB_NODE_SERVICE_NET.0/$TB_PREFIXLEN" dev vxlan0 src "$(tb_overlay_ip "$k")"
 }
 
 overlay_underlay_ip() { # K | 254: the VXLAN endpoint address of a member
@@ -633,7 +663,7 @@ EOF
     trap - EXIT INT TERM
     log "up: $NODES nodes, $((NODES * 3)) agents on port $TB_PORT (fabperf and HTTP), DNS on $(tb_dns_ip)"
     ((RAILS == 0)) || log "rails: $RAILS per node (railI, $TB_RAIL_NET.(10+I).K); their agents on port $TB_RAILS_PORT, path \"rails\""
-    [[ $SERVICE == 0 ]] || log "service address: $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN) -> the other nodes' overlay agents"
+    [[ $SERVICE == 0 ]] || log "service addresses: $(tb_node_service_ip 1)-$NODES:$TB_PORT (${TB_NODE_PREFIX}K.$TB_SERVICE_NAME.$TB_DOMAIN) -> node K's overlay agent alone; $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN) -> the other nodes' overlay agents, balanced per connection"
     log "token file for clients: $STATE/token"
     log "try: sudo $PROG exec ${TB_NODE_PREFIX}1 fabperf tcp-bw ${TB_NODE_PREFIX}2.fabric.agents.$TB_DOMAIN -t 3 --token-file $STATE/token"
 }
@@ -737,9 +767,18 @@ cmd_status() {
         n=$(ip netns exec "$(tb_node_ns 1)" getent ahostsv4 "$TB_SERVICE_NAME.$TB_DOMAIN" 2>/dev/null |
             awk '$2 == "STREAM" {print $1}' | sort -u | tr '\n' ' ')
         local eps
-        eps=$(ip netns exec "$(tb_node_ns 1)" iptables -t nat -S FABPERF-SVC-OVERLAY 2>/dev/null | grep -c '^-A' || true)
-        echo "service: $(tb_service_ip):$TB_PORT = $TB_SERVICE_NAME.$TB_DOMAIN (resolves to: ${n:-nothing}); $eps endpoints in ${TB_NODE_PREFIX}1 (the other nodes' overlay agents)"
+        eps=$(ip netns exec "$(tb_node_ns 1)" iptables -t nat -S FABPERF-SVC-OVERLAY-TCP 2>/dev/null | grep -c '^-A' || true)
+        echo "service: $(tb_service_ip):$TB_PORT = $TB_SERVICE_NAME.$TB_DOMAIN (resolves to: ${n:-nothing}); $eps endpoints in ${TB_NODE_PREFIX}1 (the other nodes' overlay agents), balanced per connection"
         [[ $n == "$(tb_service_ip) " && $eps == $((NODES - 1)) ]] || bad=1
+        local single=0 want k
+        for ((k = 1; k <= NODES; k++)); do
+            want=$(tb_node_service_ip "$k")
+            n=$(ip netns exec "$(tb_node_ns 1)" getent ahostsv4 "$(tb_node_ns "$k").$TB_SERVICE_NAME.$TB_DOMAIN" 2>/dev/null |
+                awk '$2 == "STREAM" {print $1}' | sort -u | tr '\n' ' ')
+            eps=$(ip netns exec "$(tb_node_ns 1)" iptables -t nat -S "FABPERF-SVC-N$k-UDP" 2>/dev/null | grep -c '^-A' || true)
+            if [[ $n == "$want " && $eps == 1 ]]; then single=$((single + 1)); else bad=1; fi
+        done
+        echo "  one service per node: $single of $NODES resolve to $TB_NODE_SERVICE_NET.K with one endpoint (${TB_NODE_PREFIX}K.$TB_SERVICE_NAME.$TB_DOMAIN)"
     fi
     return $bad
 }

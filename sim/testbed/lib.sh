@@ -27,12 +27,17 @@ TB_PATHS="host-mgmt host-fabric overlay"
 TB_MGMT_NET=198.18.0
 TB_FABRIC_NET=198.18.1
 TB_OVERLAY_NET=198.18.2
-# The service address (up --service): a virtual IP no interface holds, which
+# The service addresses (up --service): virtual IPs no interface holds, which
 # each member DNATs to overlay agents the way kube-proxy's iptables mode does
-# for a ClusterIP Service.
+# for a ClusterIP Service. One per node with that node's overlay agent as its
+# only endpoint (198.18.4.K, fp-nodeK.overlay.svc.fabperf.test: what
+# `fabperf k8s render` writes for the service path), and one shared address
+# in front of several agents, balanced per connection (198.18.3.1,
+# overlay.svc.fabperf.test: the pitfall).
 TB_SERVICE_NET=198.18.3
 TB_SERVICE_HOST=1
 TB_SERVICE_NAME=overlay.svc # <name>.fabperf.test
+TB_NODE_SERVICE_NET=198.18.4
 TB_GW_HOST=254  # switch address on each bridge (default gateway, DNS on mgmt)
 TB_PREFIXLEN=24
 # Rails (up --rails R): rail I is railI in each node, on its own bridge
@@ -49,6 +54,8 @@ tb_mgmt_gw() { printf '%s.%d' "$TB_MGMT_NET" "$TB_GW_HOST"; }
 tb_fabric_gw() { printf '%s.%d' "$TB_FABRIC_NET" "$TB_GW_HOST"; }
 tb_dns_ip() { tb_mgmt_gw; }
 tb_service_ip() { printf '%s.%d' "$TB_SERVICE_NET" "$TB_SERVICE_HOST"; }
+# Node K's own service address (its overlay agent the only endpoint).
+tb_node_service_ip() { printf '%s.%d' "$TB_NODE_SERVICE_NET" "$1"; }
 # kube-proxy's per-endpoint probability: 1/N with ten decimals (the i-th of
 # N endpoints gets 1/(N-i) of what the rules before it left).
 tb_probability() { awk -v n="$1" 'BEGIN { printf "%0.10f", 1 / n }'; }

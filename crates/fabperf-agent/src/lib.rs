@@ -25,12 +25,13 @@
 pub use fabperf_http::HttpConfig;
 use fabperf_http::HttpServer;
 use fabperf_proto::auth::{self, Side};
+use fabperf_proto::data::RefusalReason;
 use fabperf_proto::{
     text, AgentCapacity, AgentIdentity, ErrorCode, Limits, Msg, ProtoError, ServeCtx, ServeError,
     TestClock, TestKind, DATA_MAGIC, MAGIC, MAX_FRAME, OPEN_START_FRAME, PRE_AUTH_FRAME,
     PROTO_VERSION,
 };
-use fabperf_proto::{Control, DataHub};
+use fabperf_proto::{Control, DataHub, Routed};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -87,6 +88,9 @@ impl AgentConfig {
     /// Authentication is required when binding to a non-loopback address,
     /// unless `insecure` is set.
     pub fn check_security(&self) -> Result<(), String> {
+        if let Some(t) = &self.token {
+            auth::refuse_public_token(t).map_err(|e| format!("refusing to serve: {e}"))?;
+        }
         let ip = self.bind.ip();
         if self.token.is_none() && !self.insecure && !ip.is_loopback() {
             return Err(format!(
@@ -527,6 +531,7 @@ impl Agent {
         let nofile = open_file_limit();
         let (unsorted, per_source, _, note) = fd_caps(nofile, None);
         let rt = event_loop(1)?;
+        let hub = DataHub::for_agent(cfg.token.as_deref(), cfg.identity.clone());
         Ok(Agent {
             listener,
             addr,
@@ -539,7 +544,7 @@ impl Agent {
                 quiet: cfg.quiet,
                 identity: cfg.identity,
                 busy: Mutex::new(Vec::new()),
-                hub: DataHub::new(),
+                hub,
                 stop: AtomicBool::new(false),
                 conns: AtomicUsize::new(0),
                 pending: Mutex::new(Pending::default()),
@@ -627,6 +632,23 @@ impl Agent {
         for n in &notes {
             shared.log(n);
         }
+        // The UDP door: a UDP hello for another agent's test is answered
+        // with a refusal naming this agent (fabperf_proto::data).
+        let quiet = shared.quiet;
+        let door_log: fabperf_proto::DoorLog = Arc::new(move |m: &str| {
+            if !quiet {
+                eprintln!(
+                    "{} fabperf agent: {}",
+                    fabperf_results::now_rfc3339(),
+                    text::escape(m)
+                );
+            }
+        });
+        if let Err(e) = shared.hub.open_udp_door(addr, door_log) {
+            shared.log(&format!(
+                "cannot start the UDP door ({e}); UDP hellos for other agents' tests go unanswered"
+            ));
+        }
         let timer = {
             let sh = shared.clone();
             std::thread::Builder::new()
@@ -637,6 +659,7 @@ impl Agent {
             shared.log(&format!(
                 "cannot start the timer thread ({e}); refusing to serve without it"
             ));
+            shared.hub.close_udp_door();
             return;
         }
         for conn in listener.incoming() {
@@ -668,6 +691,7 @@ impl Agent {
             ));
         }
         shared.stop.store(true, Ordering::SeqCst);
+        shared.hub.close_udp_door();
         if let Ok(t) = timer {
             let _ = t.join();
         }
@@ -989,11 +1013,25 @@ fn handle_connection(
     let t = sh.limits.io_timeout;
     let _ = stream.set_read_timeout(Some(t));
     if magic == DATA_MAGIC {
-        if !sh.hub.route(stream, t) && !sh.was_closed_by_agent(id) {
-            sh.log(&format!(
-                "{peer}: data connection with an unknown cookie; closed"
-            ));
-        }
+        let why = match sh.hub.route(stream, t) {
+            Routed::ToTest => return,
+            Routed::NoCookie if sh.was_closed_by_agent(id) => return,
+            Routed::NoCookie => "no cookie arrived",
+            Routed::Refused(RefusalReason::OtherAgent) => {
+                "its cookie is another agent's: the client's address balances connections \
+                 over several agents (a Service with several endpoints); told the client"
+            }
+            Routed::Refused(RefusalReason::Ended) => {
+                "its test no longer waits for it; told the client"
+            }
+            Routed::Refused(RefusalReason::Full) => {
+                "its test already has every connection it asked for; told the client"
+            }
+            Routed::Refused(RefusalReason::Unknown) => {
+                "its cookie is unknown (no agent sharing this token issued it); told the client"
+            }
+        };
+        sh.log(&format!("{peer}: data connection refused: {why}"));
         return;
     }
     let mut rest = [0u8; 4];

@@ -1,6 +1,7 @@
 //! The agent's handshake, errors and bounds, with small test kinds.
 
 use fabperf_agent::{Agent, AgentConfig, AgentHandle};
+use fabperf_proto::data::RefusalReason;
 use fabperf_proto::{
     connect_data, connect_test, ClientConfig, ErrorCode, Limits, Msg, ProtoError, ServeCtx,
     ServeError, TestKind, PROTO_VERSION,
@@ -230,6 +231,56 @@ fn client_reports_agent_version_mismatch() {
     t.join().unwrap();
 }
 
+/// v4 is the one version after the two incompatible v3s (one start for
+/// concurrent flows; data connections and UDP hellos answered): a peer of
+/// either v3, or older, gets both versions named on both sides.
+#[test]
+fn older_peers_are_refused_with_both_versions() {
+    assert_eq!(PROTO_VERSION, 4);
+    let (h, _tx) = start(None, Duration::from_secs(5));
+    for old in [3u16, 2, 1] {
+        // An older client: the agent's preamble, then the error in words.
+        let mut s = TcpStream::connect(h.addr()).unwrap();
+        s.write_all(&fabperf_proto::Preamble { version: old }.encode())
+            .unwrap();
+        let mut pre = [0u8; 8];
+        s.read_exact(&mut pre).unwrap();
+        assert_eq!(u16::from_be_bytes([pre[4], pre[5]]), 4);
+        match fabperf_proto::read_frame(&mut s, fabperf_proto::MAX_FRAME, None, "error").unwrap() {
+            Msg::Error { code, message } => {
+                assert_eq!(code, ErrorCode::VersionMismatch);
+                assert!(
+                    message.starts_with(&format!("client speaks protocol v{old}, this agent"))
+                        && message.contains(") v4; run the same fabperf version on both ends"),
+                    "{message}"
+                );
+            }
+            m => panic!("{m:?}"),
+        }
+        // An older agent: the client stops at its preamble.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(&fabperf_proto::Preamble { version: old }.encode())
+                .unwrap();
+            let mut b = [0u8; 8];
+            let _ = s.read_exact(&mut b);
+        });
+        let e = connect_test(addr, &cfg(None), "echo", json!({})).unwrap_err();
+        assert!(
+            matches!(e, ProtoError::VersionMismatch { local: 4, remote } if remote == old),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("protocol version mismatch: this side speaks v4, the peer v{old}; run the same fabperf version on both ends")
+        );
+        t.join().unwrap();
+    }
+    echo_once(h.addr(), &cfg(None)).unwrap();
+}
+
 #[test]
 fn not_fabperf_peer() {
     let (h, _tx) = start(None, Duration::from_secs(5));
@@ -435,16 +486,17 @@ fn client_times_out_on_stalled_agent() {
 fn data_connections_are_routed_by_cookie() {
     let (h, _tx) = start(None, Duration::from_secs(5));
     let (mut ctl, info) = connect_test(h.addr(), &cfg(None), "sink", json!({})).unwrap();
-    // A wrong cookie is dropped.
-    let mut bad = connect_data(
+    // A cookie no agent issued is refused, and the client is told why.
+    let bad = connect_data(
         h.addr(),
         "00112233445566778899aabbccddeeff",
         Duration::from_secs(2),
     )
-    .unwrap();
-    bad.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut b = [0u8; 1];
-    assert_eq!(bad.read(&mut b).unwrap_or(0), 0);
+    .unwrap_err();
+    match bad {
+        ProtoError::Refused(r) => assert_eq!(r.reason, RefusalReason::Unknown),
+        e => panic!("{e:?}"),
+    }
     let mut d = connect_data(
         h.addr(),
         info["cookie"].as_str().unwrap(),
@@ -511,6 +563,126 @@ fn tests_of_one_group_run_together_and_others_wait() {
             Err(e) => panic!("{e:?}"),
         }
     }
+}
+
+/// An agent with a token and a name, serving `sink`.
+fn named(ip: &str, node: &str, token: &[u8]) -> AgentHandle {
+    Agent::bind(AgentConfig {
+        bind: format!("{ip}:0").parse().unwrap(),
+        token: Some(token.to_vec()),
+        insecure: false,
+        limits: Limits {
+            io_timeout: Duration::from_secs(5),
+            ..Limits::default()
+        },
+        kinds: vec![Box::new(Sink)],
+        quiet: true,
+        identity: Some(fabperf_proto::AgentIdentity {
+            node: node.into(),
+            path: "pod".into(),
+            addr: None,
+            inventory: None,
+        }),
+    })
+    .unwrap()
+    .spawn()
+}
+
+fn refused(e: ProtoError) -> fabperf_proto::data::DataRefusal {
+    match e {
+        ProtoError::Refused(r) => r,
+        e => panic!("not a refusal: {e:?}"),
+    }
+}
+
+#[test]
+fn data_connections_say_whose_cookie_they_carry() {
+    let tok = b"a-shared-token-for-both-agents";
+    let a = named("127.0.0.5", "node-a", tok);
+    let b = named("127.0.0.6", "node-b", tok);
+    let stranger = named("127.0.0.7", "node-c", b"another-token-entirely-0123");
+    let (mut ctl, info) = connect_test(a.addr(), &cfg(Some(tok)), "sink", json!({})).unwrap();
+    let cookie = info["cookie"].as_str().unwrap().to_string();
+    let t = Duration::from_secs(2);
+    // Another agent sharing the token knows the cookie is a's, and names
+    // itself.
+    let r = refused(connect_data(b.addr(), &cookie, t).unwrap_err());
+    assert_eq!(r.reason, RefusalReason::OtherAgent);
+    assert_eq!(
+        (r.node.as_deref(), r.path.as_deref()),
+        (Some("node-b"), Some("pod"))
+    );
+    // An agent with another token cannot tell.
+    let r = refused(connect_data(stranger.addr(), &cookie, t).unwrap_err());
+    assert_eq!(r.reason, RefusalReason::Unknown);
+    // The test takes one connection: a second is refused as such.
+    let mut d = connect_data(a.addr(), &cookie, t).unwrap();
+    let r = refused(connect_data(a.addr(), &cookie, t).unwrap_err());
+    assert_eq!(r.reason, RefusalReason::Full);
+    d.write_all(b"12345").unwrap();
+    drop(d);
+    let v: serde_json::Value = ctl.recv_test("sink result").unwrap();
+    assert_eq!(v["bytes"], 5);
+    // After the test, its own cookie is one that ended.
+    let r = refused(connect_data(a.addr(), &cookie, t).unwrap_err());
+    assert_eq!(r.reason, RefusalReason::Ended);
+    assert_eq!(r.node.as_deref(), Some("node-a"));
+}
+
+#[test]
+fn udp_door_answers_hellos_for_other_agents_tests() {
+    use fabperf_proto::data::{udp_hello, DataRefusal, UDP_HELLO_LEN};
+    let tok = b"a-shared-token-for-both-agents";
+    let a = named("127.0.0.8", "node-a", tok);
+    let b = named("127.0.0.9", "node-b", tok);
+    let (_ctl, info) = connect_test(a.addr(), &cfg(Some(tok)), "sink", json!({})).unwrap();
+    let cookie: [u8; 16] = fabperf_proto::auth::from_hex(info["cookie"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    // The door may take a moment to open after the agent starts.
+    let mut answer = None;
+    for _ in 0..20 {
+        s.send_to(&udp_hello(0x0102_0304, &cookie), b.addr())
+            .unwrap();
+        if let Ok((n, from)) = s.recv_from(&mut buf) {
+            assert_eq!(from, b.addr());
+            assert!(n <= UDP_HELLO_LEN);
+            answer = DataRefusal::decode_udp(&buf[..n]);
+            break;
+        }
+    }
+    let (session, r) = answer.expect("the door answers");
+    assert_eq!(session, [1, 2, 3, 4]);
+    assert_eq!(r.reason, RefusalReason::OtherAgent);
+    assert_eq!(r.node.as_deref(), Some("node-b"));
+    // A short hello is not answered: the answer could be larger than it.
+    s.send_to(&udp_hello(7, &cookie)[..64], b.addr()).unwrap();
+    assert!(s.recv_from(&mut buf).is_err());
+    // Nor is anything else.
+    s.send_to(&[0u8; UDP_HELLO_LEN], b.addr()).unwrap();
+    assert!(s.recv_from(&mut buf).is_err());
+}
+
+#[test]
+fn a_published_token_is_refused_with_how_to_rotate_it() {
+    let e = Agent::bind(AgentConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        token: Some(b"fabperf-example-token-change-me".to_vec()),
+        insecure: false,
+        limits: Limits::default(),
+        kinds: vec![Box::new(Sink)],
+        quiet: true,
+        identity: None,
+    })
+    .err()
+    .expect("refused");
+    assert!(e.starts_with("refusing to serve: the token is"), "{e}");
+    assert!(e.contains("Rotate it"), "{e}");
 }
 
 /// The agent admits the senders of a cluster-size incast at once — far more

@@ -181,11 +181,30 @@ fn open_loop_counts_every_request_from_its_due_time() {
     );
     // HdrHistogram's 3 significant digits: 0.1 % either way.
     let ge = |a: f64, b: f64| a * 1.002 >= b;
+    // Request by request a latency is at least its lag, so the k-th largest
+    // of m lags is at most the k-th largest of n latencies: the lags' q
+    // quantile is at most the latencies' (n - m + qm) / n quantile. With a
+    // few lags fewer than latencies (requests due on a busy connection have
+    // none) the same percentile can sit a rank higher among the lags (p99
+    // of 199 samples is the 2nd largest, of 200 the 3rd), so each lag
+    // percentile is held against the next latency percentile up, where the
+    // count of missing lags allows it.
+    let (n, m) = (r.iterations.unwrap() as f64, lag.samples as f64);
+    let within = |q: f64, up: f64| (n - m + (q * m).ceil()) / n <= up;
+    if within(0.5, 0.9) {
+        assert!(
+            ge(lat.p90, lag.p50),
+            "latency {lat:?} below send lag {lag:?}"
+        );
+    }
+    if within(0.9, 0.99) {
+        assert!(
+            ge(lat.p99, lag.p90),
+            "latency {lat:?} below send lag {lag:?}"
+        );
+    }
     assert!(
-        ge(lat.p50, lag.p50)
-            && ge(lat.p90, lag.p90)
-            && ge(lat.p99, lag.p99)
-            && ge(lat.max, lag.max),
+        ge(lat.max, lag.p99) && ge(lat.max, lag.max),
         "latency {lat:?} below send lag {lag:?}"
     );
 }

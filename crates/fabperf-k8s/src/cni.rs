@@ -27,7 +27,8 @@ fn regex_literal(s: &str) -> String {
 /// Chart releases the values were checked against: flannel
 /// chart/kube-flannel (templates/config.yaml), Antrea build/charts/antrea
 /// (values.yaml; pkg/agent/agent.go uses an explicit defaultMTU as given),
-/// Calico charts/tigera-operator (the Installation CRD's calicoNetwork).
+/// Calico charts/tigera-operator (the Installation CRD's calicoNetwork, in
+/// charts/crd.projectcalico.org.v1 since v3.32).
 pub const FLANNEL_CHART_VERSION: &str = "v0.27.4";
 pub const ANTREA_CHART_VERSION: &str = "v2.7.0";
 pub const CALICO_CHART_VERSION: &str = "v3.32.1";
@@ -72,7 +73,13 @@ pub fn values(cni: CniKind, p: &CniPlan, multus: bool) -> (Value, Vec<String>) {
         }
         CniKind::Calico => {
             notes.push("helm repo add projectcalico https://docs.tigera.io/calico/charts".into());
+            // Calico v3.32 ships its CRDs (operator.tigera.io Installation
+            // included) in the crd.projectcalico.org.v1 chart, not in
+            // tigera-operator (charts/*/README.md at v3.32.1); installed
+            // server-side: some CRDs exceed the client-side apply limit.
+            notes.push(format!("helm template calico-crds projectcalico/crd.projectcalico.org.v1 --version {CALICO_CHART_VERSION} | kubectl apply --server-side -f -"));
             notes.push(format!("helm install calico projectcalico/tigera-operator --version {CALICO_CHART_VERSION} --namespace tigera-operator --create-namespace -f calico-values.yaml"));
+            notes.push("(Calico v3.32 moved the CRDs out of the tigera-operator chart: without the CRD chart the install fails with no matches for kind \"Installation\")".into());
             let encap = match e {
                 Encap::None => "None",
                 Encap::Vxlan => "VXLAN",
@@ -152,8 +159,13 @@ pub fn values(cni: CniKind, p: &CniPlan, multus: bool) -> (Value, Vec<String>) {
             v
         }
         CniKind::Flannel => {
+            // flannel's README at v0.27.4: the namespace first, labelled for
+            // the privileged Pod Security level (flannel runs privileged
+            // with the host network).
+            notes.push("kubectl create namespace kube-flannel".into());
+            notes.push("kubectl label --overwrite namespace kube-flannel pod-security.kubernetes.io/enforce=privileged".into());
             notes.push("helm repo add flannel https://flannel-io.github.io/flannel/".into());
-            notes.push(format!("helm install flannel flannel/flannel --version {FLANNEL_CHART_VERSION} --namespace kube-flannel --create-namespace -f flannel-values.yaml"));
+            notes.push(format!("helm install flannel flannel/flannel --version {FLANNEL_CHART_VERSION} --namespace kube-flannel -f flannel-values.yaml"));
             if e != Encap::None {
                 notes.push("flannel.mtu is the underlay MTU: flannel subtracts its own overhead (vxlan 50, wireguard 80).".into());
             }

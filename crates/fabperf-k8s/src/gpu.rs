@@ -150,12 +150,14 @@ pub(crate) struct Node<'a> {
 }
 
 /// Resolve `[gpu]`. `rdma_paths`: the plan has an agent with an RDMA device; `shared`: that
-/// device comes from the shared device plugin (per-rail resources need it).
+/// device comes from the shared device plugin (per-rail resources need it); `moved`: the
+/// netdev `[roce] network_type = "host-device"` moves into the agent pods.
 pub(crate) fn check(
     raw: &S<RawGpu>,
     nodes: &[Node<'_>],
     rdma_paths: bool,
     shared: bool,
+    moved: Option<&str>,
     err: &mut dyn FnMut(Range<usize>, String),
     warnings: &mut Vec<String>,
 ) -> Option<GpuPlan> {
@@ -282,8 +284,21 @@ pub(crate) fn check(
             } else {
                 match rail_resources(nodes) {
                     Ok((r, w)) => {
-                        rails = r;
-                        warnings.extend(w);
+                        // k8s-rdma-shared-dev-plugin v1.5.3 reads a moved
+                        // netdev's name as empty (pkg/resources/
+                        // pci_net_device.go) and has no PCI address selector.
+                        let hit = moved.and_then(|m| {
+                            r.iter()
+                                .find(|x| x.if_names.iter().any(|n| n == m))
+                                .map(|x| (m, x.rail))
+                        });
+                        if let Some((m, rail)) = hit {
+                            err(raw.span(), format!("[gpu] rail_resources selects rail {rail}'s NIC by its netdev {m} (ifNames; the shared RDMA device plugin has no PCI address selector), but [roce] network_type = \"host-device\" moves {m} into the agent pod, where the plugin no longer sees its name: rdma/{RAIL_RESOURCE_STEM}{rail} would drop to 0 while an agent holds the NIC and a restarted agent would stay Pending. Use network_type = \"macvlan\", a [roce] netdev that is no rail NIC, or rail_resources = false"));
+                            ok = false;
+                        } else {
+                            rails = r;
+                            warnings.extend(w);
+                        }
                     }
                     Err(e) => {
                         err(r.span(), e);

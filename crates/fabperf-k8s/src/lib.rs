@@ -4,6 +4,7 @@
 //! plugin config (ConfigMap and network-operator NicClusterPolicy) and Helm
 //! values for the primary CNI.
 
+pub mod api;
 pub mod cidr;
 pub mod cni;
 pub mod crd;

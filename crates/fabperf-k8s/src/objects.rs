@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::{
     SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
     TCPSocketAction, Toleration, Volume, VolumeMount,
 };
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sha2::Digest;
 use std::collections::BTreeMap;
 
 pub const APP_NAME: &str = "fabperf-agent";
@@ -210,19 +210,39 @@ pub(crate) fn value_env(name: &str, value: &str) -> EnvVar {
     }
 }
 
-/// The nodes a path's agents may run on, as a node selector term: the plan's
-/// node names, and for a host path bound to a fabric link only the nodes
-/// whose address on it is known.
+/// The nodes a path's agents run on: the plan's node names, else the nodes
+/// with a detect file (so no pod waits on a node that was never inventoried
+/// and no mesh includes a node without a host baseline); for a host path
+/// bound to a fabric link only the nodes whose address on it is known.
+/// Empty: selected by label only.
 pub fn node_names_for(plan: &Plan, path: PathKind) -> Vec<String> {
     match (&plan.host, path) {
         (Some(h), PathKind::Host) => h.addresses.keys().cloned().collect(),
-        _ => plan.node_names.clone(),
+        _ => plan.agent_nodes().to_vec(),
     }
 }
 
-/// The plan's node selection as a NodeSelector (for nv-ipam IPPools).
+/// The node field the agents' affinity matches: the Node object's name,
+/// which `spec.nodeName` (the agents' `--node-name`, the host addresses'
+/// ConfigMap keys) is. The `kubernetes.io/hostname` label may differ from
+/// it (cloud providers, kubelet --hostname-override).
+pub const NODE_NAME_FIELD: &str = "metadata.name";
+
+/// `metadata.name In names` (or `NotIn`) as a node selector requirement,
+/// for `matchFields`.
+pub fn name_requirement(names: &[String], operator: &str) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: NODE_NAME_FIELD.into(),
+        operator: operator.into(),
+        values: Some(names.to_vec()),
+    }
+}
+
+/// The plan's node selection as a NodeSelector (for nv-ipam IPPools, whose
+/// controller matches it with MatchNodeSelectorTerms: matchFields on
+/// metadata.name included).
 pub fn node_selector_terms(plan: &Plan) -> NodeSelector {
-    let mut exprs: Vec<NodeSelectorRequirement> = plan
+    let exprs: Vec<NodeSelectorRequirement> = plan
         .node_selector
         .iter()
         .map(|(k, v)| NodeSelectorRequirement {
@@ -231,34 +251,23 @@ pub fn node_selector_terms(plan: &Plan) -> NodeSelector {
             values: Some(vec![v.clone()]),
         })
         .collect();
-    if !plan.node_names.is_empty() {
-        exprs.push(NodeSelectorRequirement {
-            key: HOSTNAME_KEY.into(),
-            operator: "In".into(),
-            values: Some(plan.node_names.clone()),
-        });
-    }
+    let names = plan.agent_nodes();
     NodeSelector {
         node_selector_terms: vec![NodeSelectorTerm {
-            match_expressions: Some(exprs),
-            ..Default::default()
+            match_expressions: (!exprs.is_empty() || names.is_empty()).then_some(exprs),
+            match_fields: (!names.is_empty()).then(|| vec![name_requirement(names, "In")]),
         }],
     }
 }
 
-fn affinity(plan: &Plan, path: PathKind) -> Affinity {
-    let names = node_names_for(plan, path);
+fn affinity(path: PathKind, names: Vec<String>) -> Affinity {
     let node_affinity = if names.is_empty() {
         None
     } else {
         Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {
                 node_selector_terms: vec![NodeSelectorTerm {
-                    match_expressions: Some(vec![NodeSelectorRequirement {
-                        key: HOSTNAME_KEY.into(),
-                        operator: "In".into(),
-                        values: Some(names),
-                    }]),
+                    match_fields: Some(vec![name_requirement(&names, "In")]),
                     ..Default::default()
                 }],
             }),
@@ -348,9 +357,11 @@ fn sh_quote(s: &str) -> String {
     }
 }
 
-/// The host agent bound to the fabric link: read this node's address from
+/// The host agent of a fabric link: read this node's address on it from
 /// the ConfigMap mounted at HOST_ADDRESSES_DIR (POSIX sh builtins only) and
-/// exec the agent on it.
+/// exec the agent on every address (so the runner, on any node, reaches its
+/// control port at the node IP the headless Service lists), advertising the
+/// fabric address as the one its path is tested on.
 pub fn host_fabric_command(plan: &Plan) -> Vec<String> {
     let args: Vec<String> = server_args(plan, PathKind::Host)
         .iter()
@@ -365,7 +376,7 @@ pub fn host_fabric_command(plan: &Plan) -> Vec<String> {
         "/bin/sh".into(),
         "-c".into(),
         format!(
-            "addr=; read -r addr < \"{HOST_ADDRESSES_DIR}/$NODE_NAME\"; if [ -z \"$addr\" ]; then echo \"fabperf: node $NODE_NAME has no {iface} address in ConfigMap {HOST_ADDRESSES}; add its detect file to the plan and render again\" >&2; exit 1; fi; exec fabperf server --bind \"$addr\" --advertise \"$addr\" --node-name \"$NODE_NAME\" {}",
+            "addr=; read -r addr < \"{HOST_ADDRESSES_DIR}/$NODE_NAME\"; if [ -z \"$addr\" ]; then echo \"fabperf: node $NODE_NAME has no {iface} address in ConfigMap {HOST_ADDRESSES}; add its detect file to the plan and render again\" >&2; exit 1; fi; exec fabperf server --bind 0.0.0.0 --advertise \"$addr\" --node-name \"$NODE_NAME\" {}",
             args.join(" ")
         ),
     ]
@@ -456,9 +467,9 @@ fn agent_container(plan: &Plan, path: PathKind) -> Container {
         c.extend(server_args(plan, path));
         c
     };
-    // The kubelet probes the pod IP (the node IP with hostNetwork); a host
-    // agent bound to the fabric address does not listen there.
-    let readiness_probe = (!host_fabric).then(|| Probe {
+    // The kubelet probes the pod IP (the node IP with hostNetwork), where
+    // every agent listens.
+    let readiness_probe = Some(Probe {
         tcp_socket: Some(TCPSocketAction {
             port: IntOrString::Int(plan.control_port as i32),
             ..Default::default()
@@ -496,8 +507,76 @@ fn agent_container(plan: &Plan, path: PathKind) -> Container {
     }
 }
 
+/// A node name as a label value and a DNS-1035 name part (at most 40
+/// characters: `fabperf-svc-` + it fits a Service name's 63): the name
+/// itself when it is one, else its lower-case letters and digits with `-`
+/// for the rest, cut, and a hash of the whole name.
+pub fn node_key(node: &str) -> String {
+    let plain = node.len() <= 40
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !node.starts_with('-')
+        && !node.ends_with('-');
+    if plain {
+        return node.to_string();
+    }
+    let mut s: String = node
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(31)
+        .collect();
+    while s.ends_with('-') {
+        s.pop();
+    }
+    let h = sha2::Sha256::digest(node.as_bytes());
+    format!(
+        "{}{}{:02x}{:02x}{:02x}{:02x}",
+        s,
+        if s.is_empty() { "n" } else { "-" },
+        h[0],
+        h[1],
+        h[2],
+        h[3]
+    )
+}
+
+/// The pod label naming an agent's node (by its [`node_key`]): the
+/// single-endpoint Service of the service path selects one agent by it.
+pub const NODE_LABEL: &str = "fabperf.io/node";
+
+/// The single-endpoint Service in front of one node's pod agent.
+pub fn node_service_name(node: &str) -> String {
+    format!("fabperf-svc-{}", node_key(node))
+}
+
+/// The agent DaemonSets of a path: one for every node when the plan has the
+/// service path and this is the pod path (each pod labelled with its node,
+/// so one Service can select exactly one agent), else one.
+pub fn agent_daemonsets(plan: &Plan, path: PathKind) -> Vec<DaemonSet> {
+    if path == PathKind::Pod && plan.has(PathKind::Service) {
+        plan.agent_nodes()
+            .iter()
+            .map(|n| agent_daemonset_for(plan, path, Some(n)))
+            .collect()
+    } else {
+        vec![agent_daemonset_for(plan, path, None)]
+    }
+}
+
 /// One agent DaemonSet for a path (host, pod, ipoib or roce).
 pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
+    agent_daemonset_for(plan, path, None)
+}
+
+/// One agent DaemonSet for a path, on one node when `node` is given.
+fn agent_daemonset_for(plan: &Plan, path: PathKind, node: Option<&String>) -> DaemonSet {
     assert!(
         path.has_daemonset(),
         "path {} has no DaemonSet",
@@ -505,6 +584,19 @@ pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
     );
     let mut labels = common_labels();
     labels.insert(PATH_LABEL.into(), path.name().into());
+    let mut selector = selector_labels(path);
+    if let Some(n) = node {
+        labels.insert(NODE_LABEL.into(), node_key(n));
+        selector.insert(NODE_LABEL.into(), node_key(n));
+    }
+    let names = match node {
+        Some(n) => vec![n.clone()],
+        None => node_names_for(plan, path),
+    };
+    let name = match node {
+        Some(n) => format!("{}-{}", daemonset_name(path), node_key(n)),
+        None => daemonset_name(path),
+    };
     let annotations =
         multus_networks(plan, path).map(|n| BTreeMap::from([(MULTUS_ANNOTATION.to_string(), n)]));
     let host = path == PathKind::Host;
@@ -528,10 +620,10 @@ pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
         }
     };
     DaemonSet {
-        metadata: meta(&daemonset_name(path), Some(&plan.namespace), labels.clone()),
+        metadata: meta(&name, Some(&plan.namespace), labels.clone()),
         spec: DaemonSetSpec {
             selector: LabelSelector {
-                match_labels: Some(selector_labels(path)),
+                match_labels: Some(selector),
                 ..Default::default()
             },
             template: PodTemplateSpec {
@@ -547,7 +639,7 @@ pub fn agent_daemonset(plan: &Plan, path: PathKind) -> DaemonSet {
                     dns_policy: host.then(|| "ClusterFirstWithHostNet".to_string()),
                     node_selector: (!plan.node_selector.is_empty())
                         .then(|| plan.node_selector.clone()),
-                    affinity: Some(affinity(plan, path)),
+                    affinity: Some(affinity(path, names)),
                     tolerations: (!plan.tolerations.is_empty()).then(|| tolerations(plan)),
                     security_context: Some(pod_security),
                     termination_grace_period_seconds: Some(10),
@@ -603,77 +695,6 @@ pub fn host_addresses_configmap(plan: &Plan) -> Option<ConfigMap> {
     })
 }
 
-/// Headless Service without selector for the host path bound to the fabric
-/// link: its EndpointSlice lists the fabric addresses (DNS answers with
-/// them), not the node IPs a selector would pick.
-pub fn host_fabric_service(plan: &Plan) -> Service {
-    let mut labels = common_labels();
-    labels.insert(PATH_LABEL.into(), PathKind::Host.name().into());
-    Service {
-        metadata: meta(
-            &daemonset_name(PathKind::Host),
-            Some(&plan.namespace),
-            labels,
-        ),
-        spec: Some(ServiceSpec {
-            cluster_ip: Some("None".into()),
-            ports: Some(service_ports(plan)),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-pub fn host_fabric_endpoints(plan: &Plan) -> Option<EndpointSlice> {
-    let h = plan.host.as_ref()?;
-    let mut labels = common_labels();
-    labels.insert(PATH_LABEL.into(), PathKind::Host.name().into());
-    labels.insert(
-        "kubernetes.io/service-name".into(),
-        daemonset_name(PathKind::Host),
-    );
-    labels.insert(
-        "endpointslice.kubernetes.io/managed-by".into(),
-        "fabperf.io-render".into(),
-    );
-    Some(EndpointSlice {
-        metadata: meta(
-            &format!("{}-fabric", daemonset_name(PathKind::Host)),
-            Some(&plan.namespace),
-            labels,
-        ),
-        address_type: "IPv4".into(),
-        endpoints: Some(
-            h.addresses
-                .iter()
-                .map(|(node, addr)| Endpoint {
-                    addresses: vec![addr.clone()],
-                    node_name: Some(node.clone()),
-                    conditions: Some(EndpointConditions {
-                        ready: Some(true),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                })
-                .collect(),
-        ),
-        ports: Some(vec![
-            EndpointPort {
-                name: Some("control".into()),
-                port: Some(plan.control_port as i32),
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-            EndpointPort {
-                name: Some("control-udp".into()),
-                port: Some(plan.control_port as i32),
-                protocol: Some("UDP".into()),
-                ..Default::default()
-            },
-        ]),
-    })
-}
-
 fn service_ports(plan: &Plan) -> Vec<ServicePort> {
     vec![
         ServicePort {
@@ -710,7 +731,36 @@ pub fn headless_service(plan: &Plan, path: PathKind) -> Service {
     }
 }
 
-/// ClusterIP Service in front of the `pod` agents (pod-to-service path).
+/// The service path: one ClusterIP Service per node whose only endpoint is
+/// that node's pod agent, so every connection and datagram of a test
+/// (TCP and UDP alike) reaches the agent the address names, through
+/// kube-proxy's Service translation.
+pub fn node_services(plan: &Plan) -> Vec<Service> {
+    plan.agent_nodes()
+        .iter()
+        .map(|n| {
+            let mut labels = common_labels();
+            labels.insert(PATH_LABEL.into(), PathKind::Service.name().into());
+            labels.insert(NODE_LABEL.into(), node_key(n));
+            let mut selector = selector_labels(PathKind::Pod);
+            selector.insert(NODE_LABEL.into(), node_key(n));
+            Service {
+                metadata: meta(&node_service_name(n), Some(&plan.namespace), labels),
+                spec: Some(ServiceSpec {
+                    type_: Some("ClusterIP".into()),
+                    selector: Some(selector),
+                    ports: Some(service_ports(plan)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// ClusterIP Service in front of all the `pod` agents: kube-proxy picks an
+/// endpoint for every connection (and for the UDP port on its own), so it
+/// suits HTTP load across endpoints, not socket tests of one agent.
 pub fn cluster_ip_service(plan: &Plan) -> Service {
     let mut labels = common_labels();
     labels.insert(PATH_LABEL.into(), PathKind::Service.name().into());
@@ -739,6 +789,195 @@ pub fn rdma_devices_configmap(config_json: &str) -> ConfigMap {
             "config.json".to_string(),
             config_json.to_string(),
         )])),
+        ..Default::default()
+    }
+}
+
+/// Release of Mellanox/ipoib-cni whose DaemonSet the standalone install uses
+/// (images/ipoib-cni-daemonset.yaml at that tag; its release workflow
+/// pushes the lower-case ghcr.io/mellanox/ipoib-cni:TAG).
+pub const IPOIB_CNI_VERSION: &str = "v1.2.2";
+/// Release of Mellanox/k8s-rdma-shared-dev-plugin whose DaemonSet the
+/// standalone install uses (deployment/k8s/base/daemonset.yaml at that tag).
+pub const RDMA_SHARED_DP_VERSION: &str = "v1.5.3";
+
+fn host_path_volume(name: &str, path: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+            path: path.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        ..Default::default()
+    }
+}
+
+/// The upstream DaemonSets tolerate only the control-plane taints; GPU nodes
+/// are commonly tainted `nvidia.com/gpu:NoSchedule`, so the plan's
+/// tolerations are added to theirs.
+fn with_plan_tolerations(upstream: Vec<Toleration>, plan: &[Toleration]) -> Vec<Toleration> {
+    let mut v = upstream;
+    for t in plan {
+        if !v.contains(t) {
+            v.push(t.clone());
+        }
+    }
+    v
+}
+
+/// ipoib-cni's DaemonSet as upstream ships it at [`IPOIB_CNI_VERSION`]
+/// (kube-system/kube-ipoib-cni-ds: copies the ipoib binary into
+/// /opt/cni/bin), with the image pinned and valid (upstream names
+/// `ghcr.io/Mellanox/ipoib-cni:latest`, which kubelet refuses as
+/// InvalidImageName) and the plan's tolerations added.
+pub fn standalone_ipoib_cni(tolerations: &[Toleration]) -> DaemonSet {
+    let labels = BTreeMap::from([
+        ("tier".to_string(), "node".to_string()),
+        ("app".to_string(), "ipoib-cni".to_string()),
+    ]);
+    let mut pod_labels = labels.clone();
+    pod_labels.insert("name".into(), "ipoib-cni".into());
+    let control_plane = [
+        "node-role.kubernetes.io/master",
+        "node-role.kubernetes.io/control-plane",
+    ]
+    .iter()
+    .map(|k| Toleration {
+        key: Some((*k).into()),
+        operator: Some("Exists".into()),
+        effect: Some("NoSchedule".into()),
+        ..Default::default()
+    })
+    .collect();
+    let res = BTreeMap::from([
+        ("cpu".to_string(), Quantity("100m".into())),
+        ("memory".to_string(), Quantity("50Mi".into())),
+    ]);
+    DaemonSet {
+        metadata: meta("kube-ipoib-cni-ds", Some("kube-system"), labels),
+        spec: DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    "name".to_string(),
+                    "ipoib-cni".to_string(),
+                )])),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    host_network: Some(true),
+                    tolerations: Some(with_plan_tolerations(control_plane, tolerations)),
+                    containers: vec![Container {
+                        name: "kube-ipoib-cni".into(),
+                        image: Some(format!("ghcr.io/mellanox/ipoib-cni:{IPOIB_CNI_VERSION}")),
+                        image_pull_policy: Some("IfNotPresent".into()),
+                        security_context: Some(SecurityContext {
+                            privileged: Some(true),
+                            ..Default::default()
+                        }),
+                        resources: Some(ResourceRequirements {
+                            requests: Some(res.clone()),
+                            limits: Some(res),
+                            ..Default::default()
+                        }),
+                        volume_mounts: Some(vec![mount("cnibin", "/host/opt/cni/bin")]),
+                        ..Default::default()
+                    }],
+                    volumes: Some(vec![host_path_volume("cnibin", "/opt/cni/bin")]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// k8s-rdma-shared-dev-plugin's DaemonSet as upstream ships it at
+/// [`RDMA_SHARED_DP_VERSION`] (kube-system/rdma-shared-dp-ds, config from
+/// ConfigMap rdma-devices), with the image pinned (upstream names it without
+/// a tag) and the plan's tolerations (upstream has none).
+pub fn standalone_rdma_shared_dp(tolerations: &[Toleration]) -> DaemonSet {
+    let sel = BTreeMap::from([("name".to_string(), "rdma-shared-dp-ds".to_string())]);
+    DaemonSet {
+        metadata: ObjectMeta {
+            name: Some("rdma-shared-dp-ds".into()),
+            namespace: Some("kube-system".into()),
+            ..Default::default()
+        },
+        spec: DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(sel.clone()),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(sel),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    host_network: Some(true),
+                    priority_class_name: Some("system-node-critical".into()),
+                    tolerations: (!tolerations.is_empty()).then(|| tolerations.to_vec()),
+                    containers: vec![Container {
+                        name: "k8s-rdma-shared-dp-ds".into(),
+                        image: Some(format!(
+                            "ghcr.io/mellanox/k8s-rdma-shared-dev-plugin:{RDMA_SHARED_DP_VERSION}"
+                        )),
+                        image_pull_policy: Some("IfNotPresent".into()),
+                        security_context: Some(SecurityContext {
+                            privileged: Some(true),
+                            ..Default::default()
+                        }),
+                        volume_mounts: Some(vec![
+                            VolumeMount {
+                                read_only: Some(false),
+                                ..mount("device-plugin", "/var/lib/kubelet/device-plugins")
+                            },
+                            VolumeMount {
+                                read_only: Some(false),
+                                ..mount("plugins-registry", "/var/lib/kubelet/plugins_registry")
+                            },
+                            mount("config", "/k8s-rdma-shared-dev-plugin"),
+                            mount("devs", "/dev/"),
+                        ]),
+                        ..Default::default()
+                    }],
+                    volumes: Some(vec![
+                        host_path_volume("device-plugin", "/var/lib/kubelet/device-plugins"),
+                        host_path_volume("plugins-registry", "/var/lib/kubelet/plugins_registry"),
+                        Volume {
+                            name: "config".into(),
+                            config_map: Some(ConfigMapVolumeSource {
+                                name: "rdma-devices".into(),
+                                items: Some(vec![KeyToPath {
+                                    key: "config.json".into(),
+                                    path: "config.json".into(),
+                                    ..Default::default()
+                                }]),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        },
+                        host_path_volume("devs", "/dev/"),
+                    ]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        },
         ..Default::default()
     }
 }

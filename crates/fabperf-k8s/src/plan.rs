@@ -329,6 +329,13 @@ pub const NFD_NIC_LABEL: &str = "feature.node.kubernetes.io/pci-15b3.present";
 /// Default toleration: GPU nodes are commonly tainted `nvidia.com/gpu:NoSchedule`.
 pub const GPU_TAINT_KEY: &str = "nvidia.com/gpu";
 pub const DEFAULT_AGENT_CPU: u32 = 2;
+/// TCP throughput one agent CPU drives (Gbit/s): the CPUs per agent are
+/// sized from the detected port rate with it.
+pub const GBPS_PER_AGENT_CPU: f64 = 25.0;
+/// Most CPUs render gives an agent on its own (a plan may ask for more).
+pub const MAX_AUTO_AGENT_CPU: u32 = 16;
+/// The image the example plans name: a placeholder, never published.
+pub const EXAMPLE_IMAGE: &str = "ghcr.io/fabperf/fabperf:0.1.0";
 pub const DEFAULT_AGENT_MEMORY_MIB: u64 = 4096;
 pub const DEFAULT_OPERATOR_NAMESPACE: &str = "nvidia-network-operator";
 pub const DEFAULT_SRIOV_PREFIX: &str = "nvidia.com";
@@ -350,6 +357,8 @@ pub struct Plan {
     pub rdma_resource: String,
     pub ipam: IpamKind,
     pub node_names: Vec<String>,
+    /// The nodes with a detect file (sorted).
+    pub detected_nodes: Vec<String>,
     pub node_selector: BTreeMap<String, String>,
     pub tolerations: Vec<TolerationPlan>,
     pub resources: ResourcesPlan,
@@ -376,6 +385,15 @@ pub struct Plan {
 impl Plan {
     pub fn has(&self, p: PathKind) -> bool {
         self.paths.contains(&p)
+    }
+    /// The nodes the agents are pinned to: the plan's node names, else the
+    /// nodes with a detect file; empty when they are chosen by label only.
+    pub fn agent_nodes(&self) -> &[String] {
+        if self.node_names.is_empty() {
+            &self.detected_nodes
+        } else {
+            &self.node_names
+        }
     }
     /// True when a path attaches a secondary network through Multus.
     pub fn has_multus_path(&self) -> bool {
@@ -854,10 +872,6 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
             tolerations = check_tolerations(cx, t.get_ref());
         }
     }
-    // Default node selection: the hardware label, not host names.
-    if node_names.is_empty() && node_selector.is_empty() {
-        node_selector.insert(NFD_NIC_LABEL.into(), "true".into());
-    }
 
     let resources = check_resources(cx, raw.resources.as_ref());
 
@@ -907,6 +921,11 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
             }
         }
     }
+    let detected_nodes: Vec<String> = {
+        let mut v: Vec<String> = detects.iter().map(|d| d.node.clone()).collect();
+        v.sort();
+        v
+    };
     let node_ips: BTreeMap<String, NodeIp> = detects
         .iter()
         .filter_map(|d| d.node_ip.clone().map(|ip| (d.node.clone(), ip)))
@@ -968,6 +987,12 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     if any_sriov && !node_names.is_empty() {
         let sp = raw.nodes.as_ref().map(|n| n.span()).unwrap_or(0..0);
         cx.at(sp, "SR-IOV node policies select nodes by label: drop [nodes].names and use [nodes].selector (the default selects the NFD label feature.node.kubernetes.io/pci-15b3.present=true)");
+    }
+    // Default node selection: the nodes with a detect file (pinned by name),
+    // else the hardware label. SR-IOV node policies select by label only.
+    if node_names.is_empty() && node_selector.is_empty() && (detected_nodes.is_empty() || any_sriov)
+    {
+        node_selector.insert(NFD_NIC_LABEL.into(), "true".into());
     }
     if let (Some(t), false) = (&raw.sriov, any_sriov) {
         cx.at(t.span(), "table [sriov] is given but no path uses attach = \"sriov\"; set it in [roce] or [ipoib], or drop the table");
@@ -1092,6 +1117,18 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     }
 
     let mut warnings = Vec::new();
+    if node_names.is_empty() && detected_nodes.is_empty() {
+        warnings.push(format!(
+            "nodes: no [nodes] names and no detect files, so the agents run on every node with {} (the label{} the plan selects): every such node joins the runner's mesh, and one without a working NIC fails its cells; list the nodes' detect files under [detect] to pin the agents to them",
+            node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "),
+            if node_selector.len() == 1 { "" } else { "s" }
+        ));
+    }
+    if let Some(sp) = path_spans.get(&PathKind::Service) {
+        if node_names.is_empty() && detected_nodes.is_empty() {
+            cx.at(sp.clone(), "path \"service\" renders one single-endpoint Service per node (a Service with several endpoints sends a test's data connections to other agents than its control connection): name the nodes, in [nodes] names or by their detect files under [detect]");
+        }
+    }
     if let Some(c) = &cni {
         check_cilium_link(
             cx,
@@ -1149,14 +1186,91 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     }
     // nv-ipam hands out per-node blocks: the range must hold a block for each node.
     if ipam == IpamKind::NvIpam {
-        for (name, c, sp) in &ranges {
-            if name.starts_with("[cni]") {
+        let mut secondary: Vec<(&str, &WhereaboutsIpam, Range<usize>)> = Vec::new();
+        if let (Some(t), Some(ip)) = (&raw.ipoib, &ipoib) {
+            secondary.push(("[ipoib].range", &ip.ipam, t.get_ref().range.span()));
+        }
+        if let (Some(t), Some(r)) = (&raw.roce, &roce) {
+            secondary.push(("[roce].range", &r.ipam, t.get_ref().range.span()));
+        }
+        let nodes = if node_names.is_empty() {
+            detected_nodes.len()
+        } else {
+            node_names.len()
+        };
+        for (name, range, sp) in secondary {
+            let Ok(IpNet::V4(c)) = cidr::parse(&range.range) else {
                 continue;
-            }
-            if (operator.per_node_block_size as u128) > cidr::size(c).saturating_sub(2) {
-                cx.at(sp.clone(), format!("{name} {c} cannot hold one nv-ipam block of {} addresses (network_operator.per_node_block_size)", operator.per_node_block_size));
+            };
+            let exclusions = crate::render::nv_ipam_exclusions(range);
+            let size = operator.per_node_block_size;
+            let blocks = nv_ipam_blocks(c, size, &exclusions);
+            if blocks == 0 {
+                cx.at(sp, format!("{name} {c} cannot hold one nv-ipam block of {size} addresses (network_operator.per_node_block_size)"));
+            } else if nodes > 0 && blocks < nodes as u64 {
+                let fits = (0..size.ilog2())
+                    .map(|e| size >> (e + 1))
+                    .find(|b| nv_ipam_blocks(c, *b, &exclusions) >= nodes as u64);
+                cx.at(sp, format!(
+                    "{name} {c} holds {blocks} nv-ipam blocks of {size} addresses (nv-ipam v0.4.0 gives every node one block of network_operator.per_node_block_size, from the first address after the network's, never the broadcast's), but the plan has {nodes} nodes: {}",
+                    match fits {
+                        Some(b) => format!("set [network_operator] per_node_block_size = {b} (each node's agent needs one address) or give a larger range"),
+                        None => "give a larger range".into(),
+                    }
+                ));
+            } else if nodes == 0 {
+                warnings.push(format!(
+                    "{name} {c}: nv-ipam gives every node a block of {size} addresses, so this pool serves at most {blocks} nodes; the agents of any further node stay ContainerCreating without an address (name the nodes to have render check it)"
+                ));
             }
         }
+    }
+
+    // CPUs per agent from the port rate: TCP at line rate needs about one
+    // core per 25 Gbit/s (one stream per core with sendfile and GRO, as the
+    // suite measures it) on each end; 2 CPUs stop near 50 Gbit/s.
+    let mut resources = resources;
+    let tested: Vec<&str> = [
+        cni.as_ref().map(|c| c.interface.as_str()),
+        host.as_ref().map(|h| h.interface.as_str()),
+        roce.as_ref().map(|r| r.netdev.as_str()),
+        ipoib.as_ref().map(|i| i.master.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let fastest = detects
+        .iter()
+        .flat_map(|d| d.report.netdevs.iter().map(move |n| (d, n)))
+        .filter(|(_, n)| tested.contains(&n.name.as_str()))
+        .filter_map(|(d, n)| n.speed_mbps.map(|m| (m, d.node.as_str(), n.name.as_str())))
+        .max_by_key(|(m, _, _)| *m);
+    if let Some((mbps, node, ifname)) = fastest {
+        let gbps = mbps as f64 / 1000.0;
+        let want = ((gbps / GBPS_PER_AGENT_CPU).ceil() as u32)
+            .clamp(DEFAULT_AGENT_CPU, MAX_AUTO_AGENT_CPU);
+        let explicit = raw
+            .resources
+            .as_ref()
+            .and_then(|r| r.get_ref().cpu.as_ref().map(|c| c.span()));
+        match explicit {
+            None => resources.cpu = want,
+            Some(sp) if resources.cpu < want => {
+                let _ = sp;
+                warnings.push(format!(
+                    "[resources] cpu = {} per agent: {ifname} on {node} runs at {gbps:.0} Gbit/s, and TCP at that rate needs about {want} CPUs (about {GBPS_PER_AGENT_CPU:.0} Gbit/s per core); socket bandwidth tests will be CPU-bound, not link-bound. Set cpu = {want} (or leave it out: render sizes it from the detected port rate)",
+                    resources.cpu
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+
+    // The example plan's image is not published: say how to build one.
+    if image == EXAMPLE_IMAGE {
+        warnings.push(format!(
+            "image {EXAMPLE_IMAGE} is the examples' placeholder and is not published: the pods would stay ImagePullBackOff. Build and push the image (Containerfile): `buildah build -t REGISTRY/fabperf:TAG -f Containerfile . && buildah push REGISTRY/fabperf:TAG` (or podman/docker), then set image = \"REGISTRY/fabperf:TAG\" in the plan (docs/k8s.md, Agent image)"
+        ));
     }
 
     // The in-cluster runner: its run plan is validated here, so its
@@ -1182,6 +1296,11 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
             paths: &paths,
             control_port,
             rdma_paths,
+            service_nodes: if node_names.is_empty() {
+                &detected_nodes
+            } else {
+                &node_names
+            },
         };
         let mut errs = Vec::new();
         let r = crate::runner::check(raw.runner.as_ref(), &inputs, &mut |sp, m| {
@@ -1207,11 +1326,16 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
                 && ipoib.as_ref().is_some_and(|i| i.attach == Attach::Sriov));
         let shared = paths.contains(&PathKind::Roce)
             && roce.as_ref().is_some_and(|r| r.attach == Attach::Shared);
+        let moved = roce
+            .as_ref()
+            .filter(|r| matches!(r.plugin, CniPlugin::HostDevice { .. }))
+            .map(|r| r.netdev.as_str());
         crate::gpu::check(
             g,
             &nodes,
             rdma,
             shared,
+            moved,
             &mut |sp, m| cx.at(sp, m),
             &mut warnings,
         )
@@ -1240,6 +1364,7 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
         rdma_resource,
         ipam,
         node_names,
+        detected_nodes,
         node_selector,
         tolerations,
         resources,
@@ -1258,13 +1383,61 @@ fn check(cx: &mut Ctx, raw: RawPlan, base_dir: &Path) -> Option<Plan> {
     })
 }
 
+/// How many per-node blocks nv-ipam (nvidia-k8s-ipam v0.4.0,
+/// pkg/ipam-controller/allocator/allocator.go) can hand out of `net`: blocks
+/// of `size` addresses from the first one after the network address (the
+/// network address itself for /31 and /32), each ending inside the subnet
+/// and before its broadcast address; a block entirely inside the exclusions
+/// is skipped.
+pub fn nv_ipam_blocks(net: ipnet::Ipv4Net, size: u32, exclusions: &[crate::crd::IpRange]) -> u64 {
+    if size == 0 {
+        return 0;
+    }
+    // The exclusions merged (as nv-ipam's MergeExcludeRanges does), so a
+    // block is excluded when one merged range covers it.
+    let mut ex: Vec<(u64, u64)> = exclusions
+        .iter()
+        .filter_map(|r| {
+            Some((
+                u64::from(u32::from(r.start_ip.parse::<std::net::Ipv4Addr>().ok()?)),
+                u64::from(u32::from(r.end_ip.parse::<std::net::Ipv4Addr>().ok()?)),
+            ))
+        })
+        .filter(|(a, b)| a <= b)
+        .collect();
+    ex.sort();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in ex {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 + 1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    let network = u64::from(u32::from(net.network()));
+    let broadcast = u64::from(u32::from(net.broadcast()));
+    let p2p = net.prefix_len() >= 31;
+    let mut start = if p2p { network } else { network + 1 };
+    let mut n = 0;
+    loop {
+        let end = start + u64::from(size) - 1;
+        if end > broadcast || (!p2p && end == broadcast) {
+            return n;
+        }
+        let excluded = merged.iter().any(|(s, e)| *s <= start && end <= *e);
+        if !excluded {
+            n += 1;
+        }
+        start = end + 1;
+    }
+}
+
 /// The token of the committed examples of earlier releases: refused everywhere.
 pub const EXAMPLE_TOKEN: &str = "fabperf-example-token-change-me";
 
 /// Why a token is unusable, or `Ok` for a token worth deploying: at least 16
 /// characters without whitespace, not a placeholder, not the old example token.
 pub fn check_token_text(t: &str) -> Result<(), String> {
-    if t == EXAMPLE_TOKEN {
+    if t == EXAMPLE_TOKEN || fabperf_proto::auth::refuse_public_token(t.as_bytes()).is_err() {
         return Err("this is the token of fabperf's published examples; generate your own (`openssl rand -hex 24`)".into());
     }
     if t.chars().count() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -2126,10 +2299,67 @@ fn check_device_plugin(
         cx.at(sp, "the device plugin needs selectors: set [device_plugin] vendors/device_ids/if_names or list detect files");
         return None;
     };
+    let mut config_list = config_list;
+    // host-device moves the RoCE netdev into the agent pod: the plugin
+    // (k8s-rdma-shared-dev-plugin v1.5.3, pkg/resources/pci_net_device.go)
+    // then reads an empty interface name and link type for the NIC at its
+    // next periodic update, so ifNames and linkTypes selectors stop matching
+    // and the resource drops to 0 while an agent holds the NIC: a restarted
+    // agent stays Pending. Select the NIC by its PCI identity only (vendor,
+    // device ID, driver), which the move does not change; its RDMA device
+    // stays in the host (shared netns mode).
+    if let Some(r) = roce.filter(|r| matches!(r.plugin, CniPlugin::HostDevice { .. })) {
+        let sp = t.map(|t| t.span()).unwrap_or(0..0);
+        let by_hand = !r_if_names_or_link_types(t).is_empty();
+        if by_hand {
+            cx.at(sp, format!("[roce] network_type = \"host-device\" moves {} into the agent pod, and the device plugin then sees no interface name or link type for its NIC: drop [device_plugin] {} and select the NIC by vendors/device_ids (the PCI identity survives the move)", r.netdev, r_if_names_or_link_types(t).join(" and ")));
+            return None;
+        }
+        let ether = config_list
+            .iter()
+            .position(|c| format!("{}/{}", c.resource_prefix, c.resource_name) == rdma_resource);
+        let Some(i) = ether else {
+            return Some(RdmaSharedConfig {
+                periodic_update_interval,
+                config_list,
+            });
+        };
+        let sel = &mut config_list[i].selectors;
+        if sel.device_ids.is_empty() {
+            cx.at(sp, format!("[roce] network_type = \"host-device\": the device plugin must select {}'s NIC by PCI IDs (its interface name vanishes from the host while an agent holds it): list the nodes' detect files under [detect], or set [device_plugin] vendors and device_ids", r.netdev));
+            return None;
+        }
+        sel.if_names.clear();
+        sel.link_types.clear();
+        let ids = sel.device_ids.clone();
+        if let Some(other) = config_list
+            .iter()
+            .enumerate()
+            .find(|(j, c)| *j != i && c.selectors.device_ids.iter().any(|d| ids.contains(d)))
+        {
+            cx.at(sp, format!("[roce] network_type = \"host-device\": the RoCE NIC's PCI device ID ({}) is also the one of the devices of {}/{}; without the link type (which host-device hides) one resource would hand out both. Use macvlan, or name the devices apart by hand", ids.join(", "), other.1.resource_prefix, other.1.resource_name));
+            return None;
+        }
+    }
     Some(RdmaSharedConfig {
         periodic_update_interval,
         config_list,
     })
+}
+
+/// The `[device_plugin]` selector keys given by hand that name interfaces
+/// or link types.
+fn r_if_names_or_link_types(t: Option<&S<RawDevicePlugin>>) -> Vec<&'static str> {
+    let Some(t) = t else { return Vec::new() };
+    let r = t.get_ref();
+    let mut v = Vec::new();
+    if r.if_names.is_some() {
+        v.push("if_names");
+    }
+    if r.link_types.is_some() {
+        v.push("link_types");
+    }
+    v
 }
 
 fn check_cni(

@@ -244,7 +244,7 @@ pub fn render_files(
                     ps.count
                 ),
                 "Policies 1..N-1 each admit one absent peer (198.19.0.0/16) on the agent port; the last admits".into(),
-                "the namespace's pods. A runner changes the count per cell with `fabperf k8s policy-scale` (docs/k8s.md).".into(),
+                "the namespace's pods. The in-cluster runner holds each count per cell itself (`fabperf k8s policy-scale --apply`, docs/k8s.md).".into(),
             ],
         ));
         for p in network_policies(&plan.namespace, plan.control_port, ps.count) {
@@ -266,15 +266,6 @@ pub fn render_files(
         out.push(d.file("31-policy-scale-rbac.yaml"));
     }
     Ok(())
-}
-
-/// The command a plan's `[policy]` section runs in the runner Job (with
-/// kubectl in its image) to hold `$FABPERF_POLICIES` policies.
-pub fn runner_command(plan_file: &str, namespace: &str) -> String {
-    format!(
-        "kubectl -n {namespace} delete networkpolicy -l {SCALE_LABEL}=true --ignore-not-found && \
-         fabperf k8s policy-scale --plan {plan_file} --count \"$FABPERF_POLICIES\" | kubectl apply -f -"
-    )
 }
 
 #[cfg(test)]

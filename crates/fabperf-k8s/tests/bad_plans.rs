@@ -157,10 +157,18 @@ fn path_needs_its_table_and_service_needs_pod() {
         3,
         "needs a [roce] table",
     );
+    let named = format!("{BASE}\n[nodes]\nnames = [\"node-a\", \"node-b\"]\n");
     one_error(
-        &BASE.replace("\"host\", \"pod\",", "\"host\", \"service\","),
+        &named.replace("\"host\", \"pod\",", "\"host\", \"service\","),
         3,
         "add \"pod\" to paths",
+    );
+    // The service path is one single-endpoint Service per node: it needs
+    // the nodes.
+    one_error(
+        &BASE.replace("\"host\", \"pod\",", "\"host\", \"pod\", \"service\","),
+        3,
+        "one single-endpoint Service per node",
     );
 }
 

@@ -219,3 +219,36 @@ range = "192.168.160.0/24"
         "{e}"
     );
 }
+
+/// host-device and the rails: a rail selected by the netdev
+/// host-device moves into the agent pod would lose its resource while an
+/// agent holds the NIC; refused with the reason.
+#[test]
+fn host_device_roce_over_a_rail_nic_is_refused_for_rail_resources() {
+    let rail0 = "enp27s0np0";
+    // host-device takes the netdev with its own MTU: no [roce] mtu.
+    let host_device = |t: String| {
+        t.replace(
+            "network_type = \"macvlan\"\nmtu = 9000\n",
+            "network_type = \"host-device\"\n",
+        )
+    };
+    let over_rail =
+        host_device(example()).replace("netdev = \"ens21f0np0\"", &format!("netdev = \"{rail0}\""));
+    let e = errs(&over_rail);
+    assert!(!e.contains("MTU"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "[gpu] rail_resources selects rail 0's NIC by its netdev {rail0}"
+        )) && e.contains("rdma/gpu_rail0 would drop to 0 while an agent holds the NIC")
+            && e.contains("Use network_type = \"macvlan\""),
+        "{e}"
+    );
+    assert!(e.starts_with("the plan has 1 problem"), "{e}");
+    // Without the rails, or with macvlan (the netdev stays in the host), the
+    // plan renders.
+    ok(&over_rail.replace("rail_resources = true", "rail_resources = false"));
+    let macvlan =
+        ok(&example().replace("netdev = \"ens21f0np0\"", &format!("netdev = \"{rail0}\"")));
+    assert_eq!(macvlan.gpu.as_ref().unwrap().rails.len(), 8);
+}

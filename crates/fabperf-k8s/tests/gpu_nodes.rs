@@ -79,29 +79,72 @@ fn tolerations_default_to_gpu_taint_and_are_configurable() {
     }
 }
 
-#[test]
-fn nodes_by_hardware_label_unless_named() {
-    let p = ok(BASE);
+/// The node names a DaemonSet's required node affinity admits (matchFields
+/// metadata.name In ...), if it has one.
+fn pinned_to(ds: &k8s_openapi::api::apps::v1::DaemonSet) -> Option<Vec<String>> {
+    let na = ds
+        .spec
+        .template
+        .spec
+        .as_ref()?
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?;
+    let terms = &na
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?
+        .node_selector_terms;
+    assert_eq!(terms.len(), 1);
+    assert!(terms[0].match_expressions.is_none(), "{terms:?}");
+    let f = &terms[0].match_fields.as_ref()?[0];
     assert_eq!(
-        p.node_selector["feature.node.kubernetes.io/pci-15b3.present"],
-        "true"
+        (f.key.as_str(), f.operator.as_str()),
+        ("metadata.name", "In")
     );
+    f.values.clone()
+}
+
+#[test]
+fn agents_pinned_to_the_detected_nodes_else_by_hardware_label() {
+    // Detect files: pinned to those nodes by name (metadata.name, what the
+    // ConfigMaps and --node-name use), no hardware label needed.
+    let p = ok(BASE);
+    assert!(p.node_selector.is_empty(), "{:?}", p.node_selector);
     assert!(p.node_names.is_empty());
+    assert_eq!(p.agent_nodes(), ["node-a", "node-b"]);
+    for path in [PathKind::Pod, PathKind::Ipoib, PathKind::Roce] {
+        let ds = objects::agent_daemonset(&p, path);
+        assert_eq!(pinned_to(&ds).unwrap(), ["node-a", "node-b"], "{path:?}");
+        assert!(ds.spec.template.spec.unwrap().node_selector.is_none());
+    }
+    // Names given: those.
     let named = ok(&BASE.replace(
         "[detect]",
         "[nodes]\nnames = [\"node-a\", \"node-b\"]\n\n[detect]",
     ));
     assert!(named.node_selector.is_empty());
-    let ds = objects::agent_daemonset(&named, PathKind::Pod);
-    assert!(ds
-        .spec
-        .template
-        .spec
-        .unwrap()
-        .affinity
-        .unwrap()
-        .node_affinity
-        .is_some());
+    assert_eq!(
+        pinned_to(&objects::agent_daemonset(&named, PathKind::Pod)).unwrap(),
+        ["node-a", "node-b"]
+    );
+    // Neither: the NFD label, and a warning that names it.
+    let unnamed = ok(r#"image = "registry.example.com/fabperf:1"
+paths = ["pod"]
+"#);
+    assert_eq!(
+        unnamed.node_selector["feature.node.kubernetes.io/pci-15b3.present"],
+        "true"
+    );
+    assert!(pinned_to(&objects::agent_daemonset(&unnamed, PathKind::Pod)).is_none());
+    assert!(
+        unnamed.warnings.iter().any(|w| w
+            .starts_with("nodes: no [nodes] names and no detect files")
+            && w.contains("feature.node.kubernetes.io/pci-15b3.present=true")),
+        "{:?}",
+        unnamed.warnings
+    );
+    assert!(!p.warnings.iter().any(|w| w.starts_with("nodes:")));
 }
 
 #[test]

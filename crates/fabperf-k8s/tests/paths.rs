@@ -132,14 +132,12 @@ fn anti_affinity_on_hostname_everywhere_and_selectors_match() {
             sel,
             "{p:?}"
         );
-        // Nodes come from the NFD label (the default) and tolerate GPU taints;
-        // the host path, bound to the fabric link, is limited to the nodes
-        // whose fabric address the detect files give.
+        // Nodes are the detected ones, pinned by name (matchFields
+        // metadata.name: the Node object's name, what spec.nodeName and the
+        // ConfigMaps use, not the kubernetes.io/hostname label), and tolerate
+        // GPU taints.
         let spec = d.spec.template.spec.clone().unwrap();
-        assert_eq!(
-            spec.node_selector.unwrap()["feature.node.kubernetes.io/pci-15b3.present"],
-            "true"
-        );
+        assert!(spec.node_selector.is_none(), "{p:?}");
         let tol = &spec.tolerations.unwrap()[0];
         assert_eq!(
             (
@@ -149,20 +147,15 @@ fn anti_affinity_on_hostname_everywhere_and_selectors_match() {
             ),
             (Some("nvidia.com/gpu"), Some("Exists"), Some("NoSchedule"))
         );
-        if p == PathKind::Host {
-            let node = aff
-                .node_affinity
-                .unwrap()
-                .required_during_scheduling_ignored_during_execution
-                .unwrap();
-            let expr = &node.node_selector_terms[0]
-                .match_expressions
-                .as_ref()
-                .unwrap()[0];
-            assert_eq!(expr.values.as_deref().unwrap(), ["node-a", "node-b"]);
-        } else {
-            assert!(aff.node_affinity.is_none(), "{p:?}");
-        }
+        let node = aff
+            .node_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap();
+        assert!(node.node_selector_terms[0].match_expressions.is_none());
+        let field = &node.node_selector_terms[0].match_fields.as_ref().unwrap()[0];
+        assert_eq!(field.key, "metadata.name");
+        assert_eq!(field.values.as_deref().unwrap(), ["node-a", "node-b"]);
         // Services find exactly these pods.
         let svc = objects::headless_service(&plan, p);
         assert_eq!(
@@ -188,14 +181,23 @@ fn no_agent_has_api_permissions() {
         assert_eq!(spec.service_account_name.as_deref(), Some("fabperf-agent"));
         assert_eq!(spec.automount_service_account_token, Some(false));
     }
-    // Nothing grants the service account anything.
+    // Nothing grants the agents' service account anything: the only Role
+    // is the runner's (its Lease), bound to the runner's ServiceAccount.
     let r = render(&plan).unwrap();
     for f in r.manifests.iter().chain(&r.device_plugin) {
-        for kind in ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"] {
+        for kind in ["ClusterRole", "ClusterRoleBinding"] {
             assert!(
                 !f.content.contains(&format!("\nkind: {kind}\n")),
                 "{} has a {kind}",
                 f.rel_path
+            );
+        }
+        if f.content.contains("\nkind: RoleBinding\n") {
+            assert_eq!(f.rel_path, "run/00-runner.yaml");
+            assert!(
+                !f.content.contains("name: fabperf-agent\n  namespace"),
+                "{}",
+                f.content
             );
         }
     }
@@ -218,10 +220,11 @@ fn agent_command_ports_probe_env_token() {
             "3840M",
         ];
         if p == PathKind::Host {
-            // Bound to this node's fabric address, read from the ConfigMap.
+            // On every address (the runner reaches the node IP), advertising
+            // this node's fabric address, read from the ConfigMap.
             assert_eq!(&cmd[..2], ["/bin/sh", "-c"]);
             assert!(
-                cmd[2].contains("exec fabperf server --bind \"$addr\" --advertise \"$addr\" --node-name \"$NODE_NAME\" --path-label host --port 5301 --token-file /etc/fabperf/token --max-memory 3840M"),
+                cmd[2].contains("exec fabperf server --bind 0.0.0.0 --advertise \"$addr\" --node-name \"$NODE_NAME\" --path-label host --port 5301 --token-file /etc/fabperf/token --max-memory 3840M"),
                 "{cmd:?}"
             );
         } else {
@@ -248,23 +251,18 @@ fn agent_command_ports_probe_env_token() {
             ports,
             [(5301, "TCP".to_string()), (5301, "UDP".to_string())]
         );
-        if p == PathKind::Host {
-            assert!(
-                c.readiness_probe.is_none(),
-                "the kubelet would probe the node IP"
-            );
-        } else {
-            let probe = c.readiness_probe.clone().unwrap().tcp_socket.unwrap();
-            assert_eq!(
-                probe.port,
-                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5301)
-            );
-        }
-        // Guaranteed QoS: requests = limits, whole CPUs.
+        // Every agent listens on the address the kubelet probes.
+        let probe = c.readiness_probe.clone().unwrap().tcp_socket.unwrap();
+        assert_eq!(
+            probe.port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5301)
+        );
+        // Guaranteed QoS: requests = limits, whole CPUs: 4 for the example's
+        // 100 Gbit/s links (one per 25 Gbit/s).
         let res = c.resources.clone().unwrap();
         assert_eq!(res.requests, res.limits, "{p:?}");
         let lim = res.limits.unwrap();
-        assert_eq!(lim["cpu"].0, "2");
+        assert_eq!(lim["cpu"].0, "4");
         assert_eq!(lim["memory"].0, "4096Mi");
         let env = c.env.unwrap();
         let field = |n: &str| {
@@ -337,6 +335,8 @@ fn render_is_deterministic_and_names_concerns() {
         [
             "config.json",
             "rdma-devices-configmap.yaml",
+            "ipoib-cni-daemonset.yaml",
+            "rdma-shared-dev-plugin-daemonset.yaml",
             "nic-cluster-policy.yaml"
         ]
     );

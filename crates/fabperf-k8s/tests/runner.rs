@@ -39,7 +39,12 @@ fn runner(p: &Plan) -> &RunnerPlan {
 fn roster(plan: &fabperf_run::Plan) -> Roster {
     let mut r = Roster::default();
     for (i, a) in plan.agents.iter().enumerate() {
-        for (j, node) in ["node-a", "node-b", "node-c"].iter().enumerate() {
+        // A static agent (the service path's per-node Service) is one agent.
+        let nodes: Vec<&str> = match &a.source {
+            fabperf_run::plan::AgentSource::Static { name, .. } => vec![name.as_str()],
+            fabperf_run::plan::AgentSource::Dns { .. } => vec!["node-a", "node-b", "node-c"],
+        };
+        for (j, node) in nodes.iter().enumerate() {
             let addr: SocketAddr = format!("10.0.{i}.{}:5301", j + 1).parse().unwrap();
             r.insert(RosterAgent {
                 name: node.to_string(),
@@ -75,8 +80,9 @@ fn default_run_plan_parses_and_expands_over_every_agent_path() {
         rp.token_file.as_deref(),
         Some(Path::new("/etc/fabperf/token"))
     );
-    // One DNS entry per path with agents of its own (not the ClusterIP
-    // `service` path), the agents' control port, the path label.
+    // One DNS entry per path with agents of its own, the agents' control
+    // port, the path label; the service path: each node's agent through its
+    // own single-endpoint Service, named by its node.
     let agents: Vec<(String, String)> = rp
         .agents
         .iter()
@@ -85,7 +91,11 @@ fn default_run_plan_parses_and_expands_over_every_agent_path() {
                 assert_eq!(*port, 5301);
                 (name.clone(), a.path.clone())
             }
-            other => panic!("not a DNS agent: {other:?}"),
+            fabperf_run::plan::AgentSource::Static { name, addr } => {
+                assert_eq!(a.path, "service");
+                assert_eq!(*addr, format!("fabperf-svc-{name}.fabperf.svc:5301"));
+                (addr.clone(), a.path.clone())
+            }
         })
         .collect();
     assert_eq!(
@@ -93,6 +103,14 @@ fn default_run_plan_parses_and_expands_over_every_agent_path() {
         [
             ("fabperf-host.fabperf.svc".to_string(), "host".to_string()),
             ("fabperf-pod.fabperf.svc".into(), "pod".into()),
+            (
+                "fabperf-svc-node-a.fabperf.svc:5301".into(),
+                "service".into()
+            ),
+            (
+                "fabperf-svc-node-b.fabperf.svc:5301".into(),
+                "service".into()
+            ),
             ("fabperf-ipoib.fabperf.svc".into(), "ipoib".into()),
             ("fabperf-roce.fabperf.svc".into(), "roce".into()),
         ]
@@ -122,7 +140,12 @@ fn default_run_plan_parses_and_expands_over_every_agent_path() {
         .iter()
         .map(|t| (t.kind.name().to_string(), t.paths.clone(), t.pattern.name()))
         .collect();
-    let sock = vec!["host".to_string(), "pod".into(), "ipoib".into()];
+    let sock = vec![
+        "host".to_string(),
+        "pod".into(),
+        "service".into(),
+        "ipoib".into(),
+    ];
     assert_eq!(
         tests,
         [
@@ -134,12 +157,13 @@ fn default_run_plan_parses_and_expands_over_every_agent_path() {
     );
     let cells = fabperf_run::expand(&rp, &roster(&rp)).unwrap();
     // 3 nodes: 6 ordered pairs per mesh (both directions, the default), per
-    // path: tcp 2 tests x 3 paths, rdma 2 x 1.
-    assert_eq!(cells.len(), 6 * (2 * 3 + 2));
+    // path: tcp 2 tests x 3 paths, rdma 2 x 1; the service path has the
+    // example's 2 nodes: 2 ordered pairs per test.
+    assert_eq!(cells.len(), 6 * (2 * 3 + 2) + 2 * 2);
     for c in &cells {
         assert_eq!(c.kind.starts_with("rdma"), c.path == "roce", "{c:?}");
-        assert_ne!(c.path, "service");
     }
+    assert_eq!(cells.iter().filter(|c| c.path == "service").count(), 4);
     assert!(r.mesh);
     // The ConfigMap holds exactly that plan.
     let cm = plan_configmap(&plan, r);
@@ -200,7 +224,8 @@ fn the_job_needs_no_permissions_no_attachments_and_is_guaranteed() {
     let pod = pod_spec(spec);
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
     assert_eq!(pod.service_account_name.as_deref(), Some("fabperf-runner"));
-    assert_eq!(pod.automount_service_account_token, Some(false));
+    // Its token is mounted for its Role (the run Lease), nothing more.
+    assert_eq!(pod.automount_service_account_token, Some(true));
     assert_eq!(pod.enable_service_links, Some(false));
     // Nothing the agents need: no host network, no secondary network, no
     // RDMA device, no capabilities.
@@ -299,9 +324,12 @@ fn the_job_needs_no_permissions_no_attachments_and_is_guaranteed() {
         .preferred_during_scheduling_ignored_during_execution
         .as_ref()
         .unwrap();
-    let e = &pref[0].preference.match_expressions.as_ref().unwrap()[0];
-    assert_eq!(e.key, "feature.node.kubernetes.io/pci-15b3.present");
-    assert_eq!(e.operator, "NotIn");
+    let e = &pref[0].preference.match_fields.as_ref().unwrap()[0];
+    assert_eq!(
+        (e.key.as_str(), e.operator.as_str()),
+        ("metadata.name", "NotIn")
+    );
+    assert_eq!(e.values.as_deref().unwrap(), ["node-a", "node-b"]);
     assert!(pod.node_selector.is_none(), "the runner needs no NIC");
     // The store is named by the Job (downward API labels).
     let env: BTreeMap<String, String> = c
@@ -385,9 +413,10 @@ fn the_job_fails_without_retry_on_results_and_retries_on_disruption() {
         .filter(|r| r.action == "FailJob")
         .flat_map(|r| r.on_exit_codes.as_ref().unwrap().values.clone())
         .collect();
-    // 1 cells failed, 2 bad plan, 3 export failed: not retried; 130
-    // (interrupted) and crashes are.
-    assert_eq!(fail, [1, 2, 3]);
+    // 1 cells failed, 2 bad plan, 3 export failed, 4 another run holds the
+    // Lease: not retried; 5 (the API could not be asked), 130 (interrupted)
+    // and crashes are.
+    assert_eq!(fail, [1, 2, 3, 4]);
     let ignore = &pfp.rules[0];
     assert_eq!(ignore.action, "Ignore");
     assert_eq!(
@@ -486,10 +515,18 @@ fn rendered_files_and_no_role_anywhere() {
         }
         assert_eq!(run, want, "{name}");
         for f in r.manifests.iter().chain(&r.device_plugin) {
-            for kind in ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"] {
+            for kind in ["ClusterRole", "ClusterRoleBinding"] {
                 assert!(
                     !f.content.contains(&format!("\nkind: {kind}\n")),
                     "{name}: {} has a {kind}",
+                    f.rel_path
+                );
+            }
+            // The one Role: the runner's, in its namespace, for its Lease.
+            if f.content.contains("\nkind: Role\n") {
+                assert!(
+                    f.rel_path == "run/00-runner.yaml" || f.rel_path == "31-policy-scale-rbac.yaml",
+                    "{name}: {} has a Role",
                     f.rel_path
                 );
             }
@@ -497,15 +534,11 @@ fn rendered_files_and_no_role_anywhere() {
                 assert!(f.content.starts_with(fabperf_k8s::render::GENERATED_MARK));
             }
         }
-        // Every runnable path has an agent entry; `service` never does.
+        // Every path has an agent entry (service through its per-node
+        // Services).
         let rp = parse_run_plan(runner(&plan));
         let declared: BTreeSet<&str> = rp.agents.iter().map(|a| a.path.as_str()).collect();
-        let want: BTreeSet<&str> = plan
-            .paths
-            .iter()
-            .filter(|p| **p != PathKind::Service)
-            .map(|p| p.name())
-            .collect();
+        let want: BTreeSet<&str> = plan.paths.iter().map(|p| p.name()).collect();
         assert_eq!(declared, want, "{name}");
     }
 }
@@ -562,7 +595,8 @@ timeout = "20s"
     assert!(!sh.contains("--format jsonl"), "{sh}");
     assert!(!sh.contains("openmetrics"), "{sh}");
 
-    // Node names instead of labels: prefer the other nodes by host name.
+    // Node names instead of labels: prefer the other nodes by name
+    // (matchFields metadata.name, as the agents are pinned).
     let text = std::fs::read_to_string(examples().join("roce-host-device-wireguard.toml")).unwrap();
     let plan = parse_plan(&text, "p.toml", &examples()).unwrap();
     let pod = pod_spec(job(&plan, runner(&plan)).spec.as_ref().unwrap()).clone();
@@ -574,10 +608,13 @@ timeout = "20s"
         .preferred_during_scheduling_ignored_during_execution
         .unwrap()[0]
         .preference
-        .match_expressions
+        .match_fields
         .clone()
         .unwrap()[0];
-    assert_eq!(e.key, "kubernetes.io/hostname");
+    assert_eq!(
+        (e.key.as_str(), e.operator.as_str()),
+        ("metadata.name", "NotIn")
+    );
     assert_eq!(e.values.as_deref().unwrap(), ["node-a", "node-b"]);
     // `tolerations = []` in the plan: none for the runner either.
     assert!(pod.tolerations.is_none());

@@ -20,6 +20,9 @@ range = "192.168.150.0/24"
 netdev = "ens1f0np0"
 range = "192.168.160.0/24"
 
+[nodes]
+names = ["node-a", "node-b"]
+
 "#;
 
 fn errs(text: &str) -> PlanErrors {
@@ -220,10 +223,18 @@ fn resources_and_job_settings() {
 #[test]
 fn baseline_and_run_plan_keys() {
     one(
-        "[runner]\nbaseline = \"service\"\n",
-        "\"service\"\n",
+        "[runner]\nbaseline = \"overlay\"\n",
+        "\"overlay\"\n",
         "not a path the runner tests",
     );
+    // The service path is one the runner tests (through its per-node
+    // single-endpoint Services).
+    parse_plan(
+        &format!("{BASE}[runner]\nbaseline = \"service\"\n"),
+        "plan.toml",
+        &examples(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     // Found by fabperf run's own parser, reported at the value.
     one(
         "[runner]\nname = \"bad name!\"\n",
@@ -236,10 +247,24 @@ fn baseline_and_run_plan_keys() {
 
 #[test]
 fn tests_paths_and_kinds() {
+    // Every kind the pod agents serve runs on the service path too.
+    for kind in ["tcp-bw", "tcp-lat", "udp-bw", "udp-lat", "http-load", "mtu"] {
+        let p = parse_plan(
+            &format!("{BASE}[runner]\n[[runner.tests]]\nkind = \"{kind}\"\npaths = [\"pod\", \"service\"]\n"),
+            "plan.toml",
+            &examples(),
+        )
+        .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert!(p
+            .runner
+            .unwrap()
+            .run_plan
+            .contains("paths = [\"pod\", \"service\"]"));
+    }
     one(
-        "[runner]\n[[runner.tests]]\nkind = \"tcp-bw\"\npaths = [\"pod\", \"service\"]\n",
-        "\"service\"]",
-        "cannot be run",
+        "[runner]\n[[runner.tests]]\nkind = \"rdma-bw\"\npaths = [\"service\"]\n",
+        "\"rdma-bw",
+        "no RDMA device",
     );
     one(
         "[runner]\n[[runner.tests]]\nkind = \"tcp-bw\"\npath = \"overlay\"\n",

@@ -13,7 +13,6 @@ use crate::wire::{self, Datagram};
 use fabperf_proto::{decode_params, ErrorCode, Msg, ServeCtx, ServeError, TestKind};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use serde::{Deserialize, Serialize};
-use std::net::UdpSocket;
 use std::os::fd::{AsFd, AsRawFd};
 
 /// How long the agent waits for a probe or the client before it looks at
@@ -75,7 +74,9 @@ impl TestKind for MtuKind {
         }
         ctx.limit_duration(p.duration_s)?;
         let local = ctx.local();
-        let sock = UdpSocket::bind(local).map_err(|e| {
+        // The agent's UDP door (fabperf_proto::data) stays closed while
+        // this socket holds the port.
+        let (sock, _door) = ctx.data.udp_socket(local).map_err(|e| {
             ServeError::failed(format!(
                 "cannot bind UDP {local} (the agent's port number over UDP): {e}; another program holds that UDP port"
             ))

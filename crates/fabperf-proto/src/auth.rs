@@ -101,6 +101,23 @@ pub fn verify(
         .is_ok()
 }
 
+/// Tokens that were published (in fabperf's example plans of earlier
+/// releases, and its docs): anyone can authenticate with them.
+pub const PUBLIC_TOKENS: &[&str] = &["fabperf-example-token-change-me"];
+
+/// `Err` with what to do when `token` is a published one.
+pub fn refuse_public_token(token: &[u8]) -> Result<(), String> {
+    match PUBLIC_TOKENS.iter().find(|t| t.as_bytes() == token) {
+        None => Ok(()),
+        Some(t) => Err(format!(
+            "the token is {t:?}, published in fabperf's examples: anyone can use it to run tests on this agent. \
+             Rotate it: generate a secret (`openssl rand -hex 24 > token`), and in Kubernetes replace the Secret \
+             (`kubectl -n NAMESPACE create secret generic fabperf-agent-token --from-file=token=token --dry-run=client -o yaml | kubectl apply -f -`) \
+             and restart the agents (`kubectl -n NAMESPACE rollout restart daemonset -l app.kubernetes.io/name=fabperf-agent`)"
+        )),
+    }
+}
+
 /// Largest token file read (a token is a few dozen bytes).
 pub const MAX_TOKEN_BYTES: u64 = 4096;
 
@@ -163,6 +180,13 @@ mod tests {
         assert!(from_hex(" 12").is_none());
         assert!(from_hex("+1").is_none());
         assert!(from_hex("\u{e9}").is_none());
+    }
+
+    #[test]
+    fn published_tokens_are_refused() {
+        let e = refuse_public_token(b"fabperf-example-token-change-me").unwrap_err();
+        assert!(e.contains("Rotate it") && e.contains("kubectl"), "{e}");
+        assert!(refuse_public_token(b"0123456789abcdef0123456789abcdef").is_ok());
     }
 
     #[test]

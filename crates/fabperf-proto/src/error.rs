@@ -83,6 +83,17 @@ pub enum ProtoError {
     /// The agent stopped the test (its time limit passed).
     #[error("{0}")]
     Stopped(String),
+    /// An agent refused a data connection (see [`crate::data`]); the
+    /// client explains it with [`crate::data::refusal_error`].
+    #[error("{} refused the data connection ({})", .0.who(), crate::data::reason_text(.0.reason))]
+    Refused(crate::data::DataRefusal),
+    /// A data connection or UDP datagrams reached another agent than the
+    /// control connection: "this address balanced your … to another agent".
+    #[error("{0}")]
+    WrongAgent(String),
+    /// The agent refused a data connection for another reason.
+    #[error("{0}")]
+    DataRefused(String),
 }
 
 impl ProtoError {
@@ -107,6 +118,9 @@ impl ProtoError {
             ProtoError::Remote { code, .. } => *code,
             ProtoError::Auth(_) => ErrorCode::AuthFailed,
             ProtoError::Stopped(_) => ErrorCode::LimitExceeded,
+            ProtoError::Refused(_) | ProtoError::WrongAgent(_) | ProtoError::DataRefused(_) => {
+                ErrorCode::TestFailed
+            }
         }
     }
 

@@ -15,7 +15,10 @@ pub const DATA_MAGIC: [u8; 4] = *b"FBPD";
 /// started at an instant the client gives (`tcp-bw`'s `Go`, `rdma-bw`'s
 /// start delay, `drive`'s ready/go), and reports its measured interval in
 /// Unix time; the agent's hello says how many tests of one group it admits.
-pub const PROTO_VERSION: u16 = 3;
+/// v4: v3's one start, and the agent answers every data connection (`FBPA`,
+/// or `FBPR` and why: [`crate::data`]); cookies name their agent; UDP hellos
+/// carry the cookie.
+pub const PROTO_VERSION: u16 = 4;
 /// Largest frame either side accepts.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Largest frame an agent reads from a peer that has not authenticated

@@ -31,7 +31,10 @@
 //! Data connections are separate sockets. TCP data connections go to the
 //! agent's same port and start with `FBPD` + a 16-byte cookie the agent
 //! handed out in `Accept`, so only one port has to be reachable (firewalls,
-//! Kubernetes Services). A test kind is a [`TestKind`] plug-in: the agent
+//! Kubernetes Services); the agent answers `FBPA`, or a refusal saying why
+//! (the cookie is another agent's: the address balanced the connection to
+//! another agent, see [`data`]). UDP tests say hello with the cookie on the
+//! same port number. A test kind is a [`TestKind`] plug-in: the agent
 //! looks it up by name and hands it the control channel; the protocol code
 //! never changes when a kind is added.
 
@@ -39,6 +42,8 @@ pub mod auth;
 pub mod clock;
 mod control;
 pub mod cpu;
+pub mod data;
+mod door;
 mod error;
 pub mod explain;
 mod frame;
@@ -47,6 +52,7 @@ pub mod start;
 pub mod text;
 
 pub use control::{connect_test, query_agent, resolve, AgentHello, ClientConfig, Control};
+pub use door::{DoorGuard, DoorLog};
 pub use error::{ErrorCode, ProtoError};
 pub use frame::{
     decode_body, encode_frame, read_frame, read_preamble, write_frame, write_preamble,
@@ -54,7 +60,7 @@ pub use frame::{
     OPEN_START_FRAME, PRE_AUTH_FRAME, PROTO_VERSION,
 };
 pub use plugin::{
-    connect_data, decode_params, Cookie, DataHub, DataWaiter, Limits, ServeCtx, ServeError,
-    TestClock, TestKind,
+    connect_data, control_has_news, decode_params, open_data, read_data_answer, Cookie, DataHub,
+    DataWaiter, Limits, Routed, ServeCtx, ServeError, TestClock, TestKind,
 };
 pub use start::Start;

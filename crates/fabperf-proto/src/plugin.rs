@@ -2,10 +2,16 @@
 
 use crate::auth;
 use crate::control::Control;
+pub use crate::data::Cookie;
+use crate::data::{
+    parse_udp_hello, refusal_error, CookieMint, DataKind, DataRefusal, RefusalReason,
+    DATA_ACCEPTED, DATA_REFUSED, MAX_REFUSAL,
+};
+use crate::door::{self, Door, DoorGuard, DoorLog};
 use crate::error::{ErrorCode, ProtoError};
-use crate::frame::{read_full, DATA_MAGIC};
+use crate::frame::{read_full, AgentIdentity, DATA_MAGIC};
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -326,14 +332,27 @@ pub trait TestKind: Send + Sync {
     fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError>;
 }
 
-/// A 16-byte secret naming one test's data connections.
-pub type Cookie = [u8; 16];
-
 /// Routes incoming data connections (`FBPD` + cookie) to the test waiting
-/// for them.
-#[derive(Clone, Default)]
+/// for them, issues the cookies (marked as this agent's, see
+/// [`crate::data`]) and refuses, saying why, a connection no test waits for.
+#[derive(Clone)]
 pub struct DataHub {
-    inner: Arc<Mutex<HashMap<Cookie, SyncSender<TcpStream>>>>,
+    inner: Arc<Mutex<HashMap<Cookie, Slot>>>,
+    mint: Arc<CookieMint>,
+    who: Option<Arc<AgentIdentity>>,
+    door: Arc<Mutex<Option<Arc<Door>>>>,
+}
+
+struct Slot {
+    tx: SyncSender<TcpStream>,
+    /// Data connections the test still takes.
+    left: usize,
+}
+
+impl Default for DataHub {
+    fn default() -> Self {
+        DataHub::for_agent(None, None)
+    }
 }
 
 /// A registered cookie; dropping it unregisters.
@@ -343,19 +362,55 @@ pub struct DataWaiter {
     rx: Receiver<TcpStream>,
 }
 
+/// What became of a data connection the agent's listener handed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routed {
+    /// Handed to the test waiting for it.
+    ToTest,
+    /// Refused (and the client told why).
+    Refused(RefusalReason),
+    /// The cookie did not arrive.
+    NoCookie,
+}
+
 impl DataHub {
+    /// A hub without an agent identity or token (tests, in-process agents).
     pub fn new() -> DataHub {
         DataHub::default()
     }
 
+    /// The hub of an agent: `token` keys its cookies' marks (agents sharing
+    /// it recognise each other's cookies), `who` is named in its refusals.
+    pub fn for_agent(token: Option<&[u8]>, who: Option<AgentIdentity>) -> DataHub {
+        DataHub {
+            inner: Arc::default(),
+            mint: Arc::new(CookieMint::new(token)),
+            who: who.map(Arc::new),
+            door: Arc::default(),
+        }
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<Cookie, Slot>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fresh cookie of this agent, registered nowhere (a UDP test's: its
+    /// hello carries it).
+    pub fn issue(&self) -> Cookie {
+        self.mint.issue()
+    }
+
     /// Register a fresh cookie for up to `max_conns` data connections.
     pub fn register(&self, max_conns: usize) -> DataWaiter {
-        let cookie = auth::random_bytes::<16>();
+        let cookie = self.mint.issue();
         let (tx, rx) = mpsc::sync_channel(max_conns.max(1));
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(cookie, tx);
+        self.slots().insert(
+            cookie,
+            Slot {
+                tx,
+                left: max_conns.max(1),
+            },
+        );
         DataWaiter {
             hub: self.clone(),
             cookie,
@@ -363,27 +418,91 @@ impl DataHub {
         }
     }
 
-    /// Called by the agent's listener after reading `FBPD`: reads the cookie
-    /// and hands the stream over. Returns false when the cookie is unknown.
-    pub fn route(&self, mut stream: TcpStream, timeout: Duration) -> bool {
+    /// Why a cookie no test here waits for is refused.
+    pub fn refusal_for(&self, cookie: &Cookie) -> DataRefusal {
+        DataRefusal::new(self.mint.refusal_reason(cookie), self.who.as_deref())
+    }
+
+    /// Called by the agent's listener after reading `FBPD`: reads the
+    /// cookie, then either answers `FBPA` and hands the stream to its test,
+    /// or answers with a refusal saying why and closes.
+    pub fn route(&self, mut stream: TcpStream, timeout: Duration) -> Routed {
         let mut cookie = [0u8; 16];
         let _ = stream.set_read_timeout(Some(timeout));
+        let _ = stream.set_write_timeout(Some(timeout));
         if read_full(&mut stream, &mut cookie, "data cookie", Some(timeout)).is_err() {
-            return false;
+            return Routed::NoCookie;
         }
-        let tx = self
-            .inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&cookie)
-            .cloned();
-        match tx {
-            Some(tx) => {
-                let _ = stream.set_read_timeout(None);
-                tx.try_send(stream).is_ok()
+        let tx = {
+            let mut slots = self.slots();
+            match slots.get_mut(&cookie) {
+                Some(s) if s.left > 0 => {
+                    s.left -= 1;
+                    Ok(s.tx.clone())
+                }
+                Some(_) => Err(DataRefusal::new(RefusalReason::Full, self.who.as_deref())),
+                None => Err(self.refusal_for(&cookie)),
             }
-            None => false,
+        };
+        match tx {
+            Ok(tx) => {
+                // The answer goes out before the test may write on it.
+                if stream.write_all(&DATA_ACCEPTED).is_err() {
+                    return Routed::NoCookie;
+                }
+                let _ = stream.set_read_timeout(None);
+                let _ = stream.set_write_timeout(None);
+                match tx.try_send(stream) {
+                    Ok(()) => Routed::ToTest,
+                    // The test stopped waiting in the meantime.
+                    Err(_) => Routed::Refused(RefusalReason::Ended),
+                }
+            }
+            Err(r) => {
+                let _ = stream.write_all(&r.encode_tcp());
+                // Let the answer reach the client before the close.
+                let _ = stream.shutdown(Shutdown::Write);
+                Routed::Refused(r.reason)
+            }
         }
+    }
+
+    /// Hold the agent's UDP port on `addr` while no UDP test runs, and
+    /// answer a UDP hello for a test this agent does not hold with a
+    /// refusal (the door, [`crate::door`]). Once per agent.
+    pub fn open_udp_door(&self, addr: SocketAddr, log: DoorLog) -> std::io::Result<()> {
+        let hub = self.clone();
+        let answer = Arc::new(move |c: &Cookie| Some(hub.refusal_for(c)));
+        let d = door::open(addr, answer, log)?;
+        *self.door.lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
+        Ok(())
+    }
+
+    /// Stop the UDP door (the agent is shutting down).
+    pub fn close_udp_door(&self) {
+        if let Some(d) = self.door.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            d.stop();
+        }
+    }
+
+    /// A UDP test's socket on `local` (the agent's address as the client
+    /// reached it, the agent's port): the UDP door, when this agent has one,
+    /// stays closed while the returned guard lives.
+    pub fn udp_socket(
+        &self,
+        local: SocketAddr,
+    ) -> std::io::Result<(std::net::UdpSocket, Option<DoorGuard>)> {
+        let door = self.door.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let guard = door.map(|d| d.close_for_test());
+        let s = std::net::UdpSocket::bind(local)?;
+        Ok((s, guard))
+    }
+
+    /// A UDP test's socket got `d` from `from`: when it is a hello for
+    /// another test, the refusal to send back (the caller rate-limits).
+    pub fn stray_hello(&self, d: &[u8], own: &Cookie) -> Option<Vec<u8>> {
+        let (session, cookie) = parse_udp_hello(d)?;
+        (cookie != *own).then(|| self.refusal_for(&cookie).encode_udp(session))
     }
 }
 
@@ -396,14 +515,54 @@ impl DataWaiter {
         auth::to_hex(&self.cookie)
     }
 
+    /// Wait for the next data connection, watching the control connection:
+    /// a client that gives up (its data connection went to another agent,
+    /// say) ends the wait at once with what it said, instead of after
+    /// `timeout`.
+    pub fn accept_watching(
+        &self,
+        timeout: Duration,
+        ctl: &mut Control,
+    ) -> Result<TcpStream, ProtoError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok(s) => return Ok(s),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(ProtoError::Closed {
+                        what: "waiting for data connections".into(),
+                    })
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if control_has_news(ctl) {
+                return Err(match ctl.recv("the client's data connections") {
+                    Err(e) => e,
+                    Ok(m) => ProtoError::Unexpected {
+                        expected: "data connections".into(),
+                        got: m.kind().into(),
+                    },
+                });
+            }
+            if left.is_zero() {
+                return Err(Self::timed_out(timeout));
+            }
+        }
+    }
+
+    fn timed_out(timeout: Duration) -> ProtoError {
+        ProtoError::Timeout {
+            what: "the client's data connection (a firewall may block it)".into(),
+            waited: timeout,
+        }
+    }
+
     /// Wait for the next data connection.
     pub fn accept(&self, timeout: Duration) -> Result<TcpStream, ProtoError> {
         match self.rx.recv_timeout(timeout) {
             Ok(s) => Ok(s),
-            Err(RecvTimeoutError::Timeout) => Err(ProtoError::Timeout {
-                what: "the client's data connection (a firewall may block it)".into(),
-                waited: timeout,
-            }),
+            Err(RecvTimeoutError::Timeout) => Err(Self::timed_out(timeout)),
             Err(RecvTimeoutError::Disconnected) => Err(ProtoError::Closed {
                 what: "waiting for data connections".into(),
             }),
@@ -421,8 +580,71 @@ impl Drop for DataWaiter {
     }
 }
 
-/// Client side: open a data connection to the agent for the test whose
-/// `Accept` carried `cookie_hex`.
+/// True when the control connection has something to read (a message,
+/// or its end): checked without waiting.
+pub fn control_has_news(ctl: &Control) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let fd = ctl.stream();
+    let mut p = [PollFd::new(fd, PollFlags::IN)];
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(rustix::event::poll(&mut p, Some(&zero)), Ok(n) if n > 0)
+}
+
+/// Read the agent's answer to a data connection's cookie: `FBPA`, or `FBPR`
+/// + length + JSON refusal ([`ProtoError::Refused`]). Bounded: a refusal
+///   body is at most [`MAX_REFUSAL`] bytes.
+pub fn read_data_answer<R: Read>(r: &mut R, timeout: Option<Duration>) -> Result<(), ProtoError> {
+    const WHAT: &str = "waiting for the agent to accept the data connection";
+    let mut m = [0u8; 4];
+    read_full(r, &mut m, WHAT, timeout)?;
+    if m == DATA_ACCEPTED {
+        return Ok(());
+    }
+    if m != DATA_REFUSED {
+        return Err(ProtoError::BadMagic { got: m });
+    }
+    let mut len = [0u8; 2];
+    read_full(r, &mut len, WHAT, timeout)?;
+    let len = u16::from_be_bytes(len) as usize;
+    if len > MAX_REFUSAL {
+        return Err(ProtoError::FrameTooLarge {
+            len,
+            max: MAX_REFUSAL,
+        });
+    }
+    let mut body = vec![0u8; len];
+    read_full(r, &mut body, WHAT, timeout)?;
+    Err(ProtoError::Refused(DataRefusal::decode_body(&body)?))
+}
+
+/// Client side: open a data connection for the test of `ctl` (to the
+/// address of its control connection) and wait for the agent to accept
+/// it. A connection that reaches another agent — an address that balances
+/// connections over several — fails with [`ProtoError::WrongAgent`]
+/// naming both agents, and the agent of `ctl` is told so it stops waiting.
+pub fn open_data(
+    ctl: &mut Control,
+    cookie_hex: &str,
+    timeout: Duration,
+) -> Result<TcpStream, ProtoError> {
+    let addr = ctl.peer();
+    match connect_data(addr, cookie_hex, timeout) {
+        Err(ProtoError::Refused(r)) => {
+            let who = ctl.agent_hello().and_then(|h| h.agent.clone());
+            let e = refusal_error(&r, who.as_ref(), DataKind::Connection);
+            ctl.send_error(ErrorCode::TestFailed, &format!("client: {e}"));
+            Err(e)
+        }
+        other => other,
+    }
+}
+
+/// Client side: open a data connection to `addr` for the test whose
+/// `Accept` carried `cookie_hex`, and wait for the agent's answer (a
+/// refusal is [`ProtoError::Refused`]; [`open_data`] explains it).
 pub fn connect_data(
     addr: SocketAddr,
     cookie_hex: &str,
@@ -438,5 +660,10 @@ pub fn connect_data(
     hello.extend_from_slice(&cookie);
     s.write_all(&hello)
         .map_err(|e| ProtoError::io("sending data cookie", e))?;
+    s.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+        .map_err(|e| ProtoError::io("setting data connection timeout", e))?;
+    read_data_answer(&mut s, Some(timeout))?;
+    s.set_read_timeout(None)
+        .map_err(|e| ProtoError::io("setting data connection timeout", e))?;
     Ok(s)
 }

@@ -5,6 +5,7 @@
 //! matrices; verdicts in words per path and per node.
 
 use crate::data::{load, Agent, FindingView, RecView, ReportError, RunData, Sample};
+use crate::flows::{self, Leg};
 use crate::hist::{self, Merged};
 use crate::stats::{self, Stats};
 use crate::units::{size_label, size_words};
@@ -231,6 +232,10 @@ pub struct Row {
     pub streams: Option<u64>,
     pub op: Option<String>,
     pub direction: Option<String>,
+    /// The row is one direction of cells that measured both at once (an
+    /// incast's or a bisection's `bidir` test); `direction` says which.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub of_bidir: bool,
     pub mtu: Option<u64>,
     pub rate: Option<String>,
     /// The cell's environment dimensions (tuning profile, policy rules,
@@ -267,6 +272,18 @@ pub struct Row {
     pub http: Option<HttpFigures>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtu_path: Option<MtuFigures>,
+    /// Concurrent flows (incast, bisection): how they overlapped and how
+    /// far apart they started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
+    /// Repeats without a figure (failed cells, directions without a usable
+    /// aggregate), with the reason.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<FailedRepeat>,
+    /// Instances with no figure at all (a bisection's cuts whose every
+    /// cell failed): the row's figure does not cover them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unmeasured: Vec<String>,
     pub base: Option<Delta>,
 }
 
@@ -287,7 +304,7 @@ impl Row {
         if let Some(n) = self.streams.filter(|n| *n > 1) {
             s.push_str(&format!(" x{n}"));
         }
-        if let Some(d) = self.direction.as_deref().filter(|d| *d != "forward") {
+        if let Some(d) = self.direction_words() {
             s.push_str(&format!(" {d}"));
         }
         if let Some(r) = &self.rate {
@@ -295,6 +312,17 @@ impl Row {
         }
         s.push_str(&format!(" on path {}, {}", self.path, self.scope));
         s
+    }
+
+    /// The direction when it is not plain `forward`: `reverse`, `bidir`,
+    /// or one direction of a bidir cell (`forward of bidir`).
+    pub fn direction_words(&self) -> Option<String> {
+        let d = self.direction.as_deref().unwrap_or("forward");
+        if self.of_bidir {
+            Some(format!("{d} of bidir"))
+        } else {
+            (d != "forward").then(|| d.to_string())
+        }
     }
 
     /// The row's figure: the mean over its repeats; for a mesh the median
@@ -320,16 +348,9 @@ impl Row {
     }
 }
 
-/// One sender's part of an incast.
-#[derive(Debug, Clone, Serialize)]
-pub struct SenderShare {
-    pub src: String,
-    pub gbps: f64,
-    /// Fraction of the flows' sum.
-    pub share: f64,
-}
-
-/// One incast cell: every sender into one receiver at once.
+/// One incast cell in one direction: every sender into one receiver at
+/// once (`forward`), or the receiver back to them (`reverse`, the other
+/// half of a `bidir` incast). A failed cell is one entry with its reason.
 #[derive(Debug, Clone, Serialize)]
 pub struct Incast {
     pub test: String,
@@ -338,18 +359,17 @@ pub struct Incast {
     pub repeat: u32,
     pub cell: String,
     pub dims: Value,
-    pub senders: Vec<SenderShare>,
-    pub aggregate_gbps: Option<f64>,
-    pub jain: Option<f64>,
-    /// The receiver's port rate (the bottleneck of an incast).
-    pub port_rate_gbps: Option<f64>,
-    pub pct_port: Option<f64>,
-    /// The aggregate is above the port rate: a finding, not a share.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub port_finding: Option<String>,
+    /// The cell's planned flows (sender, receiver).
+    #[serde(skip)]
+    pub cell_flows: Vec<(String, String)>,
+    /// The direction's aggregate, flows, fairness, overlap and port share
+    /// (the port: the receiver's, or its peers' sum if smaller).
+    #[serde(flatten)]
+    pub leg: Leg,
 }
 
-/// One bisection split: half the nodes into the other half at once.
+/// One bisection split in one direction: half the nodes into the other
+/// half at once.
 #[derive(Debug, Clone, Serialize)]
 pub struct Bisection {
     pub test: String,
@@ -360,18 +380,59 @@ pub struct Bisection {
     pub repeat: u32,
     pub cell: String,
     pub dims: Value,
-    pub flows: Vec<(String, String, f64)>,
     /// The cell's planned flows (the cut).
     #[serde(skip)]
     pub cell_flows: Vec<(String, String)>,
-    pub aggregate_gbps: Option<f64>,
-    /// Sum over the flows of the slower end's port rate.
-    pub port_sum_gbps: Option<f64>,
-    pub pct_port: Option<f64>,
-    pub jain: Option<f64>,
-    /// The aggregate is above the flows' port rates: a finding.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub port_finding: Option<String>,
+    /// The direction's aggregate, flows, fairness, overlap and port share
+    /// (the port: the sum over the flows of the slower end's).
+    #[serde(flatten)]
+    pub leg: Leg,
+}
+
+/// A repeat of a row that has no figure: its cell failed, or the direction
+/// has no usable aggregate. It is named, never averaged.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedRepeat {
+    pub cell: String,
+    pub repeat: u32,
+    /// The pattern instance (a bisection's cut).
+    pub instance: String,
+    pub reason: String,
+}
+
+/// How the concurrent flows of a row's cells ran together: the common
+/// interval in % of the longest flow's, and the senders' start skew, over
+/// the cells with a figure.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Concurrency {
+    pub cells: usize,
+    pub overlap_pct_min: f64,
+    pub overlap_pct_max: f64,
+    pub start_skew_s_min: Option<f64>,
+    pub start_skew_s_max: Option<f64>,
+}
+
+impl Concurrency {
+    /// `start skew 1.6–9.6 ms, overlap 98–99 % of the longest interval`.
+    pub fn words(&self) -> String {
+        let range = |a: f64, b: f64, d: usize| {
+            if format!("{a:.d$}") == format!("{b:.d$}") {
+                format!("{a:.d$}")
+            } else {
+                format!("{a:.d$}–{b:.d$}")
+            }
+        };
+        let skew = match (self.start_skew_s_min, self.start_skew_s_max) {
+            (Some(a), Some(b)) => format!("start skew {} ms", range(a * 1e3, b * 1e3, 1)),
+            _ => "start skew not recorded".into(),
+        };
+        format!(
+            "concurrent flows: {skew}, common interval {} % of the longest flow's ({} cell{})",
+            range(self.overlap_pct_min, self.overlap_pct_max, 1),
+            self.cells,
+            if self.cells == 1 { "" } else { "s" }
+        )
+    }
 }
 
 /// How bad a verdict is.
@@ -505,6 +566,7 @@ impl Report {
                     && b.variant == row.variant
                     && b.size == row.size
                     && dir(b) == dir(row)
+                    && b.of_bidir == row.of_bidir
                     && b.scope_key == row.scope_key
                     && b.mean().is_some()
             })
@@ -673,15 +735,10 @@ fn dims_without(dims: &Value, key: &str) -> Value {
     d
 }
 
-/// The record that stands for a cell: the aggregate of concurrent flows,
-/// else the total.
-fn main_sample<'a>(cell: &CellRow, samples: &'a [Sample]) -> Option<&'a Sample> {
-    let want = if cell.spec.flows.len() > 1 {
-        Role::Aggregate
-    } else {
-        Role::Total
-    };
-    samples.iter().find(|s| s.role == want)
+/// The record that stands for a single-flow cell: its total (cells of
+/// concurrent flows go by direction, [`flows::legs_of`]).
+fn main_sample(samples: &[Sample]) -> Option<&Sample> {
+    samples.iter().find(|s| s.role == Role::Total)
 }
 
 /// Port rate of a flow: the slower end's.
@@ -761,6 +818,16 @@ struct Acc {
     mtu_payload: Option<u64>,
     mtu_iface: Option<String>,
     mtu_encap: Option<String>,
+    /// Concurrent flows: one direction of bidir cells.
+    of_bidir: bool,
+    /// Concurrent flows: per cell with a figure, the overlap (%) and the
+    /// start skew (s).
+    overlaps: Vec<f64>,
+    skews: Vec<Option<f64>>,
+    /// Repeats without a figure.
+    failed: Vec<FailedRepeat>,
+    /// An incast whose data left the receiver: why.
+    outcast: Option<String>,
 }
 
 fn cpu_per_gbps(rec: &RecView, host: bool) -> (Option<f64>, Option<f64>) {
@@ -1060,11 +1127,71 @@ fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
         "pairs" | "incast" => first,
         "mesh" => format!("mesh, {} pairs", acc.pairs.len()),
         "bisection" => match insts.len() {
+            0 => "bisection, no cut measured".into(),
             1 => "bisection, 1 cut".into(),
             k => format!("bisection, min of {k} cuts"),
         },
         p => p.to_string(),
     };
+    // Repeats without a figure are named, never averaged; a bisection cut
+    // without any leaves the minimum over the cuts that were measured.
+    let dir = acc.direction.clone().unwrap_or_else(|| "forward".into());
+    let mut unmeasured: Vec<&str> = Vec::new();
+    for f in &acc.failed {
+        let measured = insts
+            .iter()
+            .any(|i| i.key == f.instance && !i.values.is_empty());
+        if s.pattern == "bisection" && !measured {
+            if unmeasured.contains(&f.instance.as_str()) {
+                continue;
+            }
+            unmeasured.push(&f.instance);
+            let n = acc
+                .failed
+                .iter()
+                .filter(|g| g.instance == f.instance)
+                .count();
+            warnings.push(format!(
+                "cut {} has no {dir} figure ({n} cell{}, first: {}): the bisection bandwidth is \
+                 the slowest of the cuts measured, and a cut not measured may be slower",
+                f.instance,
+                if n == 1 { "" } else { "s" },
+                f.reason
+            ));
+        } else {
+            warnings.push(format!(
+                "repeat {} ({}{}) has no {dir} figure and is not averaged: {}",
+                f.repeat + 1,
+                f.cell,
+                if s.pattern == "bisection" {
+                    format!(", cut {}", f.instance)
+                } else {
+                    String::new()
+                },
+                f.reason
+            ));
+        }
+    }
+    let concurrency = (!acc.overlaps.is_empty()).then(|| {
+        let skews: Option<Vec<f64>> = acc.skews.iter().copied().collect();
+        let lo = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Concurrency {
+            cells: acc.overlaps.len(),
+            overlap_pct_min: lo(&acc.overlaps),
+            overlap_pct_max: hi(&acc.overlaps),
+            start_skew_s_min: skews.as_deref().map(lo),
+            start_skew_s_max: skews.as_deref().map(hi),
+        }
+    });
+    if let Some(c) = &concurrency {
+        warnings.push(c.words());
+    }
+    if let Some(o) = &acc.outcast {
+        warnings.push(format!(
+            "outcast: {o}; its figure is what left the receiver"
+        ));
+    }
     let figure = match (&stats, &spread) {
         (Some(st), _) => Some(st.mean),
         (None, Some(sp)) => Some(sp.median),
@@ -1145,6 +1272,7 @@ fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
         streams: acc.streams,
         op: acc.op.clone(),
         direction: acc.direction.clone(),
+        of_bidir: acc.of_bidir,
         mtu: acc.mtu,
         rate: rate_label(&s.dims),
         variant: variant_label(&s.dims),
@@ -1164,7 +1292,152 @@ fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
         port_finding,
         http,
         mtu_path,
+        concurrency,
+        unmeasured: unmeasured.iter().map(|u| u.to_string()).collect(),
+        failed: acc.failed.clone(),
         base: None,
+    }
+}
+
+/// A cell of concurrent flows (incast, bisection): one row group and one
+/// table entry per direction, the figure that direction's aggregate; a
+/// direction (or a failed cell) without a usable aggregate is a repeat
+/// without a figure, with its reason.
+#[allow(clippy::too_many_arguments)]
+fn add_multi(
+    data: &RunData,
+    cell: &CellRow,
+    samples: &[Sample],
+    family: Family,
+    idx: usize,
+    groups: &mut BTreeMap<GroupKey, (CellRow, Acc)>,
+    incasts: &mut Vec<Incast>,
+    bisections: &mut Vec<Bisection>,
+) {
+    let s = &cell.spec;
+    let (scope_key, first, inst) = instance_of(s);
+    // One way: each direction is carried by the link one way.
+    let port = cell_port(data, cell, None);
+    let legs: Vec<Leg> = flows::legs_of(cell, samples)
+        .into_iter()
+        .map(|mut l| {
+            set_port(&mut l, port);
+            l
+        })
+        .collect();
+    // The flows' own test settings (an aggregate's `streams` counts flows).
+    let flow_rec = samples
+        .iter()
+        .find(|m| m.role == Role::Flow)
+        .map(|m| &m.rec);
+    for l in &legs {
+        match s.pattern.as_str() {
+            "incast" => incasts.push(Incast {
+                test: s.test.clone(),
+                path: s.path.clone(),
+                receiver: s.flows.first().map(|f| f.1.clone()).unwrap_or_default(),
+                repeat: s.repeat,
+                cell: s.cell_id.clone(),
+                dims: s.dims.clone(),
+                cell_flows: s.flows.clone(),
+                leg: l.clone(),
+            }),
+            _ => bisections.push(Bisection {
+                test: s.test.clone(),
+                path: s.path.clone(),
+                cut: 0,
+                repeat: s.repeat,
+                cell: s.cell_id.clone(),
+                dims: s.dims.clone(),
+                cell_flows: s.flows.clone(),
+                leg: l.clone(),
+            }),
+        }
+        // A message size splits a direction's rows only when the cell
+        // measured several (a failed cell, which has none, joins the row of
+        // the one size its direction has).
+        let split_size = l.size.filter(|_| {
+            legs.iter()
+                .any(|o| o.direction == l.direction && o.size != l.size)
+        });
+        // A failed cell stands for each direction it was to measure.
+        let dirs = if cell.state == CellState::Failed {
+            flows::directions_of(&l.direction)
+        } else {
+            vec![l.direction.clone()]
+        };
+        for d in dirs {
+            let key = (
+                idx,
+                s.dims.to_string(),
+                s.path.clone(),
+                format!("{scope_key}|{d}"),
+                first.clone(),
+                format!(
+                    "{d}|{}",
+                    split_size.map(|z| z.to_string()).unwrap_or_default()
+                ),
+            );
+            let (_, acc) = groups
+                .entry(key)
+                .or_insert_with(|| (cell.clone(), Acc::default()));
+            for (a, b) in &s.flows {
+                acc.nodes.insert(a.clone());
+                acc.nodes.insert(b.clone());
+                acc.pairs.insert((a.clone(), b.clone()));
+            }
+            acc.size = acc
+                .size
+                .or(dim_u64(&s.dims, "size"))
+                .or(l.size)
+                .or(flow_rec.and_then(|r| r.size));
+            acc.streams = acc
+                .streams
+                .or(dim_u64(&s.dims, "streams"))
+                .or(flow_rec.and_then(|r| r.streams));
+            acc.op = acc
+                .op
+                .clone()
+                .or(dim_str(&s.dims, "op"))
+                .or(flow_rec.and_then(|r| r.op.clone()));
+            acc.direction = Some(d.clone());
+            acc.of_bidir = l.of_bidir;
+            if acc.outcast.is_none() {
+                acc.outcast = l.outcast.clone();
+            }
+            acc.mtu = acc.mtu.or(dim_u64(&s.dims, "mtu"));
+            acc.ports.push((inst.clone(), port));
+            match (l.aggregate_gbps, &l.failed) {
+                (Some(g), None) if family != Family::Mtu => {
+                    acc.cells.push(s.cell_id.clone());
+                    acc.inst_cells.push((inst.clone(), s.cell_id.clone()));
+                    acc.vals.push((inst.clone(), s.cell_id.clone(), g));
+                    if let Some(o) = l.overlap_pct {
+                        acc.overlaps.push(o);
+                        acc.skews.push(l.start_skew_s);
+                    }
+                }
+                _ => acc.failed.push(FailedRepeat {
+                    cell: s.cell_id.clone(),
+                    repeat: s.repeat,
+                    instance: inst.clone(),
+                    reason: l.failed.clone().unwrap_or_else(|| "no figure".to_string()),
+                }),
+            }
+        }
+    }
+}
+
+/// The one-way port rate of a direction, its share or the finding that it
+/// is above it.
+fn set_port(l: &mut Leg, port: Option<f64>) {
+    l.port_rate_gbps = port;
+    if let (Some(a), Some(p)) = (l.aggregate_gbps, port.filter(|p| *p > 0.0)) {
+        if above_port(a, p) {
+            l.port_finding = Some(port_finding_text(a, p));
+        } else {
+            l.pct_port = Some(a / p * 100.0);
+        }
     }
 }
 
@@ -1176,7 +1449,11 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
     let mut incasts = Vec::new();
     let mut bisections = Vec::new();
     let mut unknown_kinds = BTreeSet::new();
-    for cell in data.cells.iter().filter(|c| c.state == CellState::Done) {
+    for cell in data
+        .cells
+        .iter()
+        .filter(|c| matches!(c.state, CellState::Done | CellState::Failed))
+    {
         let s = &cell.spec;
         if !matches!(
             s.pattern.as_str(),
@@ -1184,36 +1461,47 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
         ) {
             continue;
         }
+        // A failed cell of concurrent flows is a repeat of its rows without
+        // a figure; other failed cells are listed on their own.
+        let multi = flows::is_multi(&s.pattern);
+        if cell.state == CellState::Failed && !multi {
+            continue;
+        }
         let Some(family) = Family::of_kind(&s.kind) else {
-            unknown_kinds.insert(s.kind.clone());
+            if cell.state == CellState::Done {
+                unknown_kinds.insert(s.kind.clone());
+            }
             continue;
         };
         let samples = data.samples_of(&s.cell_id);
+        if multi {
+            let n = order.len();
+            let idx = *order.entry(s.test.clone()).or_insert(n);
+            add_multi(
+                data,
+                cell,
+                samples,
+                family,
+                idx,
+                &mut groups,
+                &mut incasts,
+                &mut bisections,
+            );
+            continue;
+        }
         // An mtu cell stores one record per method that measured; every
         // other cell one record that stands for it.
         let recs: Vec<&Sample> = if family == Family::Mtu {
             samples.iter().filter(|m| m.role == Role::Total).collect()
         } else {
-            main_sample(cell, samples).into_iter().collect()
+            main_sample(samples).into_iter().collect()
         };
         if recs.is_empty() {
             notes.push(format!(
-                "cell {} ({} on {}) is done but has no {} record; left out",
-                s.cell_id,
-                s.test,
-                s.path,
-                if s.flows.len() > 1 {
-                    "aggregate"
-                } else {
-                    "total"
-                }
+                "cell {} ({} on {}) is done but has no total record; left out",
+                s.cell_id, s.test, s.path,
             ));
             continue;
-        }
-        match s.pattern.as_str() {
-            "incast" => incasts.push(incast_of(data, cell, samples)),
-            "bisection" => bisections.push(bisection_of(data, cell, samples)),
-            _ => {}
         }
         let (scope_key, first, inst) = instance_of(s);
         let n = order.len();
@@ -1472,7 +1760,9 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
             path: c.spec.path.clone(),
             pattern: c.spec.pattern.clone(),
             flows: c.spec.flows.clone(),
-            error: c.error.clone().unwrap_or_default(),
+            // On one line (a stored reason may carry line breaks and runs
+            // of spaces).
+            error: flows::one_line(c.error.as_deref().unwrap_or_default()),
         })
         .collect();
     let count = |st: CellState| data.cells.iter().filter(|c| c.state == st).count();
@@ -1675,93 +1965,6 @@ fn delta(r: &Row, b: &Row) -> Delta {
         }
     }
     d
-}
-
-fn incast_of(data: &RunData, cell: &CellRow, samples: &[Sample]) -> Incast {
-    let s = &cell.spec;
-    let flows: Vec<&Sample> = samples.iter().filter(|m| m.role == Role::Flow).collect();
-    let sum: f64 = flows.iter().filter_map(|m| m.rec.bw_gbps).sum();
-    let senders: Vec<SenderShare> = flows
-        .iter()
-        .filter_map(|m| {
-            let g = m.rec.bw_gbps?;
-            Some(SenderShare {
-                src: m.src.clone().unwrap_or_default(),
-                gbps: g,
-                share: if sum > 0.0 { g / sum } else { 0.0 },
-            })
-        })
-        .collect();
-    let rates: Vec<f64> = senders.iter().map(|x| x.gbps).collect();
-    let aggregate = main_sample(cell, samples).and_then(|m| m.rec.bw_gbps);
-    let receiver = s.flows.first().map(|f| f.1.clone()).unwrap_or_default();
-    let port = data
-        .agent(&s.path, &receiver)
-        .and_then(|a| a.inventory.port_rate_gbps);
-    Incast {
-        test: s.test.clone(),
-        path: s.path.clone(),
-        receiver,
-        repeat: s.repeat,
-        cell: s.cell_id.clone(),
-        dims: s.dims.clone(),
-        jain: stats::jain(&rates),
-        senders,
-        aggregate_gbps: aggregate,
-        port_rate_gbps: port,
-        pct_port: aggregate
-            .zip(port)
-            .filter(|(a, p)| *p > 0.0 && !above_port(*a, *p))
-            .map(|(a, p)| a / p * 100.0),
-        port_finding: aggregate
-            .zip(port)
-            .filter(|(a, p)| above_port(*a, *p))
-            .map(|(a, p)| port_finding_text(a, p)),
-    }
-}
-
-fn bisection_of(data: &RunData, cell: &CellRow, samples: &[Sample]) -> Bisection {
-    let s = &cell.spec;
-    let flows: Vec<(String, String, f64)> = samples
-        .iter()
-        .filter(|m| m.role == Role::Flow)
-        .filter_map(|m| {
-            Some((
-                m.src.clone().unwrap_or_default(),
-                m.dst.clone().unwrap_or_default(),
-                m.rec.bw_gbps?,
-            ))
-        })
-        .collect();
-    let rates: Vec<f64> = flows.iter().map(|f| f.2).collect();
-    let aggregate = main_sample(cell, samples).and_then(|m| m.rec.bw_gbps);
-    let ports: Option<Vec<f64>> = s
-        .flows
-        .iter()
-        .map(|(a, b)| flow_port(data, &s.path, a, b))
-        .collect();
-    let port_sum = ports.map(|p| p.iter().sum::<f64>());
-    Bisection {
-        test: s.test.clone(),
-        path: s.path.clone(),
-        cut: 0,
-        cell_flows: s.flows.clone(),
-        repeat: s.repeat,
-        cell: s.cell_id.clone(),
-        dims: s.dims.clone(),
-        jain: stats::jain(&rates),
-        flows,
-        aggregate_gbps: aggregate,
-        port_sum_gbps: port_sum,
-        pct_port: aggregate
-            .zip(port_sum)
-            .filter(|(a, p)| *p > 0.0 && !above_port(*a, *p))
-            .map(|(a, p)| a / p * 100.0),
-        port_finding: aggregate
-            .zip(port_sum)
-            .filter(|(a, p)| above_port(*a, *p))
-            .map(|(a, p)| port_finding_text(a, p)),
-    }
 }
 
 /// A number in words: two decimals below 10, one below 100, none above.
@@ -2014,40 +2217,103 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                 level = level.max(Level::Warn);
             }
         }
-        // Incast fairness and bisection bandwidth, in one phrase each.
+        // Incast fairness and bisection bandwidth, in one phrase each, per
+        // direction.
         let ics: Vec<&Incast> = rep.incasts.iter().filter(|i| i.path == path).collect();
-        if let Some(worst) = ics
-            .iter()
-            .filter(|i| i.jain.is_some())
-            .min_by(|a, b| a.jain.unwrap_or(1.0).total_cmp(&b.jain.unwrap_or(1.0)))
-        {
+        if let Some(worst) = ics.iter().filter(|i| i.leg.jain.is_some()).min_by(|a, b| {
+            a.leg
+                .jain
+                .unwrap_or(1.0)
+                .total_cmp(&b.leg.jain.unwrap_or(1.0))
+        }) {
+            let l = &worst.leg;
             parts.push(format!(
-                "incast: Jain's index {:.2} at worst (into {}){}",
-                worst.jain.unwrap_or(1.0),
+                "incast: Jain's index {:.2} at worst (into {}{}){}",
+                l.jain.unwrap_or(1.0),
                 worst.receiver,
-                worst
-                    .pct_port
+                if l.is_plain() {
+                    String::new()
+                } else {
+                    format!(", {}", l.direction_words())
+                },
+                l.pct_port
                     .map(|p| format!(", {p:.0} % of its port"))
                     .unwrap_or_default()
             ));
         }
-        for ic in ics.iter().filter(|i| i.port_finding.is_some()) {
-            parts.push(format!(
-                "incast into {} (repeat {}): {}",
+        let mut outcasts: Vec<(&str, &str)> = Vec::new();
+        for ic in &ics {
+            if let Some(o) = &ic.leg.outcast {
+                if !outcasts.contains(&(ic.test.as_str(), o.as_str())) {
+                    outcasts.push((&ic.test, o));
+                    parts.push(format!("incast {} into {}: {o}", ic.test, ic.receiver));
+                    level = level.max(Level::Warn);
+                }
+            }
+        }
+        for ic in &ics {
+            let l = &ic.leg;
+            let what = format!(
+                "incast into {} (repeat {}, {})",
                 ic.receiver,
                 ic.repeat + 1,
-                ic.port_finding.as_deref().unwrap_or_default()
-            ));
-            level = level.max(Level::Warn);
+                l.direction_words()
+            );
+            if let Some(f) = &l.port_finding {
+                parts.push(format!("{what}: {f}"));
+                level = level.max(Level::Warn);
+            }
+        }
+        // A done cell whose direction has no usable aggregate (failed cells
+        // are counted below).
+        let done_without = |cell: &str| {
+            data.cells
+                .iter()
+                .any(|c| c.spec.cell_id == cell && c.state == CellState::Done)
+        };
+        for (what, l, cell) in ics
+            .iter()
+            .map(|i| {
+                (
+                    format!("incast into {} (repeat {}", i.receiver, i.repeat + 1),
+                    &i.leg,
+                    &i.cell,
+                )
+            })
+            .chain(rep.bisections.iter().filter(|b| b.path == path).map(|b| {
+                (
+                    format!("bisection cut {} (repeat {}", b.cut, b.repeat + 1),
+                    &b.leg,
+                    &b.cell,
+                )
+            }))
+        {
+            if let Some(f) = l.failed.as_ref().filter(|_| done_without(cell)) {
+                parts.push(format!("{what}, {}): no figure: {f}", l.direction_words()));
+                level = level.max(Level::Warn);
+            }
         }
         // Bisection: the slowest cut is the bisection bandwidth.
         for b in rows.iter().filter(|r| r.pattern == "bisection") {
             let Some(v) = b.mean() else { continue };
             let cuts = b.spread.as_ref().map_or(1, |sp| sp.count);
+            let dir = b
+                .direction_words()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default();
+            let missing = if b.unmeasured.is_empty() {
+                String::new()
+            } else {
+                level = level.max(Level::Warn);
+                format!(
+                    "; {} more cut(s) without a figure, which may be slower",
+                    b.unmeasured.len()
+                )
+            };
             match b.pct_port {
                 Some(p) => {
                     parts.push(format!(
-                        "bisection: {} Gbit/s, the slowest of {cuts} cut(s) of test {}, {p:.0} % of its flows' port rates",
+                        "bisection{dir}: {} Gbit/s, the slowest of {cuts} cut(s) of test {}, {p:.0} % of its flows' port rates{missing}",
                         fmt_num(v),
                         b.test
                     ));
@@ -2056,7 +2322,7 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                     }
                 }
                 None => parts.push(format!(
-                    "bisection: {} Gbit/s, the slowest of {cuts} cut(s) of test {}",
+                    "bisection{dir}: {} Gbit/s, the slowest of {cuts} cut(s) of test {}{missing}",
                     fmt_num(v),
                     b.test
                 )),
@@ -2146,21 +2412,45 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
                 }
             }
         }
+        // An incast share below half the fair one, per direction: into the
+        // receiver (the node a sender), out of it (the node a peer it sends to).
         for ic in &rep.incasts {
-            let k = ic.senders.len();
+            let l = &ic.leg;
+            let k = l.flows.len();
             if k < 2 {
                 continue;
             }
-            if let Some(s) = ic.senders.iter().find(|s| s.src == n) {
+            let reverse = l.to_clients;
+            let mine = l
+                .flows
+                .iter()
+                .find(|f| if reverse { f.dst == n } else { f.src == n });
+            if let Some(f) = mine {
                 let fair = 1.0 / k as f64;
-                if s.share < 0.5 * fair {
-                    parts.push(format!(
-                        "got {:.0} % of the bandwidth into {} as one of {k} incast senders (test {}; fair share {:.0} %)",
-                        s.share * 100.0,
-                        ic.receiver,
-                        ic.test,
-                        fair * 100.0
-                    ));
+                if f.share < 0.5 * fair {
+                    parts.push(if reverse {
+                        format!(
+                            "got {:.0} % of the bandwidth out of {} as one of its {k} incast peers ({}; test {}; fair share {:.0} %)",
+                            f.share * 100.0,
+                            ic.receiver,
+                            l.direction_words(),
+                            ic.test,
+                            fair * 100.0
+                        )
+                    } else {
+                        format!(
+                            "got {:.0} % of the bandwidth into {} as one of {k} incast senders ({}test {}; fair share {:.0} %)",
+                            f.share * 100.0,
+                            ic.receiver,
+                            if l.of_bidir {
+                                format!("{}; ", l.direction_words())
+                            } else {
+                                String::new()
+                            },
+                            ic.test,
+                            fair * 100.0
+                        )
+                    });
                     level = level.max(Level::Warn);
                 }
             }

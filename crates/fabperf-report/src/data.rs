@@ -40,6 +40,17 @@ pub struct HostCpuView {
     pub cpus: Option<u32>,
 }
 
+/// What an aggregate of concurrent flows says about them (`flows`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct FlowsView {
+    /// Flows in the aggregate (one direction's).
+    pub count: Option<u64>,
+    /// The common interval in percent of the longest flow's interval.
+    pub overlap_pct: Option<f64>,
+    /// Latest minus earliest sender start, seconds.
+    pub start_skew_s: Option<f64>,
+}
+
 /// The figures of one stored record a report uses. Every key is optional:
 /// a missing, mistyped, non-finite or negative value is simply absent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -81,6 +92,11 @@ pub struct RecView {
     pub port_remote_gbps: Option<f64>,
     pub warnings: Vec<String>,
     pub started_at: Option<String>,
+    /// The measured interval in absolute time, when it is a sound one
+    /// (`Interval::check`): a flow's, or an aggregate's common interval.
+    pub interval: Option<fabperf_results::Interval>,
+    /// An aggregate of concurrent flows: their count, overlap, start skew.
+    pub flows: Option<FlowsView>,
 }
 
 /// A figure of a stored record: finite and not negative (no figure a
@@ -182,6 +198,16 @@ impl RecView {
             port_remote_gbps: port("placement_remote"),
             warnings,
             started_at: text(v, "started_at"),
+            interval: v
+                .get("interval")
+                .filter(|i| i.is_object())
+                .and_then(|i| serde_json::from_value::<fabperf_results::Interval>(i.clone()).ok())
+                .filter(|i| i.check().is_empty()),
+            flows: v.get("flows").filter(|f| f.is_object()).map(|f| FlowsView {
+                count: uint(f, "count"),
+                overlap_pct: num(f, "overlap_pct").filter(|p| *p <= 100.0),
+                start_skew_s: num(f, "start_skew_s"),
+            }),
         }
     }
 }

@@ -754,6 +754,15 @@ fn row_matches(g: &Gate, r: &Row) -> bool {
             .is_none_or(|d| r.direction.as_deref().unwrap_or("forward") == d)
 }
 
+/// Does a `direction:` selector take this direction of a multi-flow cell?
+/// `forward`/`reverse` take that direction (of a bidir cell too), `bidir`
+/// both directions of bidir cells.
+fn direction_selected(sel: &Selectors, l: &crate::flows::Leg) -> bool {
+    sel.direction
+        .as_ref()
+        .is_none_or(|d| *d == l.direction || (d == "bidir" && l.of_bidir))
+}
+
 /// The figure of a row a gate compares, or why there is none.
 fn row_figure(g: &Gate, r: &Row) -> Result<f64, String> {
     let none = || format!("no {} figure", stat_word(g));
@@ -1042,48 +1051,58 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
             }
         }
         Metric::IncastJain | Metric::IncastMinShare | Metric::IncastBw => {
+            // Each cell's directions on their own; one without a figure is
+            // named in a note, never counted.
             for ic in &rep.incasts {
+                let l = &ic.leg;
                 if sel.path.as_ref().is_some_and(|p| *p != ic.path)
                     || sel.test.as_ref().is_some_and(|t| *t != ic.test)
                     || sel.node.as_ref().is_some_and(|n| {
-                        *n != ic.receiver && !ic.senders.iter().any(|s| s.src == *n)
+                        *n != ic.receiver && !ic.cell_flows.iter().any(|(a, _)| a == n)
                     })
+                    || !direction_selected(sel, l)
                 {
                     continue;
                 }
                 let subject = format!(
-                    "incast {} into {} on path {} (repeat {})",
+                    "incast {} into {} on path {} (repeat {}{})",
                     ic.test,
                     ic.receiver,
                     ic.path,
-                    ic.repeat + 1
+                    ic.repeat + 1,
+                    if l.is_plain() {
+                        String::new()
+                    } else {
+                        format!(", {}", l.direction_words())
+                    }
                 );
-                let k = ic.senders.len().max(1) as f64;
+                if let Some(why) = &l.failed {
+                    out.notes
+                        .push(format!("{subject}: no figure, not checked: {why}"));
+                    continue;
+                }
                 let measured = match g.metric {
-                    Metric::IncastJain => ic.jain,
-                    Metric::IncastMinShare => ic
-                        .senders
-                        .iter()
-                        .map(|s| s.share * k)
-                        .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.min(v)))),
-                    _ => ic.aggregate_gbps,
+                    Metric::IncastJain => l.jain,
+                    Metric::IncastMinShare => l.min_share(),
+                    _ => l.aggregate_gbps,
                 };
                 let req = match &g.rhs {
                     Rhs::Value(x) => Ok((*x, String::new())),
-                    Rhs::Relative(_, Reference::PortRate) if ic.port_finding.is_some() => {
+                    Rhs::Relative(_, Reference::PortRate) if l.port_finding.is_some() => {
                         Err(format!(
                             "{} port_rate, but {}",
                             g.cmp.sym(),
-                            ic.port_finding.as_deref().unwrap_or_default()
+                            l.port_finding.as_deref().unwrap_or_default()
                         ))
                     }
-                    Rhs::Relative(f, Reference::PortRate) => match ic.port_rate_gbps {
+                    Rhs::Relative(f, Reference::PortRate) => match l.port_rate_gbps {
                         Some(p) => Ok((
                             f * p,
                             format!(
-                                " ({:.0} % of the receiver's {} Gbit/s port)",
+                                " ({:.0} % of the receiver's {} Gbit/s port{})",
                                 f * 100.0,
-                                fmt_num(p)
+                                fmt_num(p),
+                                if l.to_clients { ", sending" } else { "" }
                             ),
                         )),
                         None => Err(format!(
@@ -1100,30 +1119,58 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                     &mut out,
                     subject,
                     vec![ic.cell.clone()],
-                    measured.ok_or_else(|| "no figure".to_string()),
+                    measured
+                        .ok_or_else(|| l.note.clone().unwrap_or_else(|| "no figure".to_string())),
                     req,
                 );
             }
         }
         Metric::BisectionBw => {
-            // The bisection bandwidth of a test on a path: the slowest cut.
+            // The bisection bandwidth of a test on a path, per direction:
+            // the slowest cut.
             for b in rep.rows.iter().filter(|r| r.pattern == "bisection") {
+                let dir = b.direction.as_deref().unwrap_or("forward");
                 if sel.path.as_ref().is_some_and(|p| *p != b.path)
                     || sel.test.as_ref().is_some_and(|t| *t != b.test)
                     || sel.node.as_ref().is_some_and(|n| !b.nodes.contains(n))
+                    || sel
+                        .direction
+                        .as_ref()
+                        .is_some_and(|d| d != dir && !(d == "bidir" && b.of_bidir))
                 {
                     continue;
                 }
                 let subject = format!(
-                    "bisection {} on path {} ({}{})",
+                    "bisection {} on path {} ({}{}{})",
                     b.test,
                     b.path,
                     b.scope,
+                    b.direction_words()
+                        .map(|d| format!(", {d}"))
+                        .unwrap_or_default(),
                     b.spread
                         .as_ref()
                         .map(|sp| format!(": {}", sp.worst))
                         .unwrap_or_default()
                 );
+                for f in &b.failed {
+                    out.notes.push(format!(
+                        "{subject}: repeat {} of cut {} has no figure, not counted: {}",
+                        f.repeat + 1,
+                        f.instance,
+                        f.reason
+                    ));
+                }
+                if !b.unmeasured.is_empty() {
+                    out.notes.push(format!(
+                        "{subject}: {} cut(s) without any figure are not in the minimum: {}",
+                        b.unmeasured.len(),
+                        b.unmeasured.join("; ")
+                    ));
+                }
+                if b.mean().is_none() {
+                    continue;
+                }
                 let req = match &g.rhs {
                     Rhs::Value(x) => Ok((*x, String::new())),
                     Rhs::Relative(_, Reference::PortRate) if b.port_finding.is_some() => Err(format!(

@@ -833,69 +833,19 @@ pub fn render(rep: &Report) -> String {
             let _ = write!(s, "<pre>{}</pre>", esc(&fabperf_run::summary::render(m)));
         }
     }
-    if !rep.incasts.is_empty() {
-        s.push_str(r#"<h2 id="incast">Incast</h2><table><thead><tr><th class="l">test</th><th class="l">path</th><th class="l">receiver</th><th>repeat</th><th>Gbit/s</th><th>% port</th><th>Jain</th><th class="l">per-sender share</th></tr></thead><tbody>"#);
-        for ic in &rep.incasts {
-            let _ = write!(
-                s,
-                r#"<tr><td class="l">{}</td><td class="l">{}</td><td class="l">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
-                esc(&ic.test),
-                esc(&ic.path),
-                esc(&ic.receiver),
-                ic.repeat + 1,
-                ic.aggregate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
-                match (ic.pct_port, &ic.port_finding) {
-                    (Some(p), _) => format!("{p:.0}"),
-                    (None, Some(_)) => ">port".into(),
-                    _ => "-".into(),
-                },
-                ic.jain
-                    .map(|j| format!("{j:.3}"))
-                    .unwrap_or_else(|| "-".into()),
-                esc(&ic
-                    .senders
-                    .iter()
-                    .map(|x| format!(
-                        "{} {:.0} % ({} Gbit/s)",
-                        x.src,
-                        x.share * 100.0,
-                        fmt_num(x.gbps)
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", "))
-            );
-        }
-        s.push_str("</tbody></table>");
+    if let Some(t) = crate::text::incast_table(rep) {
+        let _ = write!(
+            s,
+            r#"<h2 id="incast">Incast</h2><p class="meta">Per cell and direction: forward is the senders into the receiver, reverse the receiver back to them (a bidir test measures both at once); each direction's aggregate is over its flows' common interval, against the receiver's port one way; Jain's index over that direction's flows; skew: how far apart the senders started; overlap: the common interval in % of the longest flow's.</p><div class="scroll">{}</div>"#,
+            table_html(&t)
+        );
     }
-    if !rep.bisections.is_empty() {
-        s.push_str(r#"<h2 id="bisection">Bisection</h2><table><thead><tr><th class="l">test</th><th class="l">path</th><th>cut</th><th>repeat</th><th>Gbit/s</th><th>port sum</th><th>%</th><th>Jain</th><th class="l">flows</th></tr></thead><tbody>"#);
-        for b in &rep.bisections {
-            let _ = write!(
-                s,
-                r#"<tr><td class="l">{}</td><td class="l">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="r">{}</td><td class="l">{}</td></tr>"#,
-                esc(&b.test),
-                esc(&b.path),
-                b.cut,
-                b.repeat + 1,
-                b.aggregate_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
-                b.port_sum_gbps.map(fmt_num).unwrap_or_else(|| "-".into()),
-                match (b.pct_port, &b.port_finding) {
-                    (Some(p), _) => format!("{p:.0}"),
-                    (None, Some(_)) => ">port".into(),
-                    _ => "-".into(),
-                },
-                b.jain
-                    .map(|j| format!("{j:.3}"))
-                    .unwrap_or_else(|| "-".into()),
-                esc(&b
-                    .flows
-                    .iter()
-                    .map(|(a, c, g)| format!("{a}→{c} {}", fmt_num(*g)))
-                    .collect::<Vec<_>>()
-                    .join(", "))
-            );
-        }
-        s.push_str("</tbody></table>");
+    if let Some(t) = crate::text::bisection_table(rep) {
+        let _ = write!(
+            s,
+            r#"<h2 id="bisection">Bisection</h2><p class="meta">Per cell and direction: the aggregate over the cut's common interval against the sum of its flows' port rates, Jain's index over that direction's flows.</p><div class="scroll">{}</div>"#,
+            table_html(&t)
+        );
     }
     if !rep.agents.is_empty() {
         s.push_str(r#"<h2 id="agents">Agents and inventories</h2><table><thead><tr><th class="l">node</th><th class="l">path</th><th class="l">address</th><th class="l">interface</th><th>port Gbit/s</th><th>MTU</th><th>NUMA</th></tr></thead><tbody>"#);

@@ -6,6 +6,9 @@
 //!   %, µs added at p50 and p99 from merged histograms, loss change), the
 //!   share of the port rate, CPU per Gbit/s; incast fairness, bisection
 //!   bandwidth, the mesh matrices; verdicts in words per path and node;
+//! - [`flows`]: concurrent flows (incast, bisection) one direction at a
+//!   time: each direction's aggregate, shares and Jain's index, or why it
+//!   has none;
 //! - [`text`]: terminal table, Markdown, CSV, JSON; [`html`]: one
 //!   self-contained HTML file with SVG charts;
 //! - [`openmetrics`]: every measurement as OpenMetrics gauges, and a
@@ -14,6 +17,7 @@
 
 pub mod analysis;
 pub mod data;
+pub mod flows;
 pub mod gate;
 pub mod hist;
 pub mod html;

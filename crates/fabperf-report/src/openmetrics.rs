@@ -12,6 +12,9 @@
 //! | `fabperf_tcp_retransmits` | — | retransmitted segments during the measured interval |
 //! | `fabperf_udp_loss_ratio` | ratio | datagrams lost / sent |
 //! | `fabperf_duration_seconds` | seconds | the measured interval |
+//! | `fabperf_flows_overlap_ratio` | ratio | concurrent flows, per direction: the common interval over the longest flow's |
+//! | `fabperf_flows_start_skew_seconds` | seconds | concurrent flows, per direction: latest minus earliest sender start |
+//! | `fabperf_flows_jain_index` | — | concurrent flows, per direction: Jain's index over the direction's flows |
 //! | `fabperf_http_requests_per_second` | — | http-load: successful requests per second |
 //! | `fabperf_http_failed_requests{error=…}` | — | http-load: failed requests in the interval, by kind |
 //! | `fabperf_path_mtu_bytes` | bytes | mtu: the largest packet that crossed, per method (`op`) |
@@ -21,10 +24,16 @@
 //! Cardinality is bounded by default: a series is a measurement's place in
 //! the plan (test, sweep point, path, pattern, nodes, the cut of a
 //! bisection), its value the mean over the repeats; per-stream records are
-//! left out. [`Series::PerMeasurement`] adds `repeat`, `cell` and `stream`
+//! left out. A cell of concurrent flows (incast, bisection) is exported per
+//! direction: its flows' `forward` and `reverse` records (never a flow's
+//! `bidir` total as well) and each direction's aggregate, only when that
+//! aggregate is usable (over a common interval of at least 90 % overlap),
+//! with its overlap, start skew and Jain's index under the aggregate's
+//! labels. [`Series::PerMeasurement`] adds `repeat`, `cell` and `stream`
 //! (one series per stored record, as unbounded as the store).
 
 use crate::data::{load, ReportError, RunData};
+use crate::flows::{self, Leg};
 use fabperf_store::{CellState, Store};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -200,6 +209,21 @@ fn families(data: &RunData, series: Series) -> Vec<Family> {
         Some("bytes_per_second"),
         "Port rate of the link an agent serves on, from its inventory; none for a virtual link, whose speed is a label.",
     );
+    let mut overlap = family(
+        "fabperf_flows_overlap_ratio",
+        Some("ratio"),
+        "Concurrent flows (incast, bisection), per direction: the common interval, in which every flow measured, over the longest flow's measured interval.",
+    );
+    let mut skew = family(
+        "fabperf_flows_start_skew_seconds",
+        Some("seconds"),
+        "Concurrent flows (incast, bisection), per direction: latest minus earliest start of the flows' senders.",
+    );
+    let mut jain = family(
+        "fabperf_flows_jain_index",
+        None,
+        "Concurrent flows (incast, bisection), per direction: Jain's fairness index over the direction's flows (1 = equal shares, 1/n = one flow takes everything).",
+    );
     let mut cells = family(
         "fabperf_run_cells",
         None,
@@ -214,10 +238,43 @@ fn families(data: &RunData, series: Series) -> Vec<Family> {
             continue;
         };
         let s = &c.spec;
+        // Concurrent flows go by direction: an aggregate only when usable.
+        let multi = flows::is_multi(&s.pattern);
+        let legs: Vec<Leg> = if multi {
+            flows::legs_of(c, samples)
+        } else {
+            Vec::new()
+        };
         for m in samples {
             if !detail && m.role == fabperf_store::Role::Stream {
                 continue;
             }
+            // A record of concurrent flows by the direction it measured;
+            // one that cannot be attributed (no direction in a bidir cell)
+            // or a flow's bidir total is not exported.
+            let dir = if multi && m.role != fabperf_store::Role::Stream {
+                match flows::record_direction(s, m) {
+                    Some(d) => d,
+                    None => continue,
+                }
+            } else {
+                m.rec.direction.clone().unwrap_or_else(|| "forward".into())
+            };
+            let dir = dir.as_str();
+            if multi && m.role == fabperf_store::Role::Flow && dir == "bidir" {
+                continue;
+            }
+            let leg = if multi && m.role == fabperf_store::Role::Aggregate {
+                match legs
+                    .iter()
+                    .find(|l| l.direction == dir && (l.size.is_none() || l.size == m.rec.size))
+                {
+                    Some(l) if l.failed.is_none() => Some(l),
+                    _ => continue,
+                }
+            } else {
+                None
+            };
             let r = &m.rec;
             let mut base: Vec<(&str, String)> = vec![
                 ("run", run.clone()),
@@ -328,6 +385,17 @@ fn families(data: &RunData, series: Series) -> Vec<Family> {
                     mtu.samples.push((with(&[]), x as f64));
                 }
             }
+            if let Some(l) = leg {
+                if let Some(o) = l.overlap_pct {
+                    overlap.samples.push((with(&[]), o / 100.0));
+                }
+                if let Some(k) = l.start_skew_s {
+                    skew.samples.push((with(&[]), k));
+                }
+                if let Some(j) = l.jain {
+                    jain.samples.push((with(&[]), j));
+                }
+            }
         }
     }
     for a in &data.agents {
@@ -356,7 +424,7 @@ fn families(data: &RunData, series: Series) -> Vec<Family> {
         ));
     }
     let mut out = vec![
-        bw, lat, cpu, retr, loss, dur, rps, http_err, mtu, port, cells,
+        bw, lat, cpu, retr, loss, dur, overlap, skew, jain, rps, http_err, mtu, port, cells,
     ];
     if !detail {
         // Repeats of one place are one series: their mean.

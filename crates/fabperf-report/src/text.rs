@@ -1,6 +1,7 @@
 //! The report as a terminal table, Markdown, CSV or JSON.
 
 use crate::analysis::{fmt_num, signed, Family, LatSource, Level, Report, Row};
+use crate::flows::Leg;
 use crate::units::size_label;
 use fabperf_results::escape;
 use std::fmt::Write as _;
@@ -129,8 +130,8 @@ fn sweep(r: &Row) -> String {
     if let Some(n) = r.streams.filter(|n| *n > 1 && !http) {
         parts.push(format!("x{n}"));
     }
-    if let Some(d) = r.direction.as_deref().filter(|d| *d != "forward" && !http) {
-        parts.push(d.to_string());
+    if let Some(d) = r.direction_words().filter(|_| !http) {
+        parts.push(d);
     }
     if let Some(m) = r.mtu {
         parts.push(format!("mtu {m}"));
@@ -514,7 +515,56 @@ pub fn overhead_words(r: &Row) -> String {
     }
 }
 
-fn incast_table(rep: &Report) -> Option<Table> {
+/// A direction's cells shared by the incast and bisection tables: the
+/// direction, Gbit/s, the port share, Jain's index, the start skew and the
+/// overlap of the common interval.
+fn leg_cells(l: &Leg, with_port: bool) -> Vec<String> {
+    let mut v = vec![l.direction_words(), opt(l.aggregate_gbps)];
+    if with_port {
+        v.push(opt(l.port_rate_gbps));
+    }
+    v.extend([
+        match (l.pct_port, &l.port_finding) {
+            (Some(p), _) => format!("{p:.0}"),
+            (None, Some(_)) => ">port".into(),
+            _ => "-".into(),
+        },
+        l.jain
+            .map(|j| format!("{j:.3}"))
+            .unwrap_or_else(|| "-".into()),
+        l.start_skew_s
+            .map(|k| format!("{:.1}", k * 1e3))
+            .unwrap_or_else(|| "-".into()),
+        l.overlap_pct
+            .map(|o| format!("{o:.1}"))
+            .unwrap_or_else(|| "-".into()),
+    ]);
+    v
+}
+
+/// The flows of a direction (`n2 43% (3.00)`), or why it has no figure.
+fn leg_flows(l: &Leg, each: impl Fn(&crate::flows::FlowShare) -> String) -> String {
+    if let Some(f) = &l.failed {
+        return format!("FAILED: {f}");
+    }
+    let mut s = l.flows.iter().map(each).collect::<Vec<_>>().join(", ");
+    if l.own_interval_flows > 0 {
+        s.push_str(&format!(
+            " ({} flow(s) without progress counts: over their own interval)",
+            l.own_interval_flows
+        ));
+    }
+    if let Some(n) = &l.note {
+        if !s.is_empty() {
+            s.push_str("; ");
+        }
+        s.push_str(n);
+    }
+    s
+}
+
+/// One line per incast cell and direction.
+pub fn incast_table(rep: &Report) -> Option<Table> {
     if rep.incasts.is_empty() {
         return None;
     }
@@ -524,70 +574,73 @@ fn incast_table(rep: &Report) -> Option<Table> {
             "path",
             "receiver",
             "rep",
+            "direction",
             "Gbit/s",
             "%port",
             "Jain",
-            "per-sender share",
+            "skew ms",
+            "overlap%",
+            "per-flow share (forward: senders; reverse: peers)",
         ],
-        &[0, 1, 2, 7],
+        &[0, 1, 2, 4, 10],
     );
     for ic in &rep.incasts {
-        t.rows.push(vec![
+        let l = &ic.leg;
+        let mut row = vec![
             ic.test.clone(),
             ic.path.clone(),
             ic.receiver.clone(),
             (ic.repeat + 1).to_string(),
-            opt(ic.aggregate_gbps),
-            match (ic.pct_port, &ic.port_finding) {
-                (Some(p), _) => format!("{p:.0}"),
-                (None, Some(_)) => ">port".into(),
-                _ => "-".into(),
-            },
-            ic.jain
-                .map(|j| format!("{j:.3}"))
-                .unwrap_or_else(|| "-".into()),
-            ic.senders
-                .iter()
-                .map(|s| format!("{} {:.0}% ({})", s.src, s.share * 100.0, fmt_num(s.gbps)))
-                .collect::<Vec<_>>()
-                .join(", "),
-        ]);
+        ];
+        row.extend(leg_cells(l, false));
+        let reverse = l.to_clients;
+        row.push(leg_flows(l, |f| {
+            format!(
+                "{} {:.0}% ({})",
+                if reverse { &f.dst } else { &f.src },
+                f.share * 100.0,
+                fmt_num(f.gbps)
+            )
+        }));
+        t.rows.push(row);
     }
     Some(t)
 }
 
-fn bisection_table(rep: &Report) -> Option<Table> {
+/// One line per bisection cell and direction.
+pub fn bisection_table(rep: &Report) -> Option<Table> {
     if rep.bisections.is_empty() {
         return None;
     }
     let mut t = Table::new(
         &[
-            "test", "path", "cut", "rep", "Gbit/s", "port sum", "%", "Jain", "flows",
+            "test",
+            "path",
+            "cut",
+            "rep",
+            "direction",
+            "Gbit/s",
+            "port sum",
+            "%",
+            "Jain",
+            "skew ms",
+            "overlap%",
+            "flows (where the data went)",
         ],
-        &[0, 1, 2, 8],
+        &[0, 1, 4, 11],
     );
     for b in &rep.bisections {
-        t.rows.push(vec![
+        let mut row = vec![
             b.test.clone(),
             b.path.clone(),
             b.cut.to_string(),
             (b.repeat + 1).to_string(),
-            opt(b.aggregate_gbps),
-            opt(b.port_sum_gbps),
-            match (b.pct_port, &b.port_finding) {
-                (Some(p), _) => format!("{p:.0}"),
-                (None, Some(_)) => ">port".into(),
-                _ => "-".into(),
-            },
-            b.jain
-                .map(|j| format!("{j:.3}"))
-                .unwrap_or_else(|| "-".into()),
-            b.flows
-                .iter()
-                .map(|(s, d, g)| format!("{s}->{d} {}", fmt_num(*g)))
-                .collect::<Vec<_>>()
-                .join(", "),
-        ]);
+        ];
+        row.extend(leg_cells(&b.leg, true));
+        row.push(leg_flows(&b.leg, |f| {
+            format!("{}->{} {}", f.src, f.dst, fmt_num(f.gbps))
+        }));
+        t.rows.push(row);
     }
     Some(t)
 }
@@ -698,11 +751,17 @@ pub fn render(rep: &Report, md: bool) -> String {
         }
     }
     if let Some(t) = incast_table(rep) {
-        h(&mut o, "Incast (N−1 senders into one receiver)");
+        h(
+            &mut o,
+            "Incast (N−1 senders into one receiver; reverse: the receiver back to them; per cell and direction)",
+        );
         o.push_str(&if md { t.markdown() } else { t.text() });
     }
     if let Some(t) = bisection_table(rep) {
-        h(&mut o, "Bisection (half the nodes into the other half)");
+        h(
+            &mut o,
+            "Bisection (half the nodes into the other half; per cell and direction)",
+        );
         o.push_str(&if md { t.markdown() } else { t.text() });
     }
     if !rep.verdicts.is_empty() {
@@ -892,6 +951,13 @@ pub fn csv(rep: &Report) -> Result<String, csv::Error> {
         "d_error_pp",
         "d_bytes",
         "overhead",
+        "of_bidir",
+        "overlap_pct_min",
+        "overlap_pct_max",
+        "start_skew_ms_min",
+        "start_skew_ms_max",
+        "failed_repeats",
+        "unmeasured",
     ])?;
     let f = |v: Option<f64>| {
         v.filter(|x| x.is_finite())
@@ -977,6 +1043,27 @@ pub fn csv(rep: &Report) -> Result<String, csv::Error> {
                 } else {
                     String::new()
                 },
+                if r.of_bidir {
+                    "true".into()
+                } else {
+                    String::new()
+                },
+                f(r.concurrency.as_ref().map(|c| c.overlap_pct_min)),
+                f(r.concurrency.as_ref().map(|c| c.overlap_pct_max)),
+                f(r.concurrency
+                    .as_ref()
+                    .and_then(|c| c.start_skew_s_min)
+                    .map(|x| x * 1e3)),
+                f(r.concurrency
+                    .as_ref()
+                    .and_then(|c| c.start_skew_s_max)
+                    .map(|x| x * 1e3)),
+                r.failed
+                    .iter()
+                    .map(|x| format!("{} (repeat {}): {}", x.cell, x.repeat + 1, x.reason))
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+                r.unmeasured.join(" | "),
             ]
             .iter()
             .map(|f| escape::csv_field(f).into_owned()),

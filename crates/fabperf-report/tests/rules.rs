@@ -66,7 +66,9 @@ fn gbps_cell(
     );
 }
 
-/// Concurrent flows with an aggregate, as `fabperf run` stores them.
+/// Concurrent flows with an aggregate, as `fabperf run` stores them (the
+/// runner's own `cell_measurements`): each flow `agg / n` forward over the
+/// same 3 s.
 fn multi(
     b: &mut B,
     id: &str,
@@ -76,23 +78,29 @@ fn multi(
     rep: u32,
     agg: f64,
 ) {
-    let spec = b.cell(id, test, "tcp-bw", "host", pattern, flows, json!({}), rep);
-    let mut ms: Vec<Measurement> = flows
+    let results = flows
         .iter()
-        .map(|(s, d)| Measurement {
-            role: Role::Flow,
-            src: Some(s.to_string()),
-            dst: Some(d.to_string()),
-            record: bw("tcp-bw", 131072, agg / flows.len() as f64, None),
+        .map(|_| {
+            common::drive_result(
+                "tcp-bw",
+                131072,
+                &[("forward", agg / flows.len() as f64, common::T0)],
+                3.0,
+            )
         })
         .collect();
-    ms.push(Measurement {
-        role: Role::Aggregate,
-        src: None,
-        dst: (pattern == "incast").then(|| flows[0].1.to_string()),
-        record: bw("tcp-bw", 131072, agg, None),
-    });
-    b.done(&spec, ms);
+    b.concurrent(
+        id,
+        test,
+        "tcp-bw",
+        "host",
+        pattern,
+        flows,
+        json!({}),
+        rep,
+        results,
+    )
+    .unwrap();
 }
 
 fn hosts(names: &[&str], path: &str) -> Vec<fabperf_store::AgentRow> {

@@ -21,7 +21,7 @@ use crate::params::{Direction, TcpBwParams};
 use fabperf_proto::cpu::{HostMeter, ThreadCpu};
 use fabperf_proto::explain::{self, EndSetup};
 use fabperf_proto::{
-    connect_data, connect_test, ClientConfig, Control, Msg, ServeCtx, ServeError, Start, TestKind,
+    connect_test, open_data, ClientConfig, Control, Msg, ServeCtx, ServeError, Start, TestKind,
 };
 use fabperf_results::{
     Interval, Progress, ProgressRecorder, Record, Side, Transport, WallClock, Warning,
@@ -566,7 +566,7 @@ pub fn prepare_tcp_bw(
     let mut local = None;
     for &dir in &plan_dirs {
         for idx in 0..p.streams {
-            let mut s = connect_data(addr, &info.cookie, cfg.timeout)?;
+            let mut s = open_data(&mut ctl, &info.cookie, cfg.timeout)?;
             prepare(&s, p.window, cfg.timeout)
                 .map_err(|e| SockError::data("setting data socket options", e))?;
             let mut hdr = [0u8; 8];
@@ -960,7 +960,7 @@ impl TestKind for TcpBw {
         })?;
         let mut conns: Vec<Conn> = Vec::with_capacity(nconn as usize);
         for _ in 0..nconn {
-            let mut s = waiter.accept(io)?;
+            let mut s = waiter.accept_watching(io, ctx.ctl)?;
             ctx.watch(&s);
             prepare(&s, p.window, io)
                 .map_err(|e| ServeError::failed(format!("data socket options: {e}")))?;

@@ -15,7 +15,7 @@ use crate::params::TcpLatParams;
 use fabperf_proto::cpu::ThreadCpu;
 use fabperf_proto::explain::{self, EndSetup};
 use fabperf_proto::{
-    connect_data, connect_test, ClientConfig, ErrorCode, Msg, ServeCtx, ServeError, TestKind,
+    connect_test, open_data, ClientConfig, ErrorCode, Msg, ServeCtx, ServeError, TestKind,
 };
 use fabperf_results::{LatencyHistogram, LatencyKind, Record, Side, Transport, Warning};
 use serde::{Deserialize, Serialize};
@@ -131,7 +131,7 @@ pub fn run_tcp_lat(
     let (mut ctl, info) = connect_test(addr, cfg, "tcp-lat", params)?;
     let info: AcceptInfo = serde_json::from_value(info)
         .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
-    let s = connect_data(addr, &info.cookie, cfg.timeout)?;
+    let s = open_data(&mut ctl, &info.cookie, cfg.timeout)?;
     let busy_local = prepare(&s, p.busy_poll, cfg.timeout)
         .map_err(|e| SockError::data("setting data socket options", e))?;
     let local = s.local_addr().ok();
@@ -308,7 +308,7 @@ impl TestKind for TcpLat {
             })
             .expect("accept info serializes"),
         })?;
-        let s = waiter.accept(io)?;
+        let s = waiter.accept_watching(io, ctx.ctl)?;
         ctx.watch(&s);
         drop(waiter);
         prepare(&s, p.busy_poll, io)

@@ -5,14 +5,15 @@
 
 use crate::error::SockError;
 use crate::net;
-use fabperf_proto::Control;
+use fabperf_proto::{data, Control, Cookie};
+use rustix::event::{PollFd, PollFlags, Timespec};
 use serde::de::DeserializeOwned;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-pub(crate) const MAGIC: [u8; 4] = *b"FBPU";
-pub(crate) const T_HELLO: u8 = 1;
+pub(crate) const MAGIC: [u8; 4] = data::UDP_MAGIC;
+// Kind 1 is the hello and 5 an agent's refusal of one (fabperf_proto::data).
 pub(crate) const T_DATA: u8 = 2;
 pub(crate) const T_PROBE: u8 = 3;
 pub(crate) const T_REPLY: u8 = 4;
@@ -264,42 +265,85 @@ pub(crate) fn client_socket(agent: SocketAddr) -> Result<UdpSocket, SockError> {
 }
 
 /// The agent's UDP socket on the same IP and port number as its control
-/// connection.
-pub(crate) fn agent_socket(local: SocketAddr) -> Result<UdpSocket, fabperf_proto::ServeError> {
-    UdpSocket::bind(local).map_err(|e| {
+/// connection, and the hello's cookie. The agent's UDP door (which answers
+/// hellos for other agents' tests) stays closed while the guard lives.
+pub(crate) fn agent_socket(
+    ctx: &fabperf_proto::ServeCtx<'_>,
+) -> Result<(UdpSocket, Option<fabperf_proto::DoorGuard>, Cookie), fabperf_proto::ServeError> {
+    let local = ctx.local();
+    let (s, guard) = ctx.data.udp_socket(local).map_err(|e| {
         fabperf_proto::ServeError::failed(format!(
             "cannot bind UDP {local} (the agent's port number over UDP): {e}; another program holds that UDP port"
         ))
-    })
+    })?;
+    Ok((s, guard, ctx.data.issue()))
+}
+
+/// The cookie as the accept info carries it.
+pub(crate) fn cookie_hex(c: &Cookie) -> String {
+    fabperf_proto::auth::to_hex(c)
+}
+
+/// The cookie of an accept info.
+pub(crate) fn cookie_of(hex: &str) -> Result<Cookie, SockError> {
+    fabperf_proto::auth::from_hex(hex)
+        .and_then(|v| <[u8; 16]>::try_from(v.as_slice()).ok())
+        .ok_or_else(|| {
+            SockError::Protocol(format!(
+                "the agent's UDP cookie {hex:?} is not 16 bytes of hex"
+            ))
+        })
 }
 
 /// Agent: wait for the client's hello on `sock`, then connect to its
-/// address (its port as seen through any NAT). Only a hello from the
-/// control connection's peer address (`peer`) counts: the agent never
-/// sends a stream to an address that did not open the test.
+/// address (its port as seen through any NAT). Only a hello with this
+/// test's session and cookie from the control connection's peer address
+/// (`peer`) counts: the agent never sends a stream to an address that did
+/// not open the test. A hello carrying another test's cookie is answered
+/// with a refusal (at most every 100 ms), as the UDP door does. A client
+/// that gives up on the control connection ends the wait at once.
 pub(crate) fn agent_wait_hello(
     sock: &UdpSocket,
     session: u32,
+    cookie: &Cookie,
     timeout: Duration,
-    peer: IpAddr,
+    ctx: &mut fabperf_proto::ServeCtx<'_>,
 ) -> Result<SocketAddr, fabperf_proto::ServeError> {
+    let peer = ctx.peer().ip();
     let deadline = Instant::now() + timeout;
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; 2048];
+    let mut last_refusal: Option<Instant> = None;
     let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
     while Instant::now() < deadline {
+        if fabperf_proto::control_has_news(ctx.ctl) {
+            return Err(match ctx.ctl.recv("the client's UDP hello") {
+                Err(e) => e.into(),
+                Ok(m) => fabperf_proto::ServeError::bad_request(format!(
+                    "expected the client's UDP hello, got {}",
+                    m.kind()
+                )),
+            });
+        }
         match sock.recv_from(&mut buf) {
-            Ok((n, from)) if from.ip().to_canonical() != peer.to_canonical() => {
-                let _ = n;
-            }
             Ok((n, from)) => {
-                if let Some(h) = Header::read(&buf[..n]) {
-                    if h.kind == T_HELLO && h.session == session {
+                let d = &buf[..n];
+                if let Some((s, c)) = data::parse_udp_hello(d) {
+                    if s == session.to_be_bytes()
+                        && c == *cookie
+                        && from.ip().to_canonical() == peer.to_canonical()
+                    {
                         sock.connect(from).map_err(|e| {
                             fabperf_proto::ServeError::failed(format!(
                                 "connecting UDP socket to {from}: {e}"
                             ))
                         })?;
                         return Ok(from);
+                    }
+                    if last_refusal.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
+                        if let Some(r) = ctx.data.stray_hello(d, cookie) {
+                            last_refusal = Some(Instant::now());
+                            let _ = sock.send_to(&r, from);
+                        }
                     }
                 }
             }
@@ -314,46 +358,99 @@ pub(crate) fn agent_wait_hello(
     Err(fabperf_proto::ServeError::new(
         fabperf_proto::ErrorCode::Timeout,
         format!(
-            "no UDP datagram from the client within {:.1} s: a firewall probably blocks UDP to this port",
+            "no UDP hello from the client within {:.1} s: a firewall probably blocks UDP to this port",
             timeout.as_secs_f64()
         ),
     ))
 }
 
-/// Client: send hellos every 50 ms until the agent confirms on the control
-/// channel that one arrived.
+/// Client: send hellos (with the test's cookie) every 50 ms until the agent
+/// confirms on the control channel that one arrived. A refusal from
+/// another agent — the address sent the datagrams elsewhere — ends it with
+/// [`fabperf_proto::ProtoError::WrongAgent`] naming both agents.
 pub(crate) fn client_hello<T: DeserializeOwned>(
     sock: &UdpSocket,
     ctl: &mut Control,
     session: u32,
+    cookie: &Cookie,
     timeout: Duration,
     agent: SocketAddr,
 ) -> Result<T, SockError> {
     let deadline = Instant::now() + timeout;
-    let mut buf = [0u8; 32];
-    Header {
-        kind: T_HELLO,
-        flags: 0,
-        session,
-        seq: 0,
-        ts_ns: 0,
-    }
-    .write(&mut buf);
-    let fd = ctl.stream().as_fd();
+    let hello = data::udp_hello(session, cookie);
+    let mut buf = [0u8; 2048];
+    let mut icmp_refused = false;
     loop {
-        // A refused hello (ICMP port unreachable) shows up on a later send;
-        // keep trying until the deadline.
-        let _ = sock.send(&buf);
-        let ready = net::wait_readable(fd, Duration::from_millis(50))
-            .map_err(|e| SockError::data("waiting on the control connection", e))?;
-        if ready {
+        // A refused hello (ICMP port unreachable) shows up on a later send
+        // or receive; keep trying until the deadline.
+        if let Err(e) = sock.send(&hello) {
+            icmp_refused |= e.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        let (ctl_ready, udp_ready) = {
+            let cfd = ctl.stream().as_fd();
+            let ufd = sock.as_fd();
+            let mut p = [
+                PollFd::new(&cfd, PollFlags::IN),
+                PollFd::new(&ufd, PollFlags::IN),
+            ];
+            let t = Timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            match rustix::event::poll(&mut p, Some(&t)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    return Err(SockError::data(
+                        "waiting on the control connection",
+                        e.into(),
+                    ))
+                }
+            }
+            (!p[0].revents().is_empty(), !p[1].revents().is_empty())
+        };
+        if ctl_ready {
             return Ok(ctl.recv_test("the agent's UDP confirmation")?);
         }
+        if udp_ready {
+            loop {
+                match net::recv(sock.as_fd(), &mut buf, libc::MSG_DONTWAIT) {
+                    Ok(n) => {
+                        if let Some((s, r)) = data::DataRefusal::decode_udp(&buf[..n]) {
+                            if s != session.to_be_bytes() {
+                                continue;
+                            }
+                            let who = ctl.agent_hello().and_then(|h| h.agent.clone());
+                            let e =
+                                data::refusal_error(&r, who.as_ref(), data::DataKind::Datagrams);
+                            ctl.send_error(
+                                fabperf_proto::ErrorCode::TestFailed,
+                                &format!("client: {e}"),
+                            );
+                            return Err(e.into());
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        icmp_refused = true
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
         if Instant::now() >= deadline {
+            let why = if icmp_refused {
+                format!(
+                    "its hellos were answered with ICMP port unreachable: nothing listens on UDP {} \
+                     where they arrived, while the agent that took the control connection listens \
+                     there for this test — the address sends UDP to another host (a Service or load \
+                     balancer with several endpoints, or a NAT), or a firewall rejects the port",
+                    agent.port()
+                )
+            } else {
+                format!("a firewall probably blocks UDP to port {}", agent.port())
+            };
             return Err(SockError::PeerGone(format!(
-                "the agent at {agent} got no UDP datagram from this host within {:.1} s: a firewall probably blocks UDP to port {}",
+                "the agent at {agent} got no UDP datagram from this host within {:.1} s: {why}",
                 timeout.as_secs_f64(),
-                agent.port()
             )));
         }
     }

@@ -43,6 +43,8 @@ const ALIVE_EVERY: Duration = Duration::from_millis(500);
 #[derive(Debug, Serialize, Deserialize)]
 struct AcceptInfo {
     session: u32,
+    /// The test's cookie (hex): its UDP hello carries it.
+    cookie: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -611,7 +613,8 @@ fn client(
     let (mut ctl, info) = connect_test(addr, cfg, "udp-bw", params)?;
     let info: AcceptInfo = serde_json::from_value(info)
         .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
-    match udp::client_hello::<UdpMsg>(&sock, &mut ctl, info.session, cfg.timeout, addr)? {
+    let cookie = udp::cookie_of(&info.cookie)?;
+    match udp::client_hello::<UdpMsg>(&sock, &mut ctl, info.session, &cookie, cfg.timeout, addr)? {
         UdpMsg::Seen => {}
         other => return Err(SockError::Protocol(format!("expected seen, got {other:?}"))),
     }
@@ -868,13 +871,17 @@ impl TestKind for UdpBw {
         let io = ctx.limits.io_timeout;
         let setup = EndSetup::for_socket(Side::Agent, Some(ctx.local().ip()), &p.cpu)
             .map_err(ServeError::bad_request)?;
-        let sock = udp::agent_socket(ctx.local())?;
+        let (sock, _door, cookie) = udp::agent_socket(ctx)?;
         let rcvbuf = udp::size_buffers(&sock, want);
         let session = udp::new_session();
         ctx.ctl.send(&Msg::Accept {
-            info: serde_json::to_value(AcceptInfo { session }).expect("accept info serializes"),
+            info: serde_json::to_value(AcceptInfo {
+                session,
+                cookie: udp::cookie_hex(&cookie),
+            })
+            .expect("accept info serializes"),
         })?;
-        udp::agent_wait_hello(&sock, session, io, ctx.peer().ip())?;
+        udp::agent_wait_hello(&sock, session, &cookie, io, ctx)?;
         ctx.ctl.send_test(&UdpMsg::Seen)?;
         let plan = SendPlan {
             session,

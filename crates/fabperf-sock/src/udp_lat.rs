@@ -30,6 +30,8 @@ const LAT_WINDOW: u64 = 1 << 20;
 #[derive(Debug, Serialize, Deserialize)]
 struct AcceptInfo {
     session: u32,
+    /// The test's cookie (hex): its UDP hello carries it.
+    cookie: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -160,7 +162,8 @@ pub fn run_udp_lat(
     let (mut ctl, info) = connect_test(addr, cfg, "udp-lat", params)?;
     let info: AcceptInfo = serde_json::from_value(info)
         .map_err(|e| SockError::Protocol(format!("agent's accept info: {e}")))?;
-    match udp::client_hello::<LatMsg>(&sock, &mut ctl, info.session, cfg.timeout, addr)? {
+    let cookie = udp::cookie_of(&info.cookie)?;
+    match udp::client_hello::<LatMsg>(&sock, &mut ctl, info.session, &cookie, cfg.timeout, addr)? {
         LatMsg::Seen => {}
         other => return Err(SockError::Protocol(format!("expected seen, got {other:?}"))),
     }
@@ -379,13 +382,17 @@ impl TestKind for UdpLat {
         }
         let setup = EndSetup::for_socket(Side::Agent, Some(ctx.local().ip()), &p.cpu)
             .map_err(ServeError::bad_request)?;
-        let sock = udp::agent_socket(ctx.local())?;
+        let (sock, _door, cookie) = udp::agent_socket(ctx)?;
         udp::size_buffers(&sock, 1 << 20);
         let session = udp::new_session();
         ctx.ctl.send(&Msg::Accept {
-            info: serde_json::to_value(AcceptInfo { session }).expect("accept info serializes"),
+            info: serde_json::to_value(AcceptInfo {
+                session,
+                cookie: udp::cookie_hex(&cookie),
+            })
+            .expect("accept info serializes"),
         })?;
-        udp::agent_wait_hello(&sock, session, io, ctx.peer().ip())?;
+        udp::agent_wait_hello(&sock, session, &cookie, io, ctx)?;
         ctx.ctl.send_test(&LatMsg::Seen)?;
         // The client reports within the test's length (warm-up probes may
         // each wait a probe timeout) plus the I/O timeout; it can never

@@ -572,7 +572,6 @@ fn udp_lat_counts_every_probe() {
 mod lossy {
     use fabperf_proto::{Msg, ServeCtx, ServeError, TestKind};
     use serde_json::json;
-    use std::net::UdpSocket;
     use std::time::{Duration, Instant};
 
     pub struct LossyEcho;
@@ -586,10 +585,15 @@ mod lossy {
             "udp-lat"
         }
         fn serve(&self, ctx: &mut ServeCtx<'_>, _p: serde_json::Value) -> Result<(), ServeError> {
-            let sock = UdpSocket::bind(ctx.local()).map_err(ServeError::failed)?;
+            // The agent's UDP door holds the port while no UDP test runs.
+            let (sock, _door) = ctx
+                .data
+                .udp_socket(ctx.local())
+                .map_err(ServeError::failed)?;
             let session: u32 = 0x1234_5678;
+            let cookie = fabperf_proto::auth::to_hex(&ctx.data.issue());
             ctx.ctl.send(&Msg::Accept {
-                info: json!({ "session": session }),
+                info: json!({ "session": session, "cookie": cookie }),
             })?;
             let mut buf = [0u8; 2048];
             let (_, from) = sock.recv_from(&mut buf).map_err(ServeError::failed)?;

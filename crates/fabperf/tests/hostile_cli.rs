@@ -262,12 +262,14 @@ fn tcp_lat_client_that_pings_slowly_forever() {
 }
 
 /// fabperf's UDP hello for `session`.
-fn udp_hello(session: u32) -> [u8; 32] {
-    let mut b = [0u8; 32];
-    b[..4].copy_from_slice(b"FBPU");
-    b[4] = 1;
-    b[8..12].copy_from_slice(&session.to_be_bytes());
-    b
+/// The test's UDP hello: its session and cookie from the accept info.
+fn udp_hello(info: &Value) -> Vec<u8> {
+    let session = info["session"].as_u64().unwrap() as u32;
+    let cookie: [u8; 16] = fabperf_proto::auth::from_hex(info["cookie"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    fabperf_proto::data::udp_hello(session, &cookie)
 }
 
 #[test]
@@ -283,12 +285,11 @@ fn udp_bw_client_that_keeps_the_control_alive_forever() {
     let t0 = Instant::now();
     let u = UdpSocket::bind("127.0.0.1:0").unwrap();
     u.connect(srv.addr).unwrap();
-    let session = info["session"].as_u64().unwrap() as u32;
     let fd = ctl.stream().try_clone().unwrap();
     fd.set_nonblocking(true).unwrap();
     // Hellos until the agent confirms on the control channel.
     loop {
-        u.send(&udp_hello(session)).unwrap();
+        u.send(&udp_hello(&info)).unwrap();
         let mut b = [0u8; 1];
         if fd.peek(&mut b).is_ok() {
             break;
@@ -324,13 +325,12 @@ fn the_reverse_udp_stream_goes_only_to_the_control_peer() {
         json!({"duration_s": 1.0, "omit_s": 0.0, "direction": "reverse", "rate_bps": 10_000_000}),
     )
     .unwrap();
-    let session = info["session"].as_u64().unwrap() as u32;
     // A third host (another loopback address) knows the session and says
     // hello first.
     let evil = UdpSocket::bind("127.0.0.2:0").unwrap();
     evil.connect(srv.addr).unwrap();
     for _ in 0..10 {
-        evil.send(&udp_hello(session)).unwrap();
+        evil.send(&udp_hello(&info)).unwrap();
         std::thread::sleep(Duration::from_millis(20));
     }
     let good = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -339,7 +339,7 @@ fn the_reverse_udp_stream_goes_only_to_the_control_peer() {
     fd.set_nonblocking(true).unwrap();
     let t0 = Instant::now();
     loop {
-        good.send(&udp_hello(session)).unwrap();
+        good.send(&udp_hello(&info)).unwrap();
         let mut b = [0u8; 1];
         if fd.peek(&mut b).is_ok() {
             break;

@@ -5,6 +5,7 @@
 //! and the Job's shell script with the Job's environment. What `kubectl logs
 //! job/fabperf-run` would show, the store it leaves, its exit statuses.
 
+use fabperf_k8s::api::test_support::FakeApiServer;
 use fabperf_k8s::plan::{parse_plan, PathKind, Plan};
 use fabperf_k8s::runner::objects::job;
 use std::collections::BTreeMap;
@@ -142,9 +143,25 @@ fn job_script(plan: &Plan) -> (String, BTreeMap<String, String>) {
     (cmd[2].clone(), env)
 }
 
+/// The stand-in API server of a test (the run Lease), kept for its life.
+fn api() -> &'static FakeApiServer {
+    static API: std::sync::OnceLock<FakeApiServer> = std::sync::OnceLock::new();
+    API.get_or_init(FakeApiServer::start)
+}
+
 /// Start the Job's script as the kubelet would, with the downward-API
-/// variables a Job pod gets and the paths pointed into `dir`.
+/// variables a Job pod gets and the paths pointed into `dir`; its Lease is
+/// taken from the stand-in API server in a namespace of its own.
 fn spawn_job(plan: &Plan, dir: &Path, run_plan: &Path) -> Child {
+    spawn_job_in(
+        plan,
+        dir,
+        run_plan,
+        &dir.display().to_string().replace('/', "-"),
+    )
+}
+
+fn spawn_job_in(plan: &Plan, dir: &Path, run_plan: &Path, namespace: &str) -> Child {
     let (script, env) = job_script(plan);
     let bin_dir = Path::new(BIN).parent().unwrap();
     let mut c = Command::new("/bin/sh");
@@ -158,6 +175,9 @@ fn spawn_job(plan: &Plan, dir: &Path, run_plan: &Path) -> Child {
         .env("JOB_NAME", "fabperf-run")
         .env("JOB_UID", JOB_UID)
         .env("NODE_NAME", "node-r")
+        .env("POD_NAME", "fabperf-run-abcde")
+        .env("POD_NAMESPACE", namespace)
+        .env("FABPERF_K8S_API", api().url())
         .env(
             "PATH",
             format!(
@@ -232,6 +252,12 @@ fn the_job_runs_the_rendered_plan_and_prints_summary_and_results() {
     let store = fabperf_store::Store::open_read_only(&db).unwrap();
     let run = store.latest_run().unwrap().unwrap();
     assert_eq!(run.plan_name, "k8s-fabperf");
+    // The run held the namespace's Lease and gave it back.
+    let ns = dir.display().to_string().replace('/', "-");
+    let lease = api().state.lock().unwrap().leases[&format!("{ns}/fabperf-run")].clone();
+    assert!(lease["spec"].get("holderIdentity").is_none(), "{lease}");
+    assert!(err.contains("holding the Lease"), "{err}");
+    assert!(err.contains("released the Lease"), "{err}");
     let agents = store.agents(run.id).unwrap();
     let mut seen: Vec<(String, String)> = agents
         .iter()
@@ -266,6 +292,14 @@ fn the_job_exit_statuses() {
     let o = spawn_job(&p, &dir, &rp).wait_with_output().unwrap();
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    // Said at the start, before any cell: which agent, and why.
+    let warn = err
+        .lines()
+        .position(|l| l.contains("127.0.0.3") && l.contains("is unreachable"))
+        .unwrap_or_else(|| panic!("{err}"));
+    let first_cell = err.lines().position(|l| l.contains("] running ")).unwrap();
+    assert!(warn < first_cell, "{err}");
+    assert!(err.lines().nth(warn).unwrap().contains("refused"), "{err}");
     assert!(out.contains("==> measurements"), "{out}");
     assert!(out.lines().any(|l| l.starts_with('{')), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -297,6 +331,87 @@ fn the_job_exit_statuses() {
     assert!(err.contains("fabperf-runner: an export failed"), "{err}");
     // The log export came out all the same.
     assert!(out.lines().any(|l| l.starts_with('{')), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn policy_scale_cells_hold_their_count_of_networkpolicies_through_the_api() {
+    let dir = tmpdir("policies");
+    let p = plan(
+        "retries = 0\n[[runner.tests]]\nname = \"lat\"\nkind = \"tcp-lat\"\nduration = \"0.2s\"\nretest = 0\npolicies = [0, 3]\n",
+    );
+    let r = p.runner.as_ref().unwrap();
+    assert!(r.policy_api);
+    assert!(
+        r.run_plan.contains("command = [\"fabperf\", \"k8s\", \"policy-scale\", \"--apply\", \"--namespace\", \"fabperf\", \"--port\", \"5301\"]"),
+        "{}",
+        r.run_plan
+    );
+    let port = free_port();
+    let _agents = start_agents(&p, &dir, port);
+    let rp = local_run_plan(&p, &dir, port, false);
+    let before = api().state.lock().unwrap().requests.len();
+    let o = spawn_job_in(&p, &dir, &rp, "policies")
+        .wait_with_output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    // Before the cells of 3: three created; at the end of the run: none.
+    let s = api().state.lock().unwrap();
+    let posts = s.requests[before..]
+        .iter()
+        .filter(|r| {
+            r.starts_with("POST /apis/networking.k8s.io/v1/namespaces/fabperf/networkpolicies")
+        })
+        .count();
+    assert_eq!(posts, 3, "{:?}", &s.requests[before..]);
+    assert!(s.policies.is_empty(), "{:?}", s.policies.keys());
+    assert!(err.contains("policy command: 3 policies"), "{err}");
+    // Both counts measured.
+    let counts: std::collections::BTreeSet<String> = out
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["role"] == "total")
+        .map(|r| r["dims"]["policies"].to_string())
+        .collect();
+    assert_eq!(counts.len(), 2, "{counts:?}\n{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_second_run_finds_the_lease_held_and_says_by_whom() {
+    let dir = tmpdir("lease");
+    let p = plan(TESTS);
+    let port = free_port();
+    let _agents = start_agents(&p, &dir, port);
+    let rp = local_run_plan(&p, &dir, port, false);
+    // Another run holds the namespace's Lease (a one-off Job beside the
+    // CronJob's run).
+    let ns = "lease-held";
+    api().put_lease(
+        "fabperf-run",
+        serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"namespace": ns},
+            "spec": {"holderIdentity": "fabperf-run-28001234-xyz12", "leaseDurationSeconds": 60,
+                     "renewTime": fabperf_results::now_rfc3339()}}),
+    );
+    let o = spawn_job_in(&p, &dir, &rp, ns).wait_with_output().unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(4), "{out}\n{err}");
+    assert!(
+        err.contains("another run holds the Lease lease-held/fabperf-run: fabperf-run-28001234-xyz12 (renewed"),
+        "{err}"
+    );
+    assert!(err.contains("Not starting"), "{err}");
+    // Nothing measured, nothing exported.
+    assert!(!out.lines().any(|l| l.starts_with('{')), "{out}");
+    assert!(!dir.join("data/fabperf-run-0a1b2c3d.db").exists());
+    // The first run's Lease is untouched.
+    assert_eq!(
+        api().state.lock().unwrap().leases["lease-held/fabperf-run"]["spec"]["holderIdentity"],
+        "fabperf-run-28001234-xyz12"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -81,6 +81,11 @@ pub struct RunnerPlan {
     pub backoff_limit: i32,
     /// Extra node selection for the runner pod (it needs no special hardware).
     pub node_selector: BTreeMap<String, String>,
+    /// How long a run waits for another run's Lease before it gives up.
+    pub lease_wait_s: u64,
+    /// A test sweeps `policies`: the runner holds each count of
+    /// NetworkPolicies through the API (its Role allows it).
+    pub policy_api: bool,
 }
 
 /// A test table as written: keys and values with their spans.
@@ -110,6 +115,7 @@ pub(crate) struct RawRunner {
     backoff_limit: Option<S<i64>>,
     cluster_domain: Option<S<String>>,
     node_selector: Option<S<BTreeMap<String, S<String>>>>,
+    lease_wait: Option<S<toml::Value>>,
     tests: Option<S<Vec<S<RawTest>>>>,
 }
 
@@ -123,13 +129,24 @@ pub(crate) struct Inputs<'a> {
     pub control_port: u16,
     /// Paths whose agent pods hold an RDMA device.
     pub rdma_paths: BTreeSet<PathKind>,
+    /// The nodes of the service path's single-endpoint Services.
+    pub service_nodes: &'a [String],
 }
 
-/// Paths the runner can test: those with agents of their own behind a
-/// headless Service. `service` (a ClusterIP in front of the `pod` agents)
-/// hides which agent answers, and a run pairs named agents.
-fn runnable(p: PathKind) -> bool {
-    p != PathKind::Service
+/// Paths the runner can test: every path's agents, the service path's
+/// through their single-endpoint Services (one per node, so a run still
+/// pairs named agents).
+fn runnable(p: PathKind, inp: &Inputs) -> bool {
+    p != PathKind::Service || !inp.service_nodes.is_empty()
+}
+
+/// The Service name of one node's single-endpoint Service.
+pub fn node_service_dns(namespace: &str, node: &str, cluster_domain: Option<&str>) -> String {
+    let name = crate::objects::node_service_name(node);
+    match cluster_domain {
+        Some(d) => format!("{name}.{namespace}.svc.{d}"),
+        None => format!("{name}.{namespace}.svc"),
+    }
 }
 
 /// The headless Service name the run plan resolves for a path.
@@ -243,6 +260,7 @@ struct PlanHead<'a> {
     baseline: Option<&'a (String, Range<usize>)>,
     paths: &'a [PathKind],
     cluster_domain: Option<&'a str>,
+    policy_api: bool,
 }
 
 impl PlanHead<'_> {
@@ -256,7 +274,8 @@ impl PlanHead<'_> {
         ));
         g.line("# from its [runner] table: edit the plan and render again. Agents: every address behind each");
         g.line("# path's headless Service; each names itself by its node (--node-name) and advertises the");
-        g.line("# address its path is tested on (--advertise).");
+        g.line("# address its path is tested on (--advertise). The service path: each node's pod agent through");
+        g.line("# its own single-endpoint Service.");
         match &r.name {
             Some(n) => g.key_value(inp.text, "name", n.span(), n.get_ref(), n.span()),
             None => g.line(&format!("name = {}", quoted(self.default_name))),
@@ -282,7 +301,37 @@ impl PlanHead<'_> {
                 crate::objects::TOKEN_KEY
             ))
         ));
+        if self.policy_api {
+            g.line("");
+            g.line("# Policy scale: before the cells of each count the runner makes the cluster hold that many");
+            g.line("# NetworkPolicies selecting the agents, through the API with its ServiceAccount token (its Role");
+            g.line("# allows networkpolicies in this namespace only); 0 at the end of the run.");
+            g.line("[policy]");
+            g.line("target = \"command\"");
+            g.line(&format!(
+                "command = [\"fabperf\", \"k8s\", \"policy-scale\", \"--apply\", \"--namespace\", {}, \"--port\", \"{}\"]",
+                quoted(inp.namespace),
+                inp.control_port
+            ));
+        }
         for p in self.paths {
+            if *p == PathKind::Service {
+                for n in inp.service_nodes {
+                    g.line("");
+                    g.line("[[agents]]");
+                    g.line(&format!("name = {}", quoted(n)));
+                    g.line(&format!(
+                        "addr = {}",
+                        quoted(&format!(
+                            "{}:{}",
+                            node_service_dns(inp.namespace, n, self.cluster_domain),
+                            inp.control_port
+                        ))
+                    ));
+                    g.line(&format!("path = {}", quoted(p.name())));
+                }
+                continue;
+            }
             g.line("");
             g.line("[[agents]]");
             g.line(&format!(
@@ -310,12 +359,17 @@ impl PlanHead<'_> {
 }
 
 /// Without `[[runner.tests]]`: tcp-bw (4 streams) and tcp-lat over every
-/// pair of nodes on the socket paths (host, pod, ipoib), rdma-bw and
-/// rdma-lat over every pair on the RoCE path.
+/// pair of nodes on the socket paths (host, pod, service, ipoib), rdma-bw
+/// and rdma-lat over every pair on the RoCE path.
 fn default_tests(g: &mut Gen, paths: &[PathKind]) {
     let tcp: Vec<&PathKind> = paths
         .iter()
-        .filter(|p| matches!(p, PathKind::Host | PathKind::Pod | PathKind::Ipoib))
+        .filter(|p| {
+            matches!(
+                p,
+                PathKind::Host | PathKind::Pod | PathKind::Service | PathKind::Ipoib
+            )
+        })
         .collect();
     let list = format!(
         "[{}]",
@@ -381,6 +435,7 @@ pub(crate) fn check(
         backoff_limit: None,
         cluster_domain: None,
         node_selector: None,
+        lease_wait: None,
         tests: None,
     };
     let r = raw.map_or(&empty, |r| r.get_ref());
@@ -393,7 +448,12 @@ pub(crate) fn check(
         err(sp, format!("[runner] {msg}"));
     };
 
-    let paths: Vec<PathKind> = inp.paths.iter().copied().filter(|p| runnable(*p)).collect();
+    let paths: Vec<PathKind> = inp
+        .paths
+        .iter()
+        .copied()
+        .filter(|p| runnable(*p, inp))
+        .collect();
 
     // Storage.
     let storage = match r.storage.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
@@ -681,14 +741,7 @@ pub(crate) fn check(
         }
         for (name, at) in &named {
             match PathKind::parse(name) {
-                Some(PathKind::Service) => {
-                    own_errors.insert(*at);
-                    e(
-                        *at..*at,
-                        "path \"service\" cannot be run: a ClusterIP Service hides which agent answers, and a run pairs named agents; test \"pod\" (the same agents) instead".into(),
-                    );
-                }
-                Some(p) if !inp.paths.contains(&p) => {
+                Some(p) if !paths.contains(&p) => {
                     own_errors.insert(*at);
                     e(
                         *at..*at,
@@ -737,6 +790,29 @@ pub(crate) fn check(
         }
     }
 
+    // A test sweeping `policies` gets them from the API: the pods' ports
+    // are the CNI's, where the agents cannot install nftables rules.
+    let policy_api = user_tests
+        .iter()
+        .any(|t| t.get_ref().keys().any(|k| k.get_ref() == "policies"));
+    let lease_wait_s = match &r.lease_wait {
+        None => 0,
+        Some(w) => match fabperf_run::plan::parse_duration(w.get_ref()) {
+            Ok(s) if (0.0..=7.0 * 86400.0).contains(&s) => s.ceil() as u64,
+            Ok(s) => {
+                e(
+                    w.span(),
+                    format!("lease_wait {s} s is out of range 0 s..=7 days"),
+                );
+                0
+            }
+            Err(m) => {
+                e(w.span(), format!("lease_wait: {m}"));
+                0
+            }
+        },
+    };
+
     // The run plan.
     let default_name = format!("k8s-{}", inp.namespace);
     let run_plan_name = match &r.name {
@@ -750,6 +826,7 @@ pub(crate) fn check(
         baseline: baseline.as_ref(),
         paths: &paths,
         cluster_domain: cluster_domain.as_deref(),
+        policy_api,
     };
     let all: Vec<&S<RawTest>> = user_tests.iter().collect();
     let g = head.generate(&all);
@@ -807,6 +884,8 @@ pub(crate) fn check(
         deadline_s,
         backoff_limit,
         node_selector,
+        lease_wait_s,
+        policy_api,
     })
 }
 
@@ -835,7 +914,11 @@ pub fn files(plan: &Plan, r: &RunnerPlan) -> Result<Vec<RenderedFile>> {
     let mut d = Doc::new(&header_lines(
         plan,
         &[
-            "In-cluster runner: its ServiceAccount (no API permissions: no token, no Role), the run plan".into(),
+            "In-cluster runner: its ServiceAccount and Role (its run Lease, coordination.k8s.io, so two runs never".into(),
+            format!(
+                "measure at once{}; this namespace only), the run plan",
+                if r.policy_api { "; the policy-scale NetworkPolicies" } else { "" }
+            ),
             format!(
                 "(ConfigMap {PLAN_CONFIGMAP}: agents by DNS behind the headless Services of {paths}){}.",
                 if matches!(r.storage, Storage::Pvc { .. }) { " and the results PVC" } else { "" }
@@ -843,6 +926,9 @@ pub fn files(plan: &Plan, r: &RunnerPlan) -> Result<Vec<RenderedFile>> {
         ],
     ));
     d.push(&objects::service_account(plan))?;
+    let (role, binding) = objects::rbac(plan, r);
+    d.push(&role)?;
+    d.push(&binding)?;
     d.push(&objects::plan_configmap(plan, r))?;
     if let Some(p) = objects::pvc(plan, r) {
         d.push(&p)?;
@@ -877,13 +963,22 @@ pub fn files(plan: &Plan, r: &RunnerPlan) -> Result<Vec<RenderedFile>> {
         ));
     }
     job_header.extend([
-        "It needs no network attachment, RDMA device, host network or API permission: the agents run each flow".into(),
-        "between themselves (test kind drive); it only reaches their control ports. Guaranteed QoS, non-root,".into(),
-        "read-only root filesystem. Exit status: fabperf run's (0 all done, 1 cells failed, 2 bad plan, 130".into(),
-        "interrupted), 3 when the run passed but an export failed; 1, 2 and 3 fail the Job without a retry,".into(),
-        "an evicted pod is replaced without counting. Apply after the agents are ready; to run again, delete".into(),
-        format!("the Job first (`kubectl -n {} delete job {JOB_NAME}`).", plan.namespace),
+        "It needs no network attachment, RDMA device or host network: the agents run each flow between".into(),
+        "themselves (test kind drive); it reaches their control ports, and the API for its Lease (fabperf k8s".into(),
+        format!(
+            "lease: another run holding it is {}). Guaranteed QoS, non-root, read-only root filesystem.",
+            if r.lease_wait_s == 0 {
+                "named and this one exits 4".to_string()
+            } else {
+                format!("waited for up to {} s, then named and this one exits 4", r.lease_wait_s)
+            }
+        ),
+        "Exit status: fabperf run's (0 all done, 1 cells failed, 2 bad plan, 130 interrupted), 3 when the run".into(),
+        "passed but an export failed, 4 another run held the Lease, 5 the API could not be asked; 1 to 4 fail".into(),
+        "the Job without a retry, an evicted pod is replaced without counting. Apply after the agents are".into(),
+        format!("ready; to run again, delete the Job first (`kubectl -n {} delete job {JOB_NAME}`).", plan.namespace),
     ]);
+    job_header.extend(crate::render::image_note(plan));
     let mut d = Doc::new(&header_lines(plan, &job_header));
     d.push(&objects::job(plan, r))?;
     out.push(d.file(&format!("{RUN_DIR}/10-job.yaml")));

@@ -21,16 +21,20 @@ use k8s_openapi::api::core::v1::{
     SecretVolumeSource, SecurityContext, ServiceAccount, Volume, VolumeMount,
     VolumeResourceRequirements,
 };
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 
 /// Exit status of the runner when every cell passed but an export failed.
 pub const EXIT_EXPORT_FAILED: i32 = 3;
+/// Exit status of `fabperf k8s lease` when another run holds the Lease.
+pub const EXIT_LEASE_HELD: i32 = 4;
 /// `fabperf run`'s exit statuses the Job must not retry: 1 (cells failed:
 /// the run is complete, its failures are results), 2 (bad plan), and the
-/// runner's own 3 (export failed after a complete run).
-pub const NO_RETRY_EXIT_CODES: [i32; 3] = [1, 2, EXIT_EXPORT_FAILED];
+/// runner's own 3 (export failed after a complete run) and 4 (another run
+/// holds the Lease: another attempt would find it held too).
+pub const NO_RETRY_EXIT_CODES: [i32; 4] = [1, 2, EXIT_EXPORT_FAILED, EXIT_LEASE_HELD];
 /// Seconds the runner has after SIGTERM to abort the running cells and
 /// export what it has.
 pub const GRACE_SECONDS: i64 = 60;
@@ -67,13 +71,57 @@ fn meta(name: &str, plan: &Plan) -> ObjectMeta {
     }
 }
 
-/// The runner's identity: no token mounted, no Role anywhere.
+/// The runner's identity. Its token is mounted for its Role: its run Lease
+/// (and the policy-scale NetworkPolicies when a test sweeps `policies`), in
+/// its namespace only.
 pub fn service_account(plan: &Plan) -> ServiceAccount {
     ServiceAccount {
         metadata: meta(RUNNER_NAME, plan),
-        automount_service_account_token: Some(false),
+        automount_service_account_token: Some(true),
         ..Default::default()
     }
+}
+
+/// The runner's Role and RoleBinding: get/create/update Leases (create
+/// cannot be limited by name; get and update could, but the Lease may be
+/// named anything on the command line), and with `policy_api` manage
+/// NetworkPolicies. Nothing cluster-scoped.
+pub fn rbac(plan: &Plan, r: &RunnerPlan) -> (Role, RoleBinding) {
+    let mut rules = vec![PolicyRule {
+        api_groups: Some(vec!["coordination.k8s.io".into()]),
+        resources: Some(vec!["leases".into()]),
+        verbs: ["get", "create", "update"].map(String::from).to_vec(),
+        ..Default::default()
+    }];
+    if r.policy_api {
+        rules.push(PolicyRule {
+            api_groups: Some(vec!["networking.k8s.io".into()]),
+            resources: Some(vec!["networkpolicies".into()]),
+            verbs: ["get", "list", "create", "delete"]
+                .map(String::from)
+                .to_vec(),
+            ..Default::default()
+        });
+    }
+    let role = Role {
+        metadata: meta(RUNNER_NAME, plan),
+        rules: Some(rules),
+    };
+    let binding = RoleBinding {
+        metadata: meta(RUNNER_NAME, plan),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: RUNNER_NAME.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: RUNNER_NAME.into(),
+            namespace: Some(plan.namespace.clone()),
+            api_group: None,
+        }]),
+    };
+    (role, binding)
 }
 
 /// The run plan the Job runs.
@@ -120,7 +168,10 @@ pub fn script(r: &RunnerPlan) -> String {
         "uid=\"${JOB_UID:-local}\"".into(),
         "db=\"$FABPERF_DATA/${JOB_NAME:-fabperf-run}-${uid%%-*}.db\"".into(),
         "echo \"fabperf-runner: job ${JOB_NAME:-?} on node ${NODE_NAME:-?}: fabperf run $FABPERF_RUN_PLAN --db $db\"".into(),
-        "fabperf run \"$FABPERF_RUN_PLAN\" --db \"$db\" --plain &".into(),
+        // The namespace's run Lease around the run: a second run at once
+        // (a one-off Job beside the CronJob's) waits or exits 4 naming the
+        // holder, instead of finding the agents busy.
+        "fabperf k8s lease --wait \"$FABPERF_LEASE_WAIT\" -- fabperf run \"$FABPERF_RUN_PLAN\" --db \"$db\" --plain &".into(),
         "pid=$!".into(),
         "trap 'kill -TERM \"$pid\" 2>/dev/null' TERM INT".into(),
         "rc=0".into(),
@@ -129,6 +180,7 @@ pub fn script(r: &RunnerPlan) -> String {
         "while kill -0 \"$pid\" 2>/dev/null; do rc=0; wait \"$pid\" || rc=$?; done".into(),
         "trap - TERM INT".into(),
         "echo \"fabperf-runner: fabperf run exited with status $rc\"".into(),
+        format!("if [ \"$rc\" -eq {EXIT_LEASE_HELD} ] || [ \"$rc\" -eq 5 ]; then exit \"$rc\"; fi"),
         "if [ ! -s \"$db\" ]; then echo \"fabperf-runner: no results store $db; nothing to export\" >&2; exit \"$rc\"; fi".into(),
         "failed=0".into(),
     ];
@@ -164,7 +216,7 @@ pub fn script(r: &RunnerPlan) -> String {
 /// on a test node it would share CPUs with an agent. Falls back to them when
 /// there is nothing else (tolerations as the agents').
 fn affinity(plan: &Plan) -> Option<Affinity> {
-    let mut exprs: Vec<NodeSelectorRequirement> = plan
+    let exprs: Vec<NodeSelectorRequirement> = plan
         .node_selector
         .iter()
         .map(|(k, v)| NodeSelectorRequirement {
@@ -173,14 +225,8 @@ fn affinity(plan: &Plan) -> Option<Affinity> {
             values: Some(vec![v.clone()]),
         })
         .collect();
-    if !plan.node_names.is_empty() {
-        exprs.push(NodeSelectorRequirement {
-            key: agent::HOSTNAME_KEY.into(),
-            operator: "NotIn".into(),
-            values: Some(plan.node_names.clone()),
-        });
-    }
-    if exprs.is_empty() {
+    let names = plan.agent_nodes();
+    if exprs.is_empty() && names.is_empty() {
         return None;
     }
     Some(Affinity {
@@ -189,8 +235,9 @@ fn affinity(plan: &Plan) -> Option<Affinity> {
                 PreferredSchedulingTerm {
                     weight: 100,
                     preference: NodeSelectorTerm {
-                        match_expressions: Some(exprs),
-                        ..Default::default()
+                        match_expressions: (!exprs.is_empty()).then_some(exprs),
+                        match_fields: (!names.is_empty())
+                            .then(|| vec![agent::name_requirement(names, "NotIn")]),
                     },
                 },
             ]),
@@ -213,6 +260,10 @@ fn container(plan: &Plan, r: &RunnerPlan) -> Container {
             "metadata.labels['batch.kubernetes.io/controller-uid']",
         ),
         field_env("NODE_NAME", "spec.nodeName"),
+        // Who holds the run Lease, and where.
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+        value_env("FABPERF_LEASE_WAIT", &r.lease_wait_s.to_string()),
         value_env("FABPERF_RUN_PLAN", &format!("{PLAN_DIR}/{PLAN_KEY}")),
         value_env("FABPERF_DATA", DATA_DIR),
         value_env("TMPDIR", "/tmp"),
@@ -375,7 +426,7 @@ pub fn job_spec(plan: &Plan, r: &RunnerPlan) -> JobSpec {
             spec: Some(PodSpec {
                 restart_policy: Some("Never".into()),
                 service_account_name: Some(RUNNER_NAME.into()),
-                automount_service_account_token: Some(false),
+                automount_service_account_token: Some(true),
                 enable_service_links: Some(false),
                 node_selector: (!r.node_selector.is_empty()).then(|| r.node_selector.clone()),
                 affinity: affinity(plan),

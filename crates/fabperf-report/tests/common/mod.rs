@@ -1,14 +1,21 @@
 //! A small results store with every part a report reads: pairs on three
 //! paths (host, overlay, rdma) with three repeats, latency with stored
 //! histograms and without, UDP with loss, a 4-node mesh with one slow
-//! node, an incast, a bisection split, a failed cell, inventories and a
-//! doctor finding. Built through fabperf-store's API; the histograms (a
-//! record key newer writers fill) and the times are set with SQL so the
-//! output is the same on every build.
+//! node, an incast and a bisection split one way, a bidir incast (one
+//! repeat done, one failed for overlap) and a bidir bisection (one cut
+//! done, one failed), a failed cell, inventories and a doctor finding.
+//! Built through fabperf-store's API; the cells of concurrent flows from
+//! the records the engines return, through the runner's own
+//! `cell_measurements` (as `fabperf run` stores them: per flow its forward
+//! and reverse record, one aggregate per direction over the common
+//! interval, or the cell's failure). The histograms (a record key newer
+//! writers fill) and the times are set with SQL so the output is the same
+//! on every build.
 
 #![allow(dead_code)]
 
-use fabperf_results::{Record, Transport};
+use fabperf_results::{Interval, Progress, Record, Transport};
+use fabperf_run::drive::DriveResult;
 use fabperf_store::{Attempt, CellSpec, Measurement, NewRun, Role, Store};
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
@@ -67,6 +74,103 @@ pub fn lat(kind: &str, size: u64, p50: f64, p99: f64, op: Option<&str>) -> Recor
         e["op"] = json!(op);
     }
     record(kind, size, e)
+}
+
+/// The fixture's time: 2026-01-02T03:04:06Z in Unix seconds.
+pub const T0: f64 = 1_767_323_046.0;
+
+/// One direction of a flow as the engines record it: `gbps` steadily over
+/// `secs` from `start` (Unix time, the receiving end's clock), with its
+/// progress counts every 50 ms; the sender started 0.5 s before (warm-up).
+pub fn flow_record(kind: &str, size: u64, dir: &str, gbps: f64, start: f64, secs: f64) -> Record {
+    let rate = gbps * 1.25e8;
+    let tick = 0.05;
+    let n = (secs / tick).round() as usize;
+    let total = (rate * secs).round() as u64;
+    let mut r = record(kind, size, json!({ "direction": dir }));
+    if kind == "rdma-bw" {
+        r.op = Some("write".into());
+    }
+    r.set_throughput(total, secs, None);
+    r.interval = Some(Interval {
+        start_s: start,
+        end_s: start + secs,
+        sent_from_s: Some(start - 0.5),
+        progress: Some(Progress {
+            t0_s: start,
+            tick_s: tick,
+            bytes: (1..n)
+                .map(|k| (rate * tick * k as f64).round() as u64)
+                .collect(),
+            last_s: start + secs,
+            last_bytes: total,
+        }),
+    });
+    r
+}
+
+/// What a driving agent returns for one flow: a record per direction
+/// (direction, Gbit/s, start of its measured interval), each over `secs`;
+/// with both directions also their `bidir` total, as the engines give it
+/// (the runner does not store it for a flow of a multi-flow cell).
+pub fn drive_result(kind: &str, size: u64, dirs: &[(&str, f64, f64)], secs: f64) -> DriveResult {
+    let mut records: Vec<Record> = dirs
+        .iter()
+        .map(|(d, g, start)| flow_record(kind, size, d, *g, *start, secs))
+        .collect();
+    if dirs.len() == 2 {
+        let mut t = record(kind, size, json!({ "direction": "bidir" }));
+        t.set_throughput(records.iter().map(|r| r.bytes).sum(), secs, None);
+        records.insert(0, t);
+    }
+    DriveResult {
+        records,
+        test_s: secs + 0.5,
+    }
+}
+
+impl B {
+    /// A cell of concurrent flows as `fabperf run` stores it: `flows[i]` is
+    /// what flow i's driving agent returned; the runner's
+    /// `cell_measurements` gives the records (done) or the reason (failed).
+    #[allow(clippy::too_many_arguments)]
+    pub fn concurrent(
+        &mut self,
+        id: &str,
+        test: &str,
+        kind: &str,
+        path: &str,
+        pattern: &str,
+        flows: &[(&str, &str)],
+        dims: Value,
+        repeat: u32,
+        results: Vec<DriveResult>,
+    ) -> Result<(), String> {
+        let spec = self.cell(id, test, kind, path, pattern, flows, dims, repeat);
+        let results: Vec<(usize, DriveResult)> = results.into_iter().enumerate().collect();
+        match fabperf_run::exec::cell_measurements(&spec, &results) {
+            Ok(ms) => {
+                self.done(&spec, ms);
+                Ok(())
+            }
+            Err(e) => {
+                self.store
+                    .finish_cell_failed(
+                        self.run,
+                        &spec.cell_id,
+                        &Attempt {
+                            attempts: 3,
+                            started_at: "2026-01-02T03:04:05Z".into(),
+                            ended_at: "2026-01-02T03:04:09Z".into(),
+                            wall_s: 4.0,
+                        },
+                        &e,
+                    )
+                    .unwrap();
+                Err(e)
+            }
+        }
+    }
 }
 
 /// A histogram of `n` samples at `fast_ns` and `tail` samples at `slow_ns`.
@@ -447,8 +551,12 @@ pub fn build(db: &Path) -> i64 {
             }],
         );
     }
-    // An incast into n1: n4 gets a third of the others' share.
-    let spec = b.cell(
+    // An incast into n1: n4 gets a third of the others' share; the three
+    // flows measured over the same 3 s.
+    let secs = 3.0;
+    let one_way =
+        |g: f64, start: f64| drive_result("tcp-bw", 131072, &[("forward", g, start)], secs);
+    b.concurrent(
         "incast-n1",
         "incast",
         "tcp-bw",
@@ -457,25 +565,11 @@ pub fn build(db: &Path) -> i64 {
         &[("n2", "n1"), ("n3", "n1"), ("n4", "n1")],
         json!({}),
         0,
-    );
-    let mut ms: Vec<Measurement> = [("n2", 3.0), ("n3", 3.0), ("n4", 1.0)]
-        .iter()
-        .map(|(s, g)| Measurement {
-            role: Role::Flow,
-            src: Some(s.to_string()),
-            dst: Some("n1".into()),
-            record: bw("tcp-bw", 131072, *g, None),
-        })
-        .collect();
-    ms.push(Measurement {
-        role: Role::Aggregate,
-        src: None,
-        dst: Some("n1".into()),
-        record: bw("tcp-bw", 131072, 7.0, None),
-    });
-    b.done(&spec, ms);
+        vec![one_way(3.0, T0), one_way(3.0, T0), one_way(1.0, T0)],
+    )
+    .unwrap();
     // A bisection split.
-    let spec = b.cell(
+    b.concurrent(
         "bisect-0",
         "bisection",
         "tcp-bw",
@@ -484,23 +578,85 @@ pub fn build(db: &Path) -> i64 {
         &[("n1", "n3"), ("n2", "n4")],
         json!({}),
         0,
-    );
-    let mut ms: Vec<Measurement> = [("n1", "n3", 9.0), ("n2", "n4", 8.0)]
-        .iter()
-        .map(|(s, d, g)| Measurement {
-            role: Role::Flow,
-            src: Some(s.to_string()),
-            dst: Some(d.to_string()),
-            record: bw("tcp-bw", 131072, *g, None),
-        })
-        .collect();
-    ms.push(Measurement {
-        role: Role::Aggregate,
-        src: None,
-        dst: None,
-        record: bw("tcp-bw", 131072, 17.0, None),
-    });
-    b.done(&spec, ms);
+        vec![one_way(9.0, T0 + 10.0), one_way(8.0, T0 + 10.0)],
+    )
+    .unwrap();
+    // A bidir incast into n1: into it 3 + 3 + 2 Gbit/s (the senders started
+    // 0-4 ms apart), back out of it 4 + 3.5 + 1 (0-6 ms): n4 gets an eighth
+    // of what n1 sends. Its second repeat: the senders started up to 1 s
+    // apart, so the flows overlap for 2/3 of the longest interval and the
+    // runner fails the cell.
+    let bidir = |f: f64, r: f64, sf: f64, sr: f64| {
+        drive_result(
+            "tcp-bw",
+            131072,
+            &[("forward", f, sf), ("reverse", r, sr)],
+            secs,
+        )
+    };
+    let t = T0 + 20.0;
+    let into_n1 = [("n2", "n1"), ("n3", "n1"), ("n4", "n1")];
+    b.concurrent(
+        "incast-bidir-n1-r0",
+        "incast-bidir",
+        "tcp-bw",
+        "host",
+        "incast",
+        &into_n1,
+        json!({"direction": "bidir"}),
+        0,
+        vec![
+            bidir(3.0, 4.0, t, t + 0.001),
+            bidir(3.0, 3.5, t + 0.002, t + 0.006),
+            bidir(2.0, 1.0, t + 0.004, t),
+        ],
+    )
+    .unwrap();
+    let t = T0 + 30.0;
+    b.concurrent(
+        "incast-bidir-n1-r1",
+        "incast-bidir",
+        "tcp-bw",
+        "host",
+        "incast",
+        &into_n1,
+        json!({"direction": "bidir"}),
+        1,
+        vec![
+            bidir(3.0, 4.0, t, t),
+            bidir(3.0, 3.5, t + 0.5, t + 0.5),
+            bidir(2.0, 1.0, t + 1.0, t + 1.0),
+        ],
+    )
+    .unwrap_err();
+    // A bidir bisection: cut n1->n3, n2->n4 carries 4 + 3 one way and
+    // 4.5 + 3.5 back; the other cut's flows did not run together.
+    let t = T0 + 40.0;
+    b.concurrent(
+        "bisect-bidir-0",
+        "bisection-bidir",
+        "tcp-bw",
+        "host",
+        "bisection",
+        &[("n1", "n3"), ("n2", "n4")],
+        json!({"direction": "bidir"}),
+        0,
+        vec![bidir(4.0, 4.5, t, t + 0.003), bidir(3.0, 3.5, t + 0.002, t)],
+    )
+    .unwrap();
+    let t = T0 + 50.0;
+    b.concurrent(
+        "bisect-bidir-1",
+        "bisection-bidir",
+        "tcp-bw",
+        "host",
+        "bisection",
+        &[("n1", "n4"), ("n2", "n3")],
+        json!({"direction": "bidir"}),
+        0,
+        vec![bidir(4.0, 4.0, t, t), bidir(4.0, 4.0, t + 0.6, t + 0.6)],
+    )
+    .unwrap_err();
     b.store
         .set_findings(
             run,

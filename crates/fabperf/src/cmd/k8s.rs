@@ -18,20 +18,118 @@ pub enum K8sCmd {
     Render(RenderArgs),
     /// Print the RDMA shared device plugin config for the NICs in `fabperf detect --json` files.
     DevicePluginConfig(DevicePluginArgs),
-    /// Print N NetworkPolicies selecting the plan's agents (policy scale), for
-    /// a runner's `[policy] command` (`... | kubectl apply -f -`).
+    /// N NetworkPolicies selecting the agents (policy scale): printed from a
+    /// plan, or with --apply held in the cluster through the API (what the
+    /// in-cluster runner's `[policy]` command does for each count).
     PolicyScale(PolicyScaleArgs),
+    /// Run a command while holding the namespace's run Lease (a
+    /// coordination.k8s.io Lease): a second run waits for it, then exits 4
+    /// naming the holder. The in-cluster runner wraps `fabperf run` in it.
+    Lease(LeaseArgs),
 }
 
 #[derive(clap::Args)]
 pub struct PolicyScaleArgs {
     /// The plan (TOML): its namespace and agent port.
-    #[arg(long, value_name = "FILE")]
-    plan: PathBuf,
-    /// How many policies (default: the plan's [policy_scale] count).
-    #[arg(long, value_name = "N",
+    #[arg(long, value_name = "FILE", required_unless_present = "apply")]
+    plan: Option<PathBuf>,
+    /// How many policies (default: $FABPERF_POLICIES, as a run plan's
+    /// `[policy]` command gets it, else the plan's [policy_scale] count).
+    #[arg(long, value_name = "N", env = "FABPERF_POLICIES",
           value_parser = clap::value_parser!(u32).range(0..=fabperf_k8s::policy::MAX_POLICIES as i64))]
     count: Option<u32>,
+    /// Make the cluster hold exactly N policy-scale NetworkPolicies (delete
+    /// the namespace's old ones, create the new), with the pod's
+    /// ServiceAccount token; instead of printing them.
+    #[arg(long)]
+    apply: bool,
+    /// With --apply: the namespace (default: the plan's, else the pod's own).
+    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
+    namespace: Option<String>,
+    /// With --apply: the agents' port (default: the plan's, else 5301).
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+    /// The API server, e.g. http://127.0.0.1:8001 behind `kubectl proxy`
+    /// (default: the pod's in-cluster configuration).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "FABPERF_K8S_API",
+        requires = "namespace"
+    )]
+    api_server: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct LeaseArgs {
+    /// The Lease's name.
+    #[arg(long, default_value = fabperf_k8s::api::RUN_LEASE)]
+    name: String,
+    /// Its namespace (default: the pod's own).
+    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
+    namespace: Option<String>,
+    /// Who holds it (default: $POD_NAME, else the host name).
+    #[arg(long, value_name = "ID", env = "POD_NAME")]
+    identity: Option<String>,
+    /// How long the Lease lasts without a renewal (renewed every third of it):
+    /// a killed runner frees it after this long.
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_secs)]
+    duration: f64,
+    /// How long to wait for another run's Lease before giving up (exit 4).
+    #[arg(long, value_name = "SECS", default_value = "0", value_parser = parse_secs)]
+    wait: f64,
+    /// The API server (default: the pod's in-cluster configuration).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "FABPERF_K8S_API",
+        requires = "namespace"
+    )]
+    api_server: Option<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// Exit status when another run holds the Lease (the runner Job fails at
+/// once on it: another attempt would find it held too).
+pub const EXIT_LEASE_HELD: u8 = 4;
+/// Exit status when the API could not be asked (the Job retries).
+pub const EXIT_LEASE_API: u8 = 5;
+
+/// Seconds: a number, or a number with `s`, `m` or `h`.
+fn parse_secs(s: &str) -> Result<f64, String> {
+    let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        None => (s, 1.0),
+        Some((i, _)) => (
+            &s[..i],
+            match &s[i..] {
+                "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                other => return Err(format!("{s}: unknown unit {other:?}; use s, m or h")),
+            },
+        ),
+    };
+    let v = num
+        .parse::<f64>()
+        .map_err(|_| format!("{s:?} is not a number of seconds (or with s, m, h)"))?
+        * mul;
+    if !(0.0..=7.0 * 86400.0).contains(&v) {
+        return Err(format!("{s}: give 0 to 7 days"));
+    }
+    Ok(v)
+}
+
+fn api_client(url: Option<&str>, ns: Option<&str>) -> Result<fabperf_k8s::api::ApiClient> {
+    let c = match url {
+        Some(u) => fabperf_k8s::api::ApiClient::at(u, ns.unwrap_or("default"))?,
+        None => fabperf_k8s::api::ApiClient::in_cluster()?,
+    };
+    Ok(match ns {
+        Some(n) => c.with_namespace(n),
+        None => c,
+    })
 }
 
 #[derive(clap::Args)]
@@ -98,18 +196,42 @@ pub fn run(cmd: K8sCmd) -> Result<ExitCode> {
         K8sCmd::Render(a) => run_render(a),
         K8sCmd::DevicePluginConfig(a) => run_device_plugin(a),
         K8sCmd::PolicyScale(a) => run_policy_scale(a),
+        K8sCmd::Lease(a) => run_lease(a),
     }
 }
 
 fn run_policy_scale(a: PolicyScaleArgs) -> Result<ExitCode> {
-    let plan = fabperf_k8s::load_plan(&a.plan)?;
-    let Some(count) = a
-        .count
-        .or_else(|| plan.policy_scale.as_ref().map(|p| p.count))
-    else {
+    let plan = match &a.plan {
+        Some(p) => Some(fabperf_k8s::load_plan(p)?),
+        None => None,
+    };
+    let Some(count) = a.count.or_else(|| {
+        plan.as_ref()
+            .and_then(|p| p.policy_scale.as_ref().map(|p| p.count))
+    }) else {
         return Err(super::common::usage(
-            "give --count N (or [policy_scale] count in the plan)",
+            "give --count N (or $FABPERF_POLICIES, or [policy_scale] count in the plan)",
         ));
+    };
+    if a.apply {
+        let ns = a
+            .namespace
+            .clone()
+            .or_else(|| plan.as_ref().map(|p| p.namespace.clone()));
+        let port = a
+            .port
+            .or_else(|| plan.as_ref().map(|p| p.control_port))
+            .unwrap_or(fabperf_proto::DEFAULT_PORT);
+        let c = api_client(a.api_server.as_deref(), ns.as_deref())?;
+        let (deleted, created) = c.apply_policy_scale(port, count)?;
+        eprintln!(
+            "fabperf k8s policy-scale: {} now holds {created} policy-scale NetworkPolicies selecting the agents on port {port} ({deleted} removed)",
+            c.namespace()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(plan) = plan else {
+        return Err(super::common::usage("give --plan FILE (or --apply)"));
     };
     let mut out = String::new();
     for (i, p) in fabperf_k8s::policy::network_policies(&plan.namespace, plan.control_port, count)
@@ -193,7 +315,7 @@ fn run_render(a: RenderArgs) -> Result<ExitCode> {
             if plan.runner.is_some() {
                 let run = out.join(fabperf_k8s::runner::RUN_DIR);
                 eprintln!(
-                    "runner: once the agents are ready (kubectl -n {ns} rollout status ds/fabperf-<path>), start it with `kubectl apply -f {}/` and follow it with `kubectl -n {ns} logs -f job/{}`",
+                    "runner: once the agents are ready (`for ds in $(kubectl -n {ns} get ds -o name); do kubectl -n {ns} rollout status $ds; done`), start it with `kubectl apply -f {}/` and follow it with `kubectl -n {ns} logs -f job/{}`",
                     run.display(),
                     fabperf_k8s::runner::JOB_NAME,
                     ns = plan.namespace
@@ -284,4 +406,101 @@ fn run_device_plugin(a: DevicePluginArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_lease(a: LeaseArgs) -> Result<ExitCode> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let say = |m: &str| eprintln!("fabperf k8s lease: {m}");
+    let identity = a
+        .identity
+        .clone()
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(fabperf_agent::hostname);
+    let c = match api_client(a.api_server.as_deref(), a.namespace.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            say(&format!("{e:#}"));
+            return Ok(ExitCode::from(EXIT_LEASE_API));
+        }
+    };
+    let duration = Duration::from_secs_f64(a.duration.max(3.0));
+    let wait = Duration::from_secs_f64(a.wait);
+    let poll = Duration::from_secs(5).min(duration / 3);
+    let lease = format!("{}/{}", c.namespace(), a.name);
+    let got = c.acquire_lease(&a.name, &identity, duration, wait, poll, &mut |h| {
+        say(&format!(
+            "the Lease {lease} is held by {h}; waiting up to {:.0} s for it",
+            wait.as_secs_f64()
+        ))
+    });
+    match got {
+        Ok(()) => say(&format!(
+            "holding the Lease {lease} as {identity} (renewed every {:.0} s; a killed run frees it within {:.0} s)",
+            (duration / 3).as_secs_f64(),
+            duration.as_secs_f64()
+        )),
+        Err(e @ fabperf_k8s::api::LeaseError::Held { .. }) => {
+            say(&format!(
+                "{e}. Not starting. When it has finished (kubectl -n {ns} get lease {name}; kubectl -n {ns} get jobs), run again; [runner] lease_wait makes a run wait for the Lease instead",
+                ns = c.namespace(),
+                name = a.name
+            ));
+            return Ok(ExitCode::from(EXIT_LEASE_HELD));
+        }
+        Err(e) => {
+            say(&format!("{e}"));
+            return Ok(ExitCode::from(EXIT_LEASE_API));
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing the signal handlers")?;
+    }
+    let mut child = match std::process::Command::new(&a.command[0])
+        .args(&a.command[1..])
+        .spawn()
+    {
+        Ok(ch) => ch,
+        Err(e) => {
+            let _ = c.release_lease(&a.name, &identity);
+            bail!("cannot start {:?}: {e}", a.command[0]);
+        }
+    };
+    let mut last_renew = Instant::now();
+    let mut forwarded = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().context("waiting for the command")? {
+            break st;
+        }
+        if stop.load(Ordering::Relaxed) && !forwarded {
+            forwarded = true;
+            if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+        }
+        if last_renew.elapsed() >= duration / 3 {
+            last_renew = Instant::now();
+            if let Err(e) = c.renew_lease(&a.name, &identity) {
+                say(&format!(
+                    "{e:#}; the run goes on, but another run may start beside it"
+                ));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    match c.release_lease(&a.name, &identity) {
+        Ok(()) => say(&format!("released the Lease {lease}")),
+        Err(e) => say(&format!(
+            "{e:#}; it expires by itself within {:.0} s",
+            duration.as_secs_f64()
+        )),
+    }
+    use std::os::unix::process::ExitStatusExt;
+    Ok(ExitCode::from(match (status.code(), status.signal()) {
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
+        _ => 1,
+    }))
 }
