@@ -11,6 +11,7 @@ pub mod cells;
 pub mod drive;
 pub mod exec;
 pub mod plan;
+pub mod rails;
 pub mod schedule;
 pub mod summary;
 
