@@ -158,6 +158,15 @@ parse_ok tb_parse_node fp-node3 3 4
 parse_ok tb_parse_node node2 2 4
 parse_ok tb_parse_node 4 4 4
 for v in fp-node0 fp-node5 0 5 '' fp-switch ../fp-node1 'fp-node1 ' 'fp-node1;id' fp-node01x -1; do parse_bad tb_parse_node "$v" 4; done
+parse_ok tb_parse_rails 0 0
+parse_ok tb_parse_rails 2 2
+parse_ok tb_parse_rails 08 8
+# shellcheck disable=SC2016 # hostile input, kept literal on purpose
+for v in 9 -1 '' abc 1x 9999 '2;id' '$(id)'; do parse_bad tb_parse_rails "$v"; done
+parse_ok tb_parse_rail 0 0 2
+parse_ok tb_parse_rail 1 1 2
+for v in 2 -1 '' x 1.0 '1;id'; do parse_bad tb_parse_rail "$v" 2; done
+parse_bad tb_parse_rail 0 0
 parse_ok tb_parse_rate 1gbit 1000000000
 parse_ok tb_parse_rate 2.5Gbit 2500000000
 parse_ok tb_parse_rate 200mbit 200000000

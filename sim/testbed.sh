@@ -36,7 +36,7 @@ usage() {
 Usage: $PROG COMMAND [ARGS]
 
   up [--nodes N] [--node-ip mgmt|fabric] [--overlay-underlay auto|mgmt|fabric]
-     [--mgmt-rate R] [--fabric-rate R] [--service] [--build]
+     [--mgmt-rate R] [--fabric-rate R] [--service] [--rails R] [--build]
         Build the testbed: N nodes (default $TB_DEFAULT_NODES, $TB_MIN_NODES..$TB_MAX_NODES), namespaces
         ${TB_NODE_PREFIX}1..${TB_NODE_PREFIX}N and $TB_SWITCH_NS (the two bridges, gateway, DNS).
         --node-ip      link of the default route, so of the address a default
@@ -55,6 +55,11 @@ Usage: $PROG COMMAND [ARGS]
                        $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN) in front of the
                        other nodes' overlay agents, balanced per connection
                        (at most $TB_NARROW_MAX nodes)
+        --rails R      R more fabric links per node (0..$TB_MAX_RAILS, default 0): rail I is
+                       railI in the node, on its own bridge br-railI, address
+                       $TB_RAIL_NET.(10+I).K; one more agent per node
+                       (path "rails") serves all its rails on every address,
+                       port $TB_RAILS_PORT (docs/rails.md); at most $TB_NARROW_MAX nodes
         --build        run 'cargo build --release -p fabperf' when no fabperf
                        binary is found
   down  Stop everything and remove the testbed (idempotent; also cleans up
@@ -65,10 +70,11 @@ Usage: $PROG COMMAND [ARGS]
   exec NODE CMD [ARGS...]
         Run CMD inside NODE (${TB_NODE_PREFIX}K, nodeK, K, or 'switch'), with the
         testbed's fabperf first on PATH; exits with CMD's status.
-  degrade NODE [--rate R] [--delay D] [--loss P] [--egress-only]
+  degrade NODE [--rail I] [--rate R] [--delay D] [--loss P] [--egress-only]
         Shape NODE's fabric link in both directions: R bits/s (e.g. 200mbit),
         D added one way in each direction (e.g. 2ms), P percent lost per packet.
         --egress-only shapes only what NODE transmits (a transmit-side fault).
+        --rail I shapes NODE's rail I instead of fab0 (up --rails).
   inject --seed S --faults K [--kinds rate,delay,loss,tx-half] [--out FILE]
          [--rate-factor F] [--delay D] [--loss P]
         Fault K random nodes or links (node-disjoint), chosen by seed S, on the
@@ -77,9 +83,9 @@ Usage: $PROG COMMAND [ARGS]
         tx-half = a node that drops half of what it transmits. A link is one
         pair of nodes: only their traffic to each other is faulted. Writes the
         faults (JSON) to FILE and to the state; replaces earlier faults.
-  restore [NODE]
-        Remove what degrade applied to NODE; without NODE, every degraded
-        node and every injected fault.
+  restore [NODE [--rail I]]
+        Remove what degrade applied to NODE (to its rail I); without NODE,
+        every degraded node and rail and every injected fault.
 
 State, logs and the agents' token: $STATE (FABPERF_TESTBED_DIR).
 fabperf binary: \$FABPERF_BIN, else target/release/fabperf, target/debug/fabperf
@@ -170,6 +176,9 @@ require_up() {
         die 1 "no testbed is up; start one with 'sudo $PROG up'"
     fi
     NODES=$(state_get nodes)
+    RAILS=$(state_get rails || true)
+    RAILS=${RAILS:-0}
+    [[ $RAILS =~ ^[0-9]+$ ]] || die 1 "$STATE/testbed.env is damaged; run 'sudo $PROG down' and 'up' again"
     [[ $NODES =~ ^[0-9]+$ ]] || die 1 "$STATE/testbed.env is damaged; run 'sudo $PROG down' and 'up' again"
     tb_set_scale "$NODES"
     FABRIC_RATE=$(state_get fabric_rate)
@@ -293,36 +302,41 @@ cmd_down() {
 # ------------------------------------------------------------------ up
 
 start_agent() { # K PATH
-    local k=$1 path=$2 ip name log pidf pid i
-    ip=$(tb_path_ip "$k" "$path")
+    local k=$1 path=$2 ip name log pidf pid i port=$TB_PORT
+    if [[ $path == rails ]]; then
+        # Every rail of the node (and its other addresses), one agent.
+        ip=0.0.0.0 port=$TB_RAILS_PORT
+    else
+        ip=$(tb_path_ip "$k" "$path")
+    fi
     name="$(tb_node_ns "$k")-$path"
     log=$STATE/logs/$name.log
     pidf=$STATE/pids/$name.pid
     # shellcheck disable=SC2016 # expanded by the inner sh
     setsid ip netns exec "$(tb_node_ns "$k")" unshare --uts -- \
         sh -c 'hostname "$1" && shift && exec "$@"' sh "$(tb_node_ns "$k")" \
-        "$FABPERF" server --bind "$ip" --port "$TB_PORT" --token-file "$STATE/token" --path-label "$path" --http \
+        "$FABPERF" server --bind "$ip" --port "$port" --token-file "$STATE/token" --path-label "$path" --http \
         --allow-tune all --state-dir "$STATE/tune-state" \
         </dev/null >"$log" 2>&1 9>&- &
     pid=$!
     echo "$pid" >"$pidf"
-    AGENT_PIDS+=("$pid:$k:$ip:$name")
+    AGENT_PIDS+=("$pid:$k:$ip:$name:$port")
 }
 
 wait_agents() {
-    local entry pid k ip name i
+    local entry pid k ip name i port
     for entry in "${AGENT_PIDS[@]}"; do
-        IFS=: read -r pid k ip name <<<"$entry"
+        IFS=: read -r pid k ip name port <<<"$entry"
         for i in $(seq 1 100); do
             if ! pid_alive "$pid"; then
                 local st=0
                 wait "$pid" || st=$?
                 die 1 "agent $name ($FABPERF server --bind $ip) exited at start with status $st: $(tail -n 5 "$STATE/logs/$name.log" | tr '\n' ' ')"
             fi
-            if ip netns exec "$(tb_node_ns "$k")" ss -Htln "src $ip:$TB_PORT" 2>/dev/null | grep -q .; then
+            if ip netns exec "$(tb_node_ns "$k")" ss -Htln "src $ip:$port" 2>/dev/null | grep -q .; then
                 break
             fi
-            ((i < 100)) || die 1 "agent $name does not listen on $ip:$TB_PORT after 20 s; its log: $STATE/logs/$name.log"
+            ((i < 100)) || die 1 "agent $name does not listen on $ip:$port after 20 s; its log: $STATE/logs/$name.log"
             sleep 0.2
         done
     done
@@ -414,6 +428,14 @@ build_node() { # K
     ip -n "$ns" addr add "$(tb_fabric_ip "$k")/$TB_NODE_PREFIXLEN" dev fab0
     shape_fabric "$ns" fab0
     shape_fabric "$sw" "f-node$k"
+    # Rails: railI in the node, rI-nodeK on br-railI, MTU 9000, unshaped.
+    local r
+    for ((r = 0; r < RAILS; r++)); do
+        ip link add "rail$r" netns "$ns" type veth peer name "r$r-node$k" netns "$sw"
+        ip -n "$ns" link set "rail$r" mtu "$TB_FABRIC_MTU" up
+        ip -n "$sw" link set "r$r-node$k" mtu "$TB_FABRIC_MTU" master "br-rail$r" up
+        ip -n "$ns" addr add "$(tb_rail_ip "$k" "$r")/$TB_PREFIXLEN" dev "rail$r"
+    done
     # The default route decides the node address (kubelet without --node-ip).
     if [[ $NODE_IP_LINK == fabric ]]; then
         ip -n "$ns" route add default via "$(tb_fabric_gw)" dev fab0
@@ -558,6 +580,7 @@ cmd_up() {
     MGMT_RATE=1000000000
     FABRIC_RATE=
     SERVICE=0
+    RAILS=0
     local build=0
     while [[ $# -gt 0 ]]; do
         case $1 in
@@ -590,6 +613,11 @@ cmd_up() {
                 SERVICE=1
                 shift
                 ;;
+            --rails)
+                [[ $# -ge 2 ]] || die 2 "--rails needs a number of rails (0..$TB_MAX_RAILS)"
+                RAILS=$(tb_parse_rails "$2") || exit 2
+                shift 2
+                ;;
             --build)
                 build=1
                 shift
@@ -599,6 +627,9 @@ cmd_up() {
     done
     if [[ $OVERLAY_CHOICE == auto ]]; then OVERLAY_LINK=$NODE_IP_LINK; else OVERLAY_LINK=$OVERLAY_CHOICE; fi
     tb_set_scale "$NODES"
+    if ((RAILS > 0 && NODES > TB_NARROW_MAX)); then
+        die 2 "up: --rails takes at most $TB_NARROW_MAX nodes (each rail is a /24); drop --rails or use fewer nodes"
+    fi
     if ((SERVICE && NODES > TB_NARROW_MAX)); then
         die 2 "up: --service takes at most $TB_NARROW_MAX nodes (each node's service address is in $TB_NODE_SERVICE_NET.0/24); drop --service or use fewer nodes"
     fi
@@ -651,11 +682,17 @@ cmd_up() {
     ip -n "$sw" link set br-mgmt mtu "$TB_MGMT_MTU" up
     ip -n "$sw" addr add "$(tb_mgmt_gw)/$TB_NODE_PREFIXLEN" dev br-mgmt
     ip -n "$sw" addr add "$(tb_fabric_gw)/$TB_NODE_PREFIXLEN" dev br-fabric
+    for ((k = 0; k < RAILS; k++)); do
+        ip -n "$sw" link add "br-rail$k" type bridge stp_state 0 mcast_snooping 0
+    done
     write_resolv_conf "$sw"
     for ((k = 1; k <= NODES; k++)); do
         build_node "$k"
     done
     ip -n "$sw" link set br-fabric mtu "$TB_FABRIC_MTU" up
+    for ((k = 0; k < RAILS; k++)); do
+        ip -n "$sw" link set "br-rail$k" mtu "$TB_FABRIC_MTU" up
+    done
     for k in $(seq 1 "$NODES") "$TB_GW_HOST"; do
         build_overlay "$k" || die 1 "cannot create the VXLAN overlay: the kernel needs vxlan support (modprobe vxlan)"
     done
@@ -673,6 +710,7 @@ overlay_mtu=$(( $([[ $OVERLAY_LINK == fabric ]] && echo "$TB_FABRIC_MTU" || echo
 mgmt_rate=$MGMT_RATE
 fabric_rate=$FABRIC_RATE
 service=$SERVICE
+rails=$RAILS
 fabperf=$FABPERF
 EOF
 
@@ -684,11 +722,13 @@ EOF
         for path in $TB_PATHS; do
             start_agent "$k" "$path"
         done
+        ((RAILS == 0)) || start_agent "$k" rails
     done
     wait_agents
     UP_DONE=1
     trap - EXIT INT TERM
     log "up: $NODES nodes, $((NODES * 3)) agents on port $TB_PORT (fabperf and HTTP), DNS on $(tb_dns_ip)"
+    ((RAILS == 0)) || log "rails: $RAILS per node (railI, $TB_RAIL_NET.(10+I).K); their agents on port $TB_RAILS_PORT, path \"rails\""
     [[ $SERVICE == 0 ]] || log "service addresses: $(tb_node_service_ip 1)-$NODES:$TB_PORT (${TB_NODE_PREFIX}K.$TB_SERVICE_NAME.$TB_DOMAIN) -> node K's overlay agent alone; $(tb_service_ip):$TB_PORT ($TB_SERVICE_NAME.$TB_DOMAIN) -> the other nodes' overlay agents, balanced per connection"
     log "token file for clients: $STATE/token"
     log "try: sudo $PROG exec ${TB_NODE_PREFIX}1 fabperf tcp-bw ${TB_NODE_PREFIX}2.fabric.agents.$TB_DOMAIN -t 3 --token-file $STATE/token"
@@ -737,6 +777,13 @@ cmd_status() {
     printf '%-10s %-16s %-16s %-16s %s\n' "$TB_SWITCH_NS" "$(tb_mgmt_gw)" "$(tb_fabric_gw)" "$(tb_overlay_ip "$TB_GW_HOST")" \
         "(bridges, gateway, DNS; a controller can run here: exec switch)"
     echo "(* = node address: the default-route link)"
+    if ((RAILS > 0)); then
+        echo "rails: $RAILS per node, railI = $TB_RAIL_NET.(10+I).K on br-railI, MTU $TB_FABRIC_MTU"
+        local f
+        for f in "$STATE"/degraded/*-rail*; do
+            [[ -f $f ]] && echo "  ${f##*/} degraded: $(cat "$f")"
+        done
+    fi
     echo
     printf '%-10s %-12s %-21s %-8s %s\n' NODE PATH ADDRESS PID STATE
     for ((k = 1; k <= NODES; k++)); do
@@ -757,6 +804,16 @@ cmd_status() {
             fi
             printf '%-10s %-12s %-21s %-8s %s\n' "$ns" "$path" "$ip:$TB_PORT" "$pid" "$st"
         done
+        if ((RAILS > 0)); then
+            pid=$(cat "$STATE/pids/$ns-rails.pid" 2>/dev/null || echo -)
+            if pid_alive "$pid" && ip netns exec "$ns" ss -Htln "sport = :$TB_RAILS_PORT" 2>/dev/null | grep -q .; then
+                st="alive, listening"
+            else
+                st="DEAD or not listening (log: $STATE/logs/$ns-rails.log)"
+                bad=1
+            fi
+            printf '%-10s %-12s %-21s %-8s %s\n' "$ns" rails "0.0.0.0:$TB_RAILS_PORT" "$pid" "$st"
+        fi
     done
     echo
     pid=$(cat "$STATE/pids/dnsmasq.pid" 2>/dev/null || echo -)
@@ -824,10 +881,16 @@ cmd_exec() {
 
 cmd_degrade() {
     [[ $# -ge 1 ]] || die 2 "degrade needs a node: $PROG degrade ${TB_NODE_PREFIX}2 --rate 200mbit [--delay 1ms] [--loss 0.5] [--egress-only]"
-    local node=$1 rate='' delay='' loss='' egress_only=0
+    local node=$1 rate='' delay='' loss='' egress_only=0 rail=''
     shift
     while [[ $# -gt 0 ]]; do
         case $1 in
+            --rail)
+                [[ $# -ge 2 ]] || die 2 "--rail needs a rail number"
+                [[ $2 =~ ^[0-9]{1,3}$ ]] || die 2 "--rail wants a rail number, got '$2'"
+                rail=$2
+                shift 2
+                ;;
             --rate)
                 [[ $# -ge 2 ]] || die 2 "--rate needs a value such as 200mbit"
                 rate=$(tb_parse_rate "$2") || exit 2
@@ -847,7 +910,7 @@ cmd_degrade() {
                 egress_only=1
                 shift
                 ;;
-            *) die 2 "degrade: unknown argument '$1' (give --rate, --delay and/or --loss, and --egress-only)" ;;
+            *) die 2 "degrade: unknown argument '$1' (give --rate, --delay and/or --loss, --egress-only, --rail I)" ;;
         esac
     done
     [[ -n $rate$delay$loss ]] || die 2 "degrade needs at least one of --rate R, --delay D, --loss P"
@@ -856,18 +919,20 @@ cmd_degrade() {
     require_up
     local k
     k=$(tb_parse_node "$node" "$NODES") || exit 2
+    if [[ -n $rail ]]; then rail=$(tb_parse_rail "$rail" "$RAILS") || exit 2; fi
     take_lock
-    local ns sw=$TB_SWITCH_NS
+    local ns sw=$TB_SWITCH_NS dev peer what key
     ns=$(tb_node_ns "$k")
+    link_of "$k" "$rail"
     # The node's end shapes what it transmits, the switch's end what it
     # receives; --egress-only leaves the switch's end unshaped.
     if [[ $egress_only -eq 1 ]]; then
-        tc -n "$sw" qdisc del dev "f-node$k" root 2>/dev/null || true
+        tc -n "$sw" qdisc del dev "$peer" root 2>/dev/null || true
     fi
-    if ! degrade_dev "$ns" fab0 "$rate" "$delay" "$loss" ||
-        { [[ $egress_only -eq 0 ]] && ! degrade_dev "$sw" "f-node$k" "$rate" "$delay" "$loss"; }; then
-        undegrade "$k"
-        die 1 "could not degrade $ns (see above); its fabric link is now not degraded at all"
+    if ! degrade_dev "$ns" "$dev" "$rate" "$delay" "$loss" ||
+        { [[ $egress_only -eq 0 ]] && ! degrade_dev "$sw" "$peer" "$rate" "$delay" "$loss"; }; then
+        undegrade "$k" "$rail"
+        die 1 "could not degrade $ns's $what (see above); it is now not degraded at all"
     fi
     local desc=() way="each way" both="both ways"
     if [[ $egress_only -eq 1 ]]; then
@@ -878,8 +943,8 @@ cmd_degrade() {
     [[ -z $delay ]] || desc+=("delay ${delay}us $way")
     [[ -z $loss ]] || desc+=("loss $(tb_fmt_loss "$loss") $way")
     [[ $egress_only -eq 0 ]] || desc+=("(transmit only)")
-    echo "${desc[*]}" >"$STATE/degraded/$ns"
-    log "$ns fabric link degraded $both: ${desc[*]} (undo: $PROG restore $ns)"
+    echo "${desc[*]}" >"$STATE/degraded/$key"
+    log "$ns $what degraded $both: ${desc[*]} (undo: $PROG restore $ns${rail:+ --rail $rail})"
 }
 
 # NODE's fabric link is shaped on the egress of both veth ends:
@@ -916,16 +981,39 @@ degrade_dev() { # NS DEV RATE_BPS DELAY_US LOSS_PPM
     fi
 }
 
-undegrade() { # K: both ends of node K's fabric link back to as 'up' left them
-    tc -n "$(tb_node_ns "$1")" qdisc del dev fab0 root 2>/dev/null || true
-    tc -n "$TB_SWITCH_NS" qdisc del dev "f-node$1" root 2>/dev/null || true
-    shape_fabric "$(tb_node_ns "$1")" fab0 || true
-    shape_fabric "$TB_SWITCH_NS" "f-node$1" || true
-    rm -f "$STATE/degraded/$(tb_node_ns "$1")"
+# link_of K [RAIL]: node K's fabric link (fab0), or its rail RAIL: sets dev
+# (in the node), peer (in the switch), what (in words) and key (its file in
+# $STATE/degraded).
+link_of() {
+    if [[ -n ${2:-} ]]; then
+        dev=rail$2 peer=r$2-node$1 what="rail $2 (rail$2)" key=$(tb_node_ns "$1")-rail$2
+    else
+        dev=fab0 peer=f-node$1 what="fabric link" key=$(tb_node_ns "$1")
+    fi
+}
+
+# undegrade K [RAIL]: both ends of node K's fabric link (or rail) back to as
+# 'up' left them (the fabric link shaped to --fabric-rate, a rail unshaped).
+undegrade() {
+    local dev peer what key
+    link_of "$1" "${2:-}"
+    tc -n "$(tb_node_ns "$1")" qdisc del dev "$dev" root 2>/dev/null || true
+    tc -n "$TB_SWITCH_NS" qdisc del dev "$peer" root 2>/dev/null || true
+    if [[ -z ${2:-} ]]; then
+        shape_fabric "$(tb_node_ns "$1")" fab0 || true
+        shape_fabric "$TB_SWITCH_NS" "f-node$1" || true
+    fi
+    rm -f "$STATE/degraded/$key"
 }
 
 cmd_restore() {
-    [[ $# -le 1 ]] || die 2 "restore takes at most one node: $PROG restore ${TB_NODE_PREFIX}2 (or no node: everything)"
+    local rail=''
+    if [[ $# -eq 3 && $2 == --rail ]]; then
+        [[ $3 =~ ^[0-9]{1,3}$ ]] || die 2 "--rail wants a rail number, got '$3'"
+        rail=$3
+    elif [[ $# -gt 1 ]]; then
+        die 2 "restore takes at most one node (and --rail I for a rail): $PROG restore ${TB_NODE_PREFIX}2 [--rail 1], or no node: everything"
+    fi
     need_root restore
     need_tools ip tc flock
     require_up
@@ -934,20 +1022,22 @@ cmd_restore() {
         restore_all
         return
     fi
-    local k ns
+    local k ns dev peer what key
     k=$(tb_parse_node "$1" "$NODES") || exit 2
+    if [[ -n $rail ]]; then rail=$(tb_parse_rail "$rail" "$RAILS") || exit 2; fi
     take_lock
     ns=$(tb_node_ns "$k")
-    if [[ -f $STATE/inject/nodes ]] && grep -qx "$ns" "$STATE/inject/nodes"; then
+    if [[ -z $rail && -f $STATE/inject/nodes ]] && grep -qx "$ns" "$STATE/inject/nodes"; then
         die 1 "$ns carries injected faults ($STATE/inject/truth.json); 'sudo $PROG restore' without a node removes them all"
     fi
+    link_of "$k" "$rail"
     local was
-    was=$(cat "$STATE/degraded/$ns" 2>/dev/null || true)
-    undegrade "$k"
+    was=$(cat "$STATE/degraded/$key" 2>/dev/null || true)
+    undegrade "$k" "$rail"
     if [[ -n $was ]]; then
-        log "$ns fabric link restored (was: $was)"
+        log "$ns $what restored (was: $was)"
     else
-        log "$ns fabric link was not degraded; nothing to restore"
+        log "$ns $what was not degraded; nothing to restore"
     fi
 }
 
@@ -1238,8 +1328,13 @@ restore_all() {
         [[ -f $f ]] || continue
         k=${f##*/}
         k=${k#"$TB_NODE_PREFIX"}
-        [[ $k =~ ^[0-9]+$ ]] || continue
-        undegrade "$k"
+        if [[ $k =~ ^([0-9]+)-rail([0-9]+)$ ]]; then
+            undegrade "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+        elif [[ $k =~ ^[0-9]+$ ]]; then
+            undegrade "$k"
+        else
+            continue
+        fi
         n=$((n + 1))
     done
     rm -rf "${STATE:?}/inject"

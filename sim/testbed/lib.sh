@@ -50,6 +50,12 @@ TB_PREFIXLEN=24 # the service subnets'
 TB_GW_HOST=254
 TB_NODE_PREFIXLEN=24
 TB_WIDE=0
+# Rails (up --rails R, at most TB_NARROW_MAX nodes): rail I is railI in each
+# node, on its own bridge br-railI, subnet 198.18.(10+I).0/24; one agent per
+# node serves them all on TB_RAILS_PORT (every address of the node).
+TB_MAX_RAILS=8
+TB_RAIL_NET=198.18 # third octet 10 + rail number (10..17)
+TB_RAILS_PORT=5302
 
 # tb_set_scale N: the addressing for an N-node testbed (sourcing scripts call
 # it before asking for an address when N may exceed TB_NARROW_MAX).
@@ -84,6 +90,7 @@ tb_node_service_ip() { printf '%s.%d' "$TB_NODE_SERVICE_NET" "$1"; }
 # kube-proxy's per-endpoint probability: 1/N with ten decimals (the i-th of
 # N endpoints gets 1/(N-i) of what the rules before it left).
 tb_probability() { awk -v n="$1" 'BEGIN { printf "%0.10f", 1 / n }'; }
+tb_rail_ip() { printf '%s.%d.%d' "$TB_RAIL_NET" $((10 + $2)) "$1"; } # K RAIL
 tb_node_ns() { printf '%s%d' "$TB_NODE_PREFIX" "$1"; }
 # Deterministic MAC of node K's VXLAN device (locally administered, unicast).
 tb_overlay_mac() { printf '02:fb:02:00:%02x:%02x' $(($1 / 256)) $(($1 % 256)); }
@@ -138,6 +145,36 @@ tb_parse_node() {
         return 1
     fi
     echo "'$v' is not a node: name one as ${TB_NODE_PREFIX}K, nodeK or K (1 to $n)" >&2
+    return 1
+}
+
+# Rails count for up --rails: 0 (none) to TB_MAX_RAILS.
+tb_parse_rails() {
+    local v=$1
+    if [[ $v =~ ^[0-9]{1,3}$ ]] && ((10#$v <= TB_MAX_RAILS)); then
+        echo $((10#$v))
+        return 0
+    fi
+    echo "--rails wants a whole number from 0 to $TB_MAX_RAILS (fabric links per node besides fab0), got '$v'" >&2
+    return 1
+}
+
+# A rail of this testbed for degrade/restore --rail: 0 to R-1.
+tb_parse_rail() {
+    local v=$1 r=$2
+    if [[ $v =~ ^[0-9]{1,3}$ ]]; then
+        if ((10#$v < r)); then
+            echo $((10#$v))
+            return 0
+        fi
+        if ((r == 0)); then
+            echo "this testbed has no rails (bring it up with 'up --rails R')" >&2
+        else
+            echo "no rail $v in this testbed: it has rails 0 to $((r - 1))" >&2
+        fi
+        return 1
+    fi
+    echo "--rail wants a rail number (0 to $((r > 0 ? r - 1 : 0))), got '$v'" >&2
     return 1
 }
 

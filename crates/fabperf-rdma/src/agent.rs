@@ -54,9 +54,14 @@ trait LinkParams {
     fn cpu(&self) -> &CpuSpec;
     /// Where the agent's buffers live, and how GPU memory is registered.
     fn memory(&self) -> (&MemSpec, GpuReg);
+    /// The device and port the client asks the agent to use (`--remote-device`).
+    fn agent_device(&self) -> (Option<&str>, Option<u8>);
 }
 
 impl LinkParams for BwParams {
+    fn agent_device(&self) -> (Option<&str>, Option<u8>) {
+        (self.remote_device.as_deref(), self.remote_ib_port)
+    }
     fn link(&self) -> (Option<u32>, bool, PollPriority) {
         (self.mtu, self.rdma_cm, self.poll_priority)
     }
@@ -69,6 +74,9 @@ impl LinkParams for BwParams {
 }
 
 impl LinkParams for LatParams {
+    fn agent_device(&self) -> (Option<&str>, Option<u8>) {
+        (self.remote_device.as_deref(), self.remote_ib_port)
+    }
     fn link(&self) -> (Option<u32>, bool, PollPriority) {
         (self.mtu, self.rdma_cm, self.poll_priority)
     }
@@ -124,6 +132,22 @@ fn close(mut ep: Endpoint) {
     }
 }
 
+/// The device, port and GID index the agent opens: the ones the request names
+/// (`--remote-device`: a runner picks each rail's device), else the agent's own
+/// (`fabperf server --rdma-*`). The agent's GID index belongs to its own device and is
+/// not carried over to another.
+fn agent_choice<'a>(
+    opts: &'a AgentRdmaOpts,
+    asked: (Option<&'a str>, Option<u8>),
+) -> (Option<&'a str>, Option<u8>, Option<u32>) {
+    match asked {
+        (Some(d), port) if opts.device.as_deref() != Some(d) => (Some(d), port, None),
+        (Some(d), port) => (Some(d), port.or(opts.ib_port), opts.gid_index),
+        (None, Some(port)) => (opts.device.as_deref(), Some(port), None),
+        (None, None) => (opts.device.as_deref(), opts.ib_port, opts.gid_index),
+    }
+}
+
 /// Open the device, pin this thread (`--cpu`), build and connect the
 /// endpoint, send `Accept`. Also returns whether this side's polling loops
 /// run at SCHED_IDLE, and this end of the test.
@@ -136,10 +160,11 @@ fn setup<P: LinkParams>(
     let (forced_mtu, rdma_cm, poll) = req.params.link();
     let bytes = 2 * cfg.slot as u64 * cfg.qps as u64;
     ctx.limits.check_memory(bytes, "the RDMA buffers")?;
+    let (device, ib_port, gid_index) = agent_choice(opts, req.params.agent_device());
     let dev = open_device(
-        opts.device.as_deref(),
-        opts.ib_port,
-        opts.gid_index,
+        device,
+        ib_port,
+        gid_index,
         Some(ctx.local().ip()),
         req.client.gid_type,
     )?;
@@ -417,5 +442,45 @@ impl TestKind for LatKind {
         });
         close(ep);
         r.map_err(|e| e.to_serve())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requested_device_wins_without_the_agents_gid_index() {
+        let own = AgentRdmaOpts {
+            device: Some("mlx5_0".into()),
+            ib_port: Some(1),
+            gid_index: Some(3),
+        };
+        // Nothing asked: the agent's own choice.
+        assert_eq!(
+            agent_choice(&own, (None, None)),
+            (Some("mlx5_0"), Some(1), Some(3))
+        );
+        // Another device (a rail): its port as asked, the GID by rule.
+        assert_eq!(
+            agent_choice(&own, (Some("mlx5_3"), None)),
+            (Some("mlx5_3"), None, None)
+        );
+        assert_eq!(
+            agent_choice(&own, (Some("mlx5_3"), Some(2))),
+            (Some("mlx5_3"), Some(2), None)
+        );
+        // Its own device named: its settings stay.
+        assert_eq!(
+            agent_choice(&own, (Some("mlx5_0"), None)),
+            (Some("mlx5_0"), Some(1), Some(3))
+        );
+        // An agent without a device of its own.
+        let free = AgentRdmaOpts::default();
+        assert_eq!(
+            agent_choice(&free, (Some("rxe1"), None)),
+            (Some("rxe1"), None, None)
+        );
+        assert_eq!(agent_choice(&free, (None, None)), (None, None, None));
     }
 }

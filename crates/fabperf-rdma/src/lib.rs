@@ -91,6 +91,14 @@ pub struct BwParams {
     pub device: Option<String>,
     pub ib_port: Option<u8>,
     pub gid_index: Option<u32>,
+    /// The agent's RDMA device for this test (`--remote-device`); `None`: the agent's own
+    /// choice (its `--rdma-device`, else the device carrying the address the test came in
+    /// on). A runner names it for each rail of a node. Sent only when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_device: Option<String>,
+    /// The port of that device (`--remote-ib-port`). Sent only when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_ib_port: Option<u8>,
     /// Force the path MTU (bytes).
     pub mtu: Option<u32>,
     /// Connect the QPs through librdmacm instead of the out-of-band exchange.
@@ -135,6 +143,8 @@ impl Default for BwParams {
             device: None,
             ib_port: None,
             gid_index: None,
+            remote_device: None,
+            remote_ib_port: None,
             mtu: None,
             rdma_cm: false,
             poll_priority: PollPriority::Auto,
@@ -167,6 +177,14 @@ pub struct LatParams {
     pub device: Option<String>,
     pub ib_port: Option<u8>,
     pub gid_index: Option<u32>,
+    /// The agent's RDMA device for this test (`--remote-device`); `None`: the agent's own
+    /// choice (its `--rdma-device`, else the device carrying the address the test came in
+    /// on). A runner names it for each rail of a node. Sent only when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_device: Option<String>,
+    /// The port of that device (`--remote-ib-port`). Sent only when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_ib_port: Option<u8>,
     pub mtu: Option<u32>,
     /// Connect the QPs through librdmacm instead of the out-of-band exchange.
     pub rdma_cm: bool,
@@ -205,6 +223,8 @@ impl Default for LatParams {
             device: None,
             ib_port: None,
             gid_index: None,
+            remote_device: None,
+            remote_ib_port: None,
             mtu: None,
             rdma_cm: false,
             poll_priority: PollPriority::Auto,
@@ -316,6 +336,27 @@ fn check_common(c: Common<'_>) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest RDMA device name a request may name (the kernel's IB_DEVICE_NAME_MAX is 64).
+pub const MAX_DEVICE_NAME: usize = 63;
+
+/// A device name the agent is asked to use: what the kernel allows in an RDMA device name
+/// (letters, digits, `_`, `-`, `.`), at most [`MAX_DEVICE_NAME`] bytes.
+fn check_remote_device(name: Option<&str>) -> Result<(), String> {
+    let Some(n) = name else { return Ok(()) };
+    let ok = !n.is_empty()
+        && n.len() <= MAX_DEVICE_NAME
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "--remote-device {:?} is not an RDMA device name (letters, digits, '_', '-', '.', at most {MAX_DEVICE_NAME})",
+            n.chars().take(80).collect::<String>()
+        ))
+    }
+}
+
 impl BwParams {
     /// The agent's memory: `remote_mem`, else `mem`.
     pub fn agent_mem(&self) -> &MemSpec {
@@ -338,6 +379,7 @@ impl BwParams {
             inline: self.inline,
             polls_memory: false,
         })?;
+        check_remote_device(self.remote_device.as_deref())?;
         if self.qps == 0 || self.qps > 4096 {
             return Err(format!("--qps {} must be 1 .. 4096", self.qps));
         }
@@ -431,6 +473,7 @@ impl LatParams {
             inline: self.inline.unwrap_or(0),
             polls_memory: self.op == Op::Write,
         })?;
+        check_remote_device(self.remote_device.as_deref())?;
         if let Some(i) = self.inline {
             if i > 4096 {
                 return Err(format!("--inline {i} is larger than any device allows"));
@@ -560,6 +603,32 @@ mod tests {
         assert!(l.validate().unwrap_err().contains("iterations"));
         l.duration = Some(1.0);
         assert!(l.validate().is_ok());
+    }
+
+    #[test]
+    fn the_agents_device_is_a_device_name() {
+        // Not named: nothing new on the wire.
+        let j = serde_json::to_value(LatParams::default()).unwrap();
+        assert!(j.get("remote_device").is_none() && j.get("remote_ib_port").is_none());
+        let mut b = BwParams {
+            remote_device: Some("mlx5_3".into()),
+            remote_ib_port: Some(1),
+            ..BwParams::default()
+        };
+        assert!(b.validate().is_ok());
+        let j = serde_json::to_value(&b).unwrap();
+        assert_eq!(j["remote_device"], "mlx5_3");
+        assert_eq!(serde_json::from_value::<BwParams>(j).unwrap(), b);
+        for bad in ["", "../mlx5_0", "a b", "mlx5_0\n", &"x".repeat(64)] {
+            b.remote_device = Some(bad.to_string());
+            let e = b.validate().unwrap_err();
+            assert!(e.contains("--remote-device"), "{bad:?}: {e}");
+            let l = LatParams {
+                remote_device: Some(bad.to_string()),
+                ..LatParams::default()
+            };
+            assert!(l.validate().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

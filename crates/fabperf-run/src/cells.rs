@@ -196,6 +196,30 @@ fn names(nodes: &[&RosterAgent], flows: &[(usize, usize)]) -> Vec<(String, Strin
 /// indices.
 type Instance = (Value, Vec<(usize, usize)>);
 
+/// A batch of pair instances on rails: per rail shift, one batch with every
+/// pair on every rail (they run at the same time); without rails, as it is.
+fn on_rails(
+    batch: Vec<Instance>,
+    rails: Option<(&crate::rails::Rails, usize)>,
+) -> Vec<Vec<Instance>> {
+    let Some((r, n)) = rails else {
+        return vec![batch];
+    };
+    crate::rails::shifts(r, n)
+        .into_iter()
+        .map(|k| {
+            batch
+                .iter()
+                .flat_map(|(inst, flows)| {
+                    (0..n).map(move |i| {
+                        (crate::rails::instance(inst.clone(), i, k, n), flows.clone())
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Every cell of the plan in execution order. Cells of one mesh round share
 /// a batch number (they run at the same time); every other cell has a batch
 /// of its own.
@@ -208,15 +232,28 @@ pub fn expand(plan: &Plan, roster: &Roster) -> Result<Vec<CellSpec>, String> {
             for path in &t.paths {
                 let nodes = roster.nodes(path);
                 let index = |name: &str| nodes.iter().position(|n| n.name == name);
+                // On rails: how many, from the plan or the agents' hellos.
+                let rails = t
+                    .rails
+                    .as_ref()
+                    .map(|r| (r, crate::rails::rail_count(r, &nodes)));
+                if let Some((_, 0)) = rails {
+                    problems.push(format!(
+                        "test {:?}: no agent on path {path:?} announces an RDMA device with an address (rails = \"rdma\"); name the rails (rails = [\"mlx5_0\", ...]) or check `fabperf detect` on the nodes",
+                        t.name
+                    ));
+                    continue;
+                }
                 // The pattern's instances: (instance key, flows) per batch.
                 let mut batches: Vec<Vec<Instance>> = Vec::new();
                 match &t.pattern {
                     Pattern::Pairs(pairs) => {
                         for (a, b) in pairs {
                             match (index(a), index(b)) {
-                                (Some(x), Some(y)) => {
-                                    batches.push(vec![(json!({"pair": [a, b]}), vec![(x, y)])])
-                                }
+                                (Some(x), Some(y)) => batches.extend(on_rails(
+                                    vec![(json!({"pair": [a, b]}), vec![(x, y)])],
+                                    rails,
+                                )),
                                 _ => {
                                     let missing: Vec<&str> = [a, b]
                                         .into_iter()
@@ -252,7 +289,7 @@ pub fn expand(plan: &Plan, roster: &Roster) -> Result<Vec<CellSpec>, String> {
                             schedule::round_robin(nodes.len())
                         };
                         for r in rounds {
-                            batches.push(
+                            batches.extend(on_rails(
                                 r.into_iter()
                                     .map(|(a, b)| {
                                         (
@@ -261,7 +298,8 @@ pub fn expand(plan: &Plan, roster: &Roster) -> Result<Vec<CellSpec>, String> {
                                         )
                                     })
                                     .collect(),
-                            );
+                                rails,
+                            ));
                         }
                     }
                     Pattern::Incast { receivers } => {
@@ -333,7 +371,7 @@ pub fn expand(plan: &Plan, roster: &Roster) -> Result<Vec<CellSpec>, String> {
                                 pattern: t.pattern.name().to_string(),
                                 flows: names(&nodes, flows),
                                 params: point.params.clone(),
-                                dims: Value::Object(point.dims.clone()),
+                                dims: crate::rails::cell_dims(&point.dims, instance),
                                 repeat,
                             });
                         }

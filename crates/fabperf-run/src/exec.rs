@@ -1008,6 +1008,25 @@ impl Exec<'_> {
         self.roster.get(path, name)
     }
 
+    /// Where a flow of cell `c` from `s` to `d` goes, with what parameters:
+    /// on its rails for a rail cell ([`crate::rails::route`]).
+    fn rail_route(
+        &self,
+        c: &CellSpec,
+        s: &RosterAgent,
+        d: &RosterAgent,
+    ) -> Result<(SocketAddr, Value), CellError> {
+        let t = self.plan.tests.iter().find(|t| t.name == c.test);
+        match t.and_then(|t| crate::rails::route(t, c, s, d)) {
+            Some(Ok(r)) => Ok((r.target, r.params)),
+            Some(Err(msg)) => Err(CellError {
+                msg,
+                transient: false,
+            }),
+            None => Ok((d.test_addr, c.params.clone())),
+        }
+    }
+
     fn expected(&self, c: &CellSpec) -> f64 {
         Kind::parse(&c.kind)
             .map(|k| crate::drive::inner_secs(k, &c.params))
@@ -1261,6 +1280,8 @@ impl Exec<'_> {
     ) -> (Vec<CellResult>, f64, BatchTiming) {
         let nflows: usize = cells.iter().map(|c| c.flows.len()).sum();
         let sync = nflows > 1;
+        // Rail cells: a node serves its rails at once, in one group.
+        let rails_group = crate::rails::batch_group(cells);
         // What each flow needs.
         let mut plans: Vec<FlowPlan> = Vec::new();
         // A target that was unreachable when the run began is asked again
@@ -1314,12 +1335,14 @@ impl Exec<'_> {
                     }
                     // A cell's concurrent flows share one group, so their
                     // common receiver serves them at once.
-                    let group =
-                        (c.flows.len() > 1 || tuned.contains(&ci)).then(|| c.cell_id.clone());
+                    let group = rails_group.clone().or_else(|| {
+                        (c.flows.len() > 1 || tuned.contains(&ci)).then(|| c.cell_id.clone())
+                    });
+                    let (target, inner) = self.rail_route(c, s, d)?;
                     let params = serde_json::to_value(DriveParams {
-                        target: d.test_addr,
+                        target,
                         test: c.kind.clone(),
-                        params: c.params.clone(),
+                        params: inner,
                         sync,
                         group,
                     })
@@ -1332,7 +1355,9 @@ impl Exec<'_> {
                     Ok((
                         s.addr,
                         params,
-                        tuned.contains(&ci).then(|| c.cell_id.clone()),
+                        rails_group
+                            .clone()
+                            .or_else(|| tuned.contains(&ci).then(|| c.cell_id.clone())),
                     ))
                 })();
                 plans.push((ci, fi, p));
@@ -1928,7 +1953,8 @@ fn retest_mesh(
                 let Some((a, b)) = proto.flows.first().cloned() else {
                     continue;
                 };
-                let instance = json!({"retest": round, "pair": [a, b]});
+                let mut instance = json!({"retest": round, "pair": [a, b]});
+                crate::rails::tag_instance(&mut instance, &proto.dims);
                 let mut c = proto.clone();
                 c.cell_id = crate::cells::cell_id(
                     &ex.plan.name,

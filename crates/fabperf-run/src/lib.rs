@@ -12,6 +12,7 @@ pub mod ctlplane;
 pub mod drive;
 pub mod exec;
 pub mod plan;
+pub mod rails;
 pub mod schedule;
 pub mod summary;
 

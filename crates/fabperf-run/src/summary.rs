@@ -496,6 +496,30 @@ struct Raw {
     templates: HashMap<Pair, u32>,
 }
 
+/// The end of a rail cell's flow as the summary names it: the node and
+/// its rail.
+pub fn rail_end(node: &str, rail: u32) -> String {
+    format!("{node}/rail{rail}")
+}
+
+/// A rail cell as the summary sees it: its flow between the two nodes'
+/// rails ([`rail_end`]), its dimensions without the rails (one group for
+/// all rails). `None` for a cell without rails.
+fn on_rails(s: &CellSpec) -> Option<CellSpec> {
+    let (from, to) = crate::rails::cell_rails(s)?;
+    let mut c = s.clone();
+    c.flows = c
+        .flows
+        .iter()
+        .map(|(a, b)| (rail_end(a, from), rail_end(b, to)))
+        .collect();
+    if let Some(o) = c.dims.as_object_mut() {
+        o.remove("rail");
+        o.remove("rail_to");
+    }
+    Some(c)
+}
+
 /// What the measurement pass needs of a finished cell.
 struct CellInfo {
     group: usize,
@@ -524,7 +548,11 @@ pub fn analyze(
     let mut done: HashMap<String, CellInfo> = HashMap::new();
     let mut stale_cells: Vec<String> = Vec::new();
     store.each_plan_cell(run_id, Some(test), &mut |c, current| {
-        let s = &c.spec;
+        // A rail cell's ends are the nodes' rails: all rails of a sweep
+        // point are one group, so a slow rail stands out against the others
+        // and is named (`n2/rail1`).
+        let on_rails = on_rails(&c.spec);
+        let s = on_rails.as_ref().unwrap_or(&c.spec);
         let retest = s.pattern == RETEST;
         if s.pattern != "mesh" && !retest {
             return Ok(());

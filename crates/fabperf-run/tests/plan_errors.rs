@@ -266,3 +266,40 @@ fn an_incast_of_reverse_or_read_flows_is_refused_as_an_outcast() {
         .unwrap_or_else(|e| panic!("{ok}: {e}"));
     }
 }
+
+#[test]
+fn rails_are_checked_where_they_are_written() {
+    use fabperf_run::rails::RailSpec;
+    let good = format!(
+        "{AGENTS}[[tests]]\nkind = \"rdma-bw\"\nrails = \"rdma\"\ncross_rails = true\n[[tests]]\nkind = \"tcp-bw\"\nrails = [\"net1\", \"net2\"]\n"
+    );
+    let p = parse(&good, "p.toml", Path::new("/plans")).unwrap_or_else(|e| panic!("{e}"));
+    let r = p.tests[0].rails.as_ref().unwrap();
+    assert_eq!((&r.spec, r.cross), (&RailSpec::Rdma, true));
+    let r = p.tests[1].rails.as_ref().unwrap();
+    assert_eq!(r.spec, RailSpec::Named(vec!["net1".into(), "net2".into()]));
+    assert!(!r.cross);
+    // Each error at the key it is about (line 11: the first test's `rails`).
+    let errs = errors(&format!(
+        "{AGENTS}[[tests]]\nkind = \"udp-bw\"\nrails = \"rdma\"\n\
+         [[tests]]\nkind = \"tcp-bw\"\npattern = \"incast\"\nrails = [\"a\", \"a\", \"../x\"]\n\
+         [[tests]]\nkind = \"tcp-bw\"\nrails = [\"net1\"]\ncross_rails = true\n\
+         [[tests]]\nkind = \"rdma-bw\"\nrails = 3\nparams = {{ device = \"mlx5_0\" }}\n\
+         [[tests]]\nkind = \"tcp-lat\"\ncross_rails = true\n"
+    ));
+    has(&errs, "11:9", "udp-bw cannot run on rails");
+    has(&errs, "15:9", "\"a\" is listed twice");
+    has(&errs, "15:9", "is not a device or interface name");
+    has(
+        &errs,
+        "15:9",
+        "rails take the patterns \"mesh\" and \"pairs\"",
+    );
+    has(&errs, "19:15", "cross_rails needs an RDMA kind");
+    has(&errs, "22:9", "rails = 3: give \"rdma\"");
+    has(&errs, "26:15", "`cross_rails` needs `rails`");
+    let errs = errors(&format!(
+        "{AGENTS}[[tests]]\nkind = \"rdma-bw\"\nrails = [\"mlx5_1\"]\nparams = {{ remote_device = \"mlx5_0\" }}\n"
+    ));
+    has(&errs, "12:10", "remove `remote_device` from params");
+}

@@ -3,6 +3,7 @@
 //! device), so runs and reports know what they measured.
 
 use fabperf_detect::{DetectOptions, Inventory, Netdev};
+use fabperf_run::rails::HelloLink;
 use serde_json::{json, Value};
 use std::net::IpAddr;
 
@@ -47,6 +48,11 @@ pub fn describe(inv: &Inventory, ip: Option<IpAddr>) -> Value {
         o["node_ip"] = json!(ni.address);
         o["node_ip_iface"] = json!(ni.interface);
     }
+    // Every link, for runs on rails.
+    o["links"] = json!(links(inv));
+    if let Some(rule) = &inv.rail_rule {
+        o["rail_rule"] = json!(rule);
+    }
     let Some(nd) = nd else {
         o["note"] = json!("the interface serving this agent was not found");
         return o;
@@ -89,6 +95,67 @@ pub fn describe(inv: &Inventory, ip: Option<IpAddr>) -> Value {
     };
     o["port_rate_gbps"] = json!(port_rate);
     o
+}
+
+/// The first IPv4 address of a netdev, else its first IPv6 address that is
+/// not link-local.
+fn first_addr(nd: &Netdev) -> Option<IpAddr> {
+    let parse = |c: &String| c.split('/').next()?.parse::<IpAddr>().ok();
+    nd.ipv4.iter().filter_map(parse).next().or_else(|| {
+        nd.ipv6
+            .iter()
+            .filter_map(parse)
+            .find(|a| matches!(a, IpAddr::V6(v) if (v.segments()[0] & 0xffc0) != 0xfe80))
+    })
+}
+
+/// Every link of the node a runner can pair as a rail (`inventory.links` in
+/// the hello): each RDMA port, with the interface and address that carry it
+/// here when there is one, and each other interface with an address.
+pub fn links(inv: &Inventory) -> Vec<HelloLink> {
+    let node_iface = inv.node_ip.as_ref().map(|n| n.interface.as_str());
+    let mut out = Vec::new();
+    let mut covered: Vec<&str> = Vec::new();
+    for d in &inv.rdma_devices {
+        for p in &d.ports {
+            let nd = inv.netdevs.iter().find(|n| {
+                matches!(inv.rdma_behind(&n.name), Some((dd, pp))
+                    if dd.name == d.name && pp.is_none_or(|pp| pp.port == p.port))
+            });
+            if let Some(n) = nd {
+                covered.push(&n.name);
+            }
+            let tc = nd.and_then(|n| n.tc_rate_bps).map(|t| t as f64 / 1e9);
+            out.push(HelloLink {
+                iface: nd.map(|n| n.name.clone()),
+                addr: nd.and_then(first_addr),
+                rdma_device: Some(d.name.clone()),
+                rdma_port: u8::try_from(p.port).ok(),
+                link_layer: Some(p.link_layer.clone()),
+                state: Some(p.state.clone()),
+                port_rate_gbps: p.rate_gbps.map(|r| tc.map_or(r, |t| r.min(t))),
+                rail: d.rail,
+                node_ip: nd.is_some_and(|n| Some(n.name.as_str()) == node_iface),
+            });
+        }
+    }
+    for nd in &inv.netdevs {
+        if covered.contains(&nd.name.as_str()) || nd.kind == "loopback" {
+            continue;
+        }
+        let Some(addr) = first_addr(nd) else {
+            continue;
+        };
+        out.push(HelloLink {
+            iface: Some(nd.name.clone()),
+            addr: Some(addr),
+            port_rate_gbps: nd.effective_gbps(),
+            node_ip: Some(nd.name.as_str()) == node_iface,
+            ..Default::default()
+        });
+    }
+    out.truncate(fabperf_run::rails::MAX_LINKS);
+    out
 }
 
 /// Detect this node and describe the link behind `ip`; a failed detect is

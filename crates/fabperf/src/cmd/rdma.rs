@@ -48,6 +48,13 @@ pub struct DevOpts {
     /// GID index on this end (default by rule: RoCE v2 + IPv4 + not link-local).
     #[arg(long, value_name = "N")]
     pub gid_index: Option<u32>,
+    /// RDMA device the agent uses (default: the agent's --rdma-device, else the device
+    /// carrying the address the test reaches it on).
+    #[arg(long, value_name = "NAME")]
+    pub remote_device: Option<String>,
+    /// Port of the agent's device (default: its first ACTIVE port).
+    #[arg(long, value_name = "N")]
+    pub remote_ib_port: Option<u8>,
     /// Path MTU in bytes (default: the smaller active MTU of both ends).
     #[arg(long, value_name = "BYTES", value_parser = mtu_arg)]
     pub mtu: Option<u32>,
@@ -278,6 +285,8 @@ pub fn run_bw(a: BwArgs) -> anyhow::Result<ExitCode> {
         device: a.dev.device(),
         ib_port: a.dev.ib_port,
         gid_index: a.dev.gid_index,
+        remote_device: a.dev.remote_device.clone(),
+        remote_ib_port: a.dev.remote_ib_port,
         mtu: a.dev.mtu,
         rdma_cm: a.dev.rdma_cm,
         poll_priority: a.dev.poll_priority,
@@ -378,6 +387,8 @@ pub fn run_lat(a: LatArgs) -> anyhow::Result<ExitCode> {
         device: a.dev.device(),
         ib_port: a.dev.ib_port,
         gid_index: a.dev.gid_index,
+        remote_device: a.dev.remote_device.clone(),
+        remote_ib_port: a.dev.remote_ib_port,
         mtu: a.dev.mtu,
         rdma_cm: a.dev.rdma_cm,
         poll_priority: a.dev.poll_priority,

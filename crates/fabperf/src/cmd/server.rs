@@ -83,6 +83,11 @@ pub struct Args {
     /// GID index the agent uses (default: RoCE v2 + IPv4 by rule).
     #[arg(long, value_name = "N")]
     pub rdma_gid_index: Option<u32>,
+    /// Number this node's rails, announced in the hello for runs on rails (a plan's
+    /// `rails = "rdma"`): pci-order, gpu-order or DEVICE=RAIL,... as for `fabperf detect
+    /// --rails`. Without it a plan numbers the RDMA devices in name order.
+    #[arg(long, value_name = "RULE", value_parser = |s: &str| s.parse::<fabperf_detect::RailRule>())]
+    pub rails: Option<fabperf_detect::RailRule>,
     /// Also serve HTTP/1.1 on the port, unauthenticated: `GET /bytes/N`
     /// and `PUT /upload`, the target of `fabperf http-load` and wrk
     /// (docs/http.md; docs/security.md says what it exposes).
@@ -185,7 +190,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }));
     restore_on_signals(tuner, log)?;
     // What the agent announces about the link it serves.
-    let (inv, _) = super::inventory::for_agent(None);
+    let (mut inv, _) = super::inventory::for_agent(None);
+    if let (Some(rule), Some(inv)) = (&a.rails, inv.as_mut()) {
+        fabperf_detect::assign_rails(inv, rule).map_err(|e| anyhow::anyhow!("--rails: {e}"))?;
+    }
     let advertise = match (&a.advertise, &inv) {
         (None, _) => None,
         (Some(s), _) if s.parse::<IpAddr>().is_ok() => s.parse::<IpAddr>().ok(),
