@@ -8,15 +8,28 @@ use serde_json::{json, Value};
 use std::net::IpAddr;
 
 /// The netdev holding `ip` (IPv4 or IPv6, by address).
+/// A loopback address no interface holds itself (127.0.0.2: the kernel
+/// answers the whole 127/8 on `lo`) is the loopback interface's.
 fn netdev_with(inv: &Inventory, ip: IpAddr) -> Option<&Netdev> {
-    inv.netdevs.iter().find(|n| {
+    let ip = ip.to_canonical();
+    let addrs = |n: &'_ Netdev| -> Vec<IpAddr> {
         n.ipv4
             .iter()
             .chain(n.ipv6.iter())
             .filter_map(|c| c.split('/').next())
             .filter_map(|a| a.parse::<IpAddr>().ok())
-            .any(|a| a == ip)
-    })
+            .collect()
+    };
+    inv.netdevs
+        .iter()
+        .find(|n| addrs(n).contains(&ip))
+        .or_else(|| {
+            ip.is_loopback().then(|| {
+                inv.netdevs
+                    .iter()
+                    .find(|n| addrs(n).iter().any(|a| a.is_loopback()))
+            })?
+        })
 }
 
 /// The first IPv4 address of interface `name`.
@@ -193,5 +206,39 @@ mod tests {
         let v = describe(&inv, Some("10.9.1.1".parse().unwrap()));
         assert_eq!(v["virtual_link"], json!(false));
         assert_eq!(v["port_rate_gbps"], json!(10.0));
+    }
+
+    /// An agent bound to 127.0.0.2 serves on `lo` (which holds 127.0.0.1/8),
+    /// not on the node address's link.
+    #[test]
+    fn a_loopback_address_is_the_loopback_link() {
+        let nd = |name: &str, ip: &str, mtu: u32| Netdev {
+            mtu: Some(mtu),
+            name: name.into(),
+            kind: "ethernet".into(),
+            ipv4: vec![ip.into()],
+            ..Default::default()
+        };
+        let inv = Inventory {
+            netdevs: vec![
+                nd("lo", "127.0.0.1/8", 65536),
+                nd("eth0", "10.9.1.1/24", 1400),
+            ],
+            node_ip: Some(fabperf_detect::NodeIp {
+                address: "10.9.1.1".into(),
+                interface: "eth0".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        for ip in ["127.0.0.2", "127.0.0.1", "::ffff:127.0.0.3"] {
+            let v = describe(&inv, Some(ip.parse().unwrap()));
+            assert_eq!(v["iface"], json!("lo"), "{ip}");
+            assert_eq!(v["mtu"], json!(65536), "{ip}");
+        }
+        // An address no interface holds and that is not loopback: the node
+        // address's link, as before.
+        let v = describe(&inv, Some("10.9.7.7".parse().unwrap()));
+        assert_eq!(v["iface"], json!("eth0"));
     }
 }
