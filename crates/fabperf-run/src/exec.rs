@@ -2,6 +2,7 @@
 //! lacks, batch by batch, committing each finished cell.
 
 use crate::cells::{expand, Roster, RosterAgent};
+use crate::ctlplane;
 use crate::drive::{DriveParams, DriveResult, Go, Ready, DRIVE};
 use crate::plan::{self, Kind, Pattern, Plan};
 use crate::summary;
@@ -50,7 +51,7 @@ pub struct RunOptions {
 }
 
 /// How a run ended.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RunOutcome {
     pub run_id: i64,
     pub cells: usize,
@@ -67,6 +68,11 @@ pub struct RunOutcome {
     /// interval, the longest of each batch), summed over batches.
     pub measured_s: f64,
     pub interrupted: bool,
+    /// Where the wall time went.
+    pub phases: ctlplane::Phases,
+    /// The process's peak threads and open files (as noted where they
+    /// peak) and its resident memory's high-water mark.
+    pub usage: ctlplane::Usage,
 }
 
 /// Errors that stop a run before or between cells.
@@ -798,6 +804,102 @@ fn aggregate(
     })
 }
 
+/// The most concurrent flows of one batch, and the most tune sessions
+/// of one batch (one per agent of each cell with an environment).
+fn largest_batch(cells: &[CellSpec]) -> (usize, usize) {
+    let mut per: BTreeMap<i64, (usize, usize)> = BTreeMap::new();
+    for c in cells {
+        let e = per.entry(c.batch).or_default();
+        e.0 += c.flows.len();
+        if c.dims.get("profile").is_some() || c.dims.get("policies").is_some() {
+            let agents: BTreeSet<&String> = c.flows.iter().flat_map(|(s, d)| [s, d]).collect();
+            e.1 += agents.len();
+        }
+    }
+    per.values()
+        .fold((0, 0), |(f, t), &(bf, bt)| (f.max(bf), t.max(bt)))
+}
+
+/// Where one batch's time went (seconds).
+#[derive(Debug, Clone, Copy, Default)]
+struct BatchTiming {
+    /// Policy command, tuning, sessions opened and flows set up, to the
+    /// first `go`.
+    setup_s: f64,
+    /// The first `go` to the common start instant.
+    start_s: f64,
+    /// The start instant to the last result.
+    tests_s: f64,
+    /// Restoring the cells' environments.
+    restore_s: f64,
+}
+
+/// The time from the first `go` to the common start of `flows` flows: at
+/// least [`START_MARGIN`], and 2 ms more per flow, so every `go` is out
+/// before it.
+fn start_margin(flows: usize) -> Duration {
+    START_MARGIN.max(Duration::from_millis(2) * flows as u32)
+}
+
+/// Read every started session's results, each within its own wait from
+/// now (`waits`, one per session), on a bounded pool of threads; on SIGINT
+/// a watcher closes the sessions. A worker that reaches a session after
+/// its deadline still takes what has already arrived.
+fn collect_results(sessions: Vec<Session>, waits: &[Duration]) -> Vec<FlowResult> {
+    let t0 = Instant::now();
+    let streams: Vec<TcpStream> = sessions
+        .iter()
+        .filter_map(|s| s.ctl.stream().try_clone().ok())
+        .collect();
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let fin = &finished;
+        sc.spawn(move || {
+            while !fin.load(Ordering::SeqCst) {
+                if interrupted() {
+                    for s in &streams {
+                        let _ = s.shutdown(std::net::Shutdown::Both);
+                    }
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let items: Vec<(Session, Duration)> =
+            sessions.into_iter().zip(waits.iter().copied()).collect();
+        let out = ctlplane::pooled(
+            items,
+            ctlplane::FLOW_WORKERS,
+            |(mut s, w)| {
+                s.ctl.set_deadline(Some(t0 + w));
+                let r = s
+                    .ctl
+                    .recv_test_within::<DriveResult>(w, "the drive's results")
+                    .map_err(|e| CellError {
+                        transient: classify(&e),
+                        msg: e.to_string(),
+                    });
+                let _ = s.ctl.send(&Msg::Bye);
+                FlowResult {
+                    cell: s.cell,
+                    flow: s.flow,
+                    result: r,
+                }
+            },
+            || FlowResult {
+                cell: usize::MAX,
+                flow: 0,
+                result: Err(CellError {
+                    msg: "flow thread panicked".into(),
+                    transient: false,
+                }),
+            },
+        );
+        finished.store(true, Ordering::SeqCst);
+        out
+    })
+}
+
 struct Exec<'a> {
     plan: &'a Plan,
     roster: &'a Roster,
@@ -808,6 +910,8 @@ struct Exec<'a> {
     ran: usize,
     test_s: f64,
     measured_s: f64,
+    /// Where the wall time went.
+    phases: ctlplane::Phases,
     /// Observed wall / expected seconds, for the ETA.
     seen_wall: f64,
     seen_expected: f64,
@@ -1005,15 +1109,13 @@ impl Exec<'_> {
                 asks.push((ci, n.clone(), a.addr, p, cfg));
             }
         }
-        let opened: Vec<TuneOpened> = std::thread::scope(|s| {
-            let hs: Vec<_> = asks
-                .into_iter()
-                .map(|(ci, name, addr, p, cfg)| {
-                    s.spawn(move || (ci, name, open_tune(addr, &cfg, &p)))
-                })
-                .collect();
-            hs.into_iter().filter_map(|h| h.join().ok()).collect()
-        });
+        let opened: Vec<Option<TuneOpened>> = ctlplane::pooled(
+            asks,
+            ctlplane::FLOW_WORKERS,
+            |(ci, name, addr, p, cfg)| Some((ci, name, open_tune(addr, &cfg, &p))),
+            || None,
+        );
+        let opened = opened.into_iter().flatten();
         let mut sessions = Vec::new();
         let mut warnings: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for (ci, agent, r) in opened {
@@ -1054,13 +1156,15 @@ impl Exec<'_> {
             usize,
             String,
             Result<fabperf_tune::RestoreReport, ProtoError>,
-        )> = std::thread::scope(|s| {
-            let hs: Vec<_> = sessions
-                .into_iter()
-                .map(|t| s.spawn(move || (t.cell, t.agent, end_tune(t.ctl, within))))
-                .collect();
-            hs.into_iter().filter_map(|h| h.join().ok()).collect()
-        });
+        )> = ctlplane::pooled(
+            sessions,
+            ctlplane::FLOW_WORKERS,
+            |t| Some((t.cell, t.agent, end_tune(t.ctl, within))),
+            || None,
+        )
+        .into_iter()
+        .flatten()
+        .collect();
         let mut out: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for (ci, agent, r) in ended {
             let w = match r {
@@ -1121,9 +1225,18 @@ impl Exec<'_> {
         }
     }
 
-    fn run_batch(&mut self, cells: &[CellSpec]) -> (Vec<CellResult>, f64) {
+    fn run_batch(&mut self, cells: &[CellSpec]) -> (Vec<CellResult>, f64, BatchTiming) {
+        let t_setup = Instant::now();
         if let Err(e) = self.policy_step(cells) {
-            return ((0..cells.len()).map(|_| Err(e.clone())).collect(), 0.0);
+            let timing = BatchTiming {
+                setup_s: t_setup.elapsed().as_secs_f64(),
+                ..BatchTiming::default()
+            };
+            return (
+                (0..cells.len()).map(|_| Err(e.clone())).collect(),
+                0.0,
+                timing,
+            );
         }
         // Cells with an environment: their agents apply it first, and hold
         // it (one test group per cell) until the flows are done.
@@ -1134,10 +1247,13 @@ impl Exec<'_> {
             .filter(|(_, c)| c.dims.get("profile").is_some() || c.dims.get("policies").is_some())
             .map(|(i, _)| i)
             .collect();
-        let (mut per_cell, test_s) = self.run_flows(cells, &tuned, tune_failed);
+        let (mut per_cell, test_s, mut timing) =
+            self.run_flows(cells, &tuned, tune_failed, t_setup);
+        let t_restore = Instant::now();
         for (ci, ws) in self.untune(tunes) {
             env_warnings.entry(ci).or_default().extend(ws);
         }
+        timing.restore_s = t_restore.elapsed().as_secs_f64();
         for (ci, ws) in env_warnings {
             if let Some(Ok(flows)) = per_cell.get_mut(ci) {
                 for (_, d) in flows.iter_mut() {
@@ -1151,7 +1267,7 @@ impl Exec<'_> {
                 }
             }
         }
-        (per_cell, test_s)
+        (per_cell, test_s, timing)
     }
 
     /// Open the drive sessions of a batch, start them together, collect.
@@ -1160,7 +1276,8 @@ impl Exec<'_> {
         cells: &[CellSpec],
         tuned: &BTreeSet<usize>,
         mut failed: BTreeMap<usize, CellError>,
-    ) -> (Vec<CellResult>, f64) {
+        t_setup: Instant,
+    ) -> (Vec<CellResult>, f64, BatchTiming) {
         let nflows: usize = cells.iter().map(|c| c.flows.len()).sum();
         let sync = nflows > 1;
         // Rail cells: a node serves its rails at once, in one group.
@@ -1262,61 +1379,53 @@ impl Exec<'_> {
             })
             .collect();
         let gates = &gates;
-        let opened: Vec<(usize, usize, Result<Session, CellError>)> = std::thread::scope(|s| {
-            let hs: Vec<_> = plans
-                .into_iter()
-                .map(|(ci, fi, p)| {
-                    let mut cfg = cfg.clone();
-                    let gate = &gates[&cells[ci].flows[fi].1];
-                    s.spawn(move || {
-                        let _permit = gate.enter();
-                        let r = p.and_then(|(addr, params, group)| {
-                            cfg.group = group;
-                            let ask = |e: ProtoError| CellError {
-                                transient: classify(&e),
-                                msg: format!("asking {addr} to drive: {e}"),
-                            };
-                            let mut ctl = open_session(addr, &cfg, params).map_err(ask)?;
-                            if sync {
-                                match ctl.recv_test_within::<Ready>(ready_wait, "the flow set up") {
-                                    Ok(r) if r.ready => {}
-                                    Ok(_) => {
-                                        return Err(CellError {
-                                            msg: format!("{addr} could not set its flow up"),
-                                            transient: true,
-                                        })
-                                    }
-                                    Err(e) => {
-                                        return Err(CellError {
-                                            transient: classify(&e),
-                                            msg: format!("setting the flow up on {addr}: {e}"),
-                                        })
-                                    }
-                                }
-                            }
-                            Ok(Session {
-                                cell: ci,
-                                flow: fi,
-                                ctl,
+        let setup = |(ci, fi, p): FlowPlan| {
+            let mut cfg = cfg.clone();
+            let _permit = gates[&cells[ci].flows[fi].1].enter();
+            let r = p.and_then(|(addr, params, group)| {
+                cfg.group = group;
+                let ask = |e: ProtoError| CellError {
+                    transient: classify(&e),
+                    msg: format!("asking {addr} to drive: {e}"),
+                };
+                let mut ctl = open_session(addr, &cfg, params).map_err(ask)?;
+                if sync {
+                    match ctl.recv_test_within::<Ready>(ready_wait, "the flow set up") {
+                        Ok(r) if r.ready => {}
+                        Ok(_) => {
+                            return Err(CellError {
+                                msg: format!("{addr} could not set its flow up"),
+                                transient: true,
                             })
-                        });
-                        (ci, fi, r)
-                    })
+                        }
+                        Err(e) => {
+                            return Err(CellError {
+                                transient: classify(&e),
+                                msg: format!("setting the flow up on {addr}: {e}"),
+                            })
+                        }
+                    }
+                }
+                Ok(Session {
+                    cell: ci,
+                    flow: fi,
+                    ctl,
                 })
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join().unwrap_or((
-                        usize::MAX,
-                        0,
-                        Err(CellError {
-                            msg: "session thread panicked".into(),
-                            transient: false,
-                        }),
-                    ))
-                })
-                .collect()
-        });
+            });
+            (ci, fi, r)
+        };
+        // A bounded pool sets the flows up, however many there are.
+        let opened: Vec<(usize, usize, Result<Session, CellError>)> =
+            ctlplane::pooled(plans, ctlplane::FLOW_WORKERS, setup, || {
+                (
+                    usize::MAX,
+                    0,
+                    Err(CellError {
+                        msg: "session thread panicked".into(),
+                        transient: false,
+                    }),
+                )
+            });
         let mut sessions = Vec::new();
         for (ci, _fi, r) in opened {
             match r {
@@ -1330,9 +1439,12 @@ impl Exec<'_> {
         // cells): each go carries the time left to that instant when it is
         // sent, so sending them one after the other adds no skew.
         let t0 = Instant::now();
+        let timing_setup = t0.duration_since(t_setup).as_secs_f64();
+        let mut start_at = t0;
         if sync {
-            let margin = START_MARGIN.max(Duration::from_millis(2) * sessions.len() as u32);
+            let margin = start_margin(sessions.len());
             let at = Instant::now() + margin;
+            start_at = at;
             for s in &mut sessions {
                 let go = !failed.contains_key(&s.cell);
                 let start_in_s =
@@ -1348,13 +1460,7 @@ impl Exec<'_> {
             }
         }
         sessions.retain(|s| !failed.contains_key(&s.cell));
-        // Wait for the results; a watcher closes the sessions on SIGINT.
-        let streams: Vec<TcpStream> = sessions
-            .iter()
-            .filter_map(|s| s.ctl.stream().try_clone().ok())
-            .collect();
-        let finished = Arc::new(AtomicBool::new(false));
-        let wait: Vec<Duration> = sessions
+        let waits: Vec<Duration> = sessions
             .iter()
             .map(|s| {
                 Duration::from_secs_f64(
@@ -1362,56 +1468,14 @@ impl Exec<'_> {
                 )
             })
             .collect();
-        let results: Vec<FlowResult> = std::thread::scope(|sc| {
-            let fin = finished.clone();
-            sc.spawn(move || {
-                while !fin.load(Ordering::SeqCst) {
-                    if interrupted() {
-                        for s in &streams {
-                            let _ = s.shutdown(std::net::Shutdown::Both);
-                        }
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            });
-            let hs: Vec<_> = sessions
-                .into_iter()
-                .zip(wait)
-                .map(|(mut s, w)| {
-                    sc.spawn(move || {
-                        let r = s
-                            .ctl
-                            .recv_test_within::<DriveResult>(w, "the drive's results")
-                            .map_err(|e| CellError {
-                                transient: classify(&e),
-                                msg: e.to_string(),
-                            });
-                        let _ = s.ctl.send(&Msg::Bye);
-                        FlowResult {
-                            cell: s.cell,
-                            flow: s.flow,
-                            result: r,
-                        }
-                    })
-                })
-                .collect();
-            let out = hs
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or(FlowResult {
-                        cell: usize::MAX,
-                        flow: 0,
-                        result: Err(CellError {
-                            msg: "flow thread panicked".into(),
-                            transient: false,
-                        }),
-                    })
-                })
-                .collect();
-            finished.store(true, Ordering::SeqCst);
-            out
-        });
+        let results = collect_results(sessions, &waits);
+        let t_end = Instant::now();
+        let timing = BatchTiming {
+            setup_s: timing_setup,
+            start_s: start_at.saturating_duration_since(t0).as_secs_f64(),
+            tests_s: t_end.saturating_duration_since(start_at).as_secs_f64(),
+            restore_s: 0.0,
+        };
         let test_s = t0.elapsed().as_secs_f64();
         let mut per_cell: Vec<CellResult> = (0..cells.len()).map(|_| Ok(Vec::new())).collect();
         for (ci, e) in failed {
@@ -1432,7 +1496,7 @@ impl Exec<'_> {
         for v in per_cell.iter_mut().flatten() {
             v.sort_by_key(|(f, _)| *f);
         }
-        (per_cell, test_s)
+        (per_cell, test_s, timing)
     }
 
     /// Run pending cells batch by batch with retries. Returns false when
@@ -1468,11 +1532,16 @@ impl Exec<'_> {
             self.progress.running(&what, self.eta(&remaining));
             let started_at = fabperf_results::now_rfc3339();
             let t0 = Instant::now();
-            let (results, test_s) = self.run_batch(&batch);
+            let (results, test_s, timing) = self.run_batch(&batch);
             if interrupted() {
                 return Ok(false);
             }
             let wall = t0.elapsed().as_secs_f64();
+            let t_commit = Instant::now();
+            self.phases.setup_s += timing.setup_s;
+            self.phases.start_s += timing.start_s;
+            self.phases.tests_s += timing.tests_s;
+            self.phases.commit_s += timing.restore_s;
             self.test_s += test_s;
             self.measured_s += batch
                 .iter()
@@ -1550,9 +1619,11 @@ impl Exec<'_> {
                     }
                 }
             }
+            self.phases.commit_s += t_commit.elapsed().as_secs_f64();
             if !retry.is_empty() {
                 // Back off, then retry the failed cells (a round's cells
                 // stay together so nodes still take one test at a time).
+                let t_backoff = Instant::now();
                 let n = retry
                     .iter()
                     .map(|c| attempts[&c.cell_id])
@@ -1566,6 +1637,7 @@ impl Exec<'_> {
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
+                self.phases.backoff_s += t_backoff.elapsed().as_secs_f64();
                 queue.push_front((retry, exp));
             }
         }
@@ -1647,8 +1719,20 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             test_s: 0.0,
             measured_s: 0.0,
             interrupted: false,
+            phases: ctlplane::Phases::default(),
+            usage: ctlplane::peak_usage(),
         });
     }
+
+    // The open files the largest batch needs (a session per flow, its
+    // duplicate while results are awaited, a tune session per agent of a
+    // cell with an environment).
+    let (flows, tunes) = largest_batch(&cells);
+    fabperf_http::rlimit::ensure_nofile(
+        ctlplane::fds_needed(flows, tunes),
+        &format!("this plan's largest batch ({flows} concurrent flows)"),
+    )
+    .map_err(RunError::Other)?;
 
     // The store and the run.
     if let Some(dir) = opts.db.parent() {
@@ -1765,6 +1849,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         ran: 0,
         test_s: 0.0,
         measured_s: 0.0,
+        phases: ctlplane::Phases::default(),
         seen_wall: 0.0,
         seen_expected: 0.0,
         logged: BTreeSet::new(),
@@ -1773,6 +1858,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     };
 
     // Test by test: cells, then the mesh re-tests of that test.
+    ex.phases.before_s = t_start.elapsed().as_secs_f64();
     let mut complete = true;
     for t in &plan.tests {
         let mine: Vec<CellSpec> = pending
@@ -1791,9 +1877,10 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
             }
         }
     }
+    let t_after = Instant::now();
     ex.policy_reset();
     ex.progress.finish();
-    let (ran, test_s, measured_s) = (ex.ran, ex.test_s, ex.measured_s);
+    let (ran, test_s, measured_s, mut phases) = (ex.ran, ex.test_s, ex.measured_s, ex.phases);
     // The current plan's cells and their re-tests.
     let mine: Vec<CellRow> = store.plan_cells(run.id)?.current;
     let count = |s: CellState| mine.iter().filter(|c| c.state == s).count();
@@ -1805,6 +1892,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
     if complete && pend == 0 {
         store.end_run(run.id)?;
     }
+    phases.after_s = t_after.elapsed().as_secs_f64();
     Ok(RunOutcome {
         run_id: run.id,
         cells: mine.len(),
@@ -1816,6 +1904,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, RunError> {
         test_s,
         measured_s,
         interrupted: !complete,
+        phases,
+        usage: ctlplane::peak_usage(),
     })
 }
 
@@ -1848,6 +1938,7 @@ fn retest_mesh(
     retry_failed: bool,
 ) -> Result<bool, RunError> {
     for round in 0..rounds {
+        let t_analysis = Instant::now();
         let analysis = summary::analyze(ex.store, ex.run_id, &t.name, &t.rule())?;
         // One re-test per mesh cell behind a suspect still open after the
         // re-tests so far (a bidirectional cell measures two pairs).
@@ -1881,6 +1972,7 @@ fn retest_mesh(
             }
         }
         if todo.is_empty() {
+            ex.phases.retest_s += t_analysis.elapsed().as_secs_f64();
             return Ok(true);
         }
         let mut todo: Vec<CellSpec> = todo.into_values().collect();
@@ -1919,6 +2011,7 @@ fn retest_mesh(
             })
             .cloned()
             .collect();
+        ex.phases.retest_s += t_analysis.elapsed().as_secs_f64();
         if pending.is_empty() {
             continue;
         }

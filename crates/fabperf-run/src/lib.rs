@@ -8,6 +8,7 @@
 //! killed at any instant resumes where it stopped.
 
 pub mod cells;
+pub mod ctlplane;
 pub mod drive;
 pub mod exec;
 pub mod plan;

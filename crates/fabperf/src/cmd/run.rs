@@ -39,6 +39,11 @@ pub struct RunArgs {
     /// Only warnings and the final summary.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Print how the run ended as JSON on stdout: the cells, the wall
+    /// time and where it went (phases), the runner's peak threads, open
+    /// files and resident memory.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub json: bool,
     /// When another `fabperf run` holds the store, wait this long for it
     /// (`30s`, `10m`, `2h`) before giving up; default: give up at once.
     #[arg(long, value_name = "DURATION", default_value = "0", value_parser = lease_wait)]
@@ -107,6 +112,30 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         pct(out.test_s),
         pct(out.measured_s)
     );
+    let ph = &out.phases;
+    eprintln!(
+        "fabperf run: wall time: {:.1} s before the first batch, {:.1} s setting flows up, {:.1} s starting them, {:.1} s in the tests, {:.1} s restoring and storing, {:.1} s backing off, {:.1} s choosing re-tests, {:.1} s after; runner peak: {} threads, {} open files, {} MiB resident",
+        ph.before_s,
+        ph.setup_s,
+        ph.start_s,
+        ph.tests_s,
+        ph.commit_s,
+        ph.backoff_s,
+        ph.retest_s,
+        ph.after_s,
+        out.usage.threads,
+        out.usage.fds,
+        out.usage.rss_kib / 1024
+    );
+    if a.json {
+        let mut v = serde_json::to_value(&out)?;
+        v["db"] = serde_json::Value::String(db.display().to_string());
+        v["measured_share"] = serde_json::json!(pct(out.measured_s) / 100.0);
+        v["test_share"] = serde_json::json!(pct(out.test_s) / 100.0);
+        let stdout = std::io::stdout();
+        let mut o = stdout.lock();
+        writeln!(o, "{}", serde_json::to_string_pretty(&v)?)?;
+    }
     if out.interrupted {
         eprintln!(
             "fabperf run: interrupted; the finished cells are stored. The same command resumes: fabperf run {}{}",
