@@ -159,10 +159,10 @@ fn over_capacity(t: &TestDecl, receiver: &RosterAgent, senders: usize) -> Option
     let cap: fabperf_proto::AgentCapacity =
         serde_json::from_value(receiver.hello.get("capacity")?.clone()).ok()?;
     let n = senders as u64;
-    let fix = "raise its open-file limit (LimitNOFILE=, ulimit -n) or its threads (the pod's                pids limit), or give the test fewer agents or streams";
+    let fix = "raise its open-file limit (LimitNOFILE=, ulimit -n) or its threads (the pod's pids limit), or give the test fewer agents or streams";
     if n > u64::from(cap.group_tests) {
         return Some(format!(
-            "test {:?}: the incast into {} (path {:?}) has {senders} senders, but that agent              admits {} tests of a group at once (its hello says so); {fix}",
+            "test {:?}: the incast into {} (path {:?}) has {senders} senders, but that agent admits {} tests of a group at once (its hello says so); {fix}",
             t.name, receiver.name, receiver.path, cap.group_tests
         ));
     }
@@ -179,7 +179,7 @@ fn over_capacity(t: &TestDecl, receiver: &RosterAgent, senders: usize) -> Option
     };
     (need > have).then(|| {
         format!(
-            "test {:?}: the incast into {} (path {:?}) needs {need} {what} there ({senders}              senders, each a control connection and its data connections), but that agent can              give a group {have}; {fix}",
+            "test {:?}: the incast into {} (path {:?}) needs {need} {what} there ({senders} senders, each a control connection and its data connections), but that agent can give a group {have}; {fix}",
             t.name, receiver.name, receiver.path
         )
     })

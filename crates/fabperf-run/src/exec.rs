@@ -747,7 +747,7 @@ fn aggregate(
     });
     if overlap < MIN_OVERLAP_PCT {
         return Err(fail(format!(
-            "the {} flows' measured intervals ({dir}) overlap for {overlap:.0} % of the longest,              below {MIN_OVERLAP_PCT:.0} %{skew_text}: they did not run together, so no aggregate              is given",
+            "the {} flows' measured intervals ({dir}) overlap for {overlap:.0} % of the longest, below {MIN_OVERLAP_PCT:.0} %{skew_text}: they did not run together, so no aggregate is given",
             flows.len()
         )));
     }
