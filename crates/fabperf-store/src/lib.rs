@@ -1290,6 +1290,18 @@ impl Store {
                 ));
                 continue;
             };
+            let record: String = r.get(7).map_err(get)?;
+            // A record that is not even JSON is damaged: skipped and counted,
+            // as every other reader does, though the indexed figures beside
+            // it may still read. (Its fields are checked by whoever decodes
+            // it; syntax alone is checked here, without building anything.)
+            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&record) {
+                self.skip(format!(
+                    "run {run_id} cell {cell_id}: the {} record is not JSON ({e})",
+                    role.as_str()
+                ));
+                continue;
+            }
             f(StoredMeasurement {
                 role,
                 src: r.get(2).map_err(get)?,
@@ -1297,7 +1309,7 @@ impl Store {
                 direction: r.get(4).map_err(get)?,
                 bw_gbps: r.get(5).map_err(get)?,
                 lat_p50_us: r.get(6).map_err(get)?,
-                record: r.get(7).map_err(get)?,
+                record,
                 lat_hist: r.get(8).map_err(get)?,
                 cell_id,
             })?;
