@@ -68,10 +68,12 @@ check "the report counts the current plan's 12 cells, one repeat per pair, and l
 import json, sys
 r = json.load(open(sys.argv[1]))
 rows = [x for x in r["rows"] if x.get("test") == "lat"]
-ns = sorted({x["stats"]["n"] for x in rows if x.get("stats")})
+# A mesh row shows its pairs as instances, each with its own repeats.
+inst = [i for x in rows for i in (x.get("instances") or [])]
+ns = sorted({i["stats"]["n"] for i in inst if i.get("stats")})
 notes = [n for n in r["notes"] if "not part of its current plan" in n]
-print(f"      cells done {r['run']['cells_done']}, row repeats {ns}, note: {notes[0][:90] if notes else None}...")
-sys.exit(not (r["run"]["cells_done"] == 12 and ns == [12] and notes and notes[0].startswith("12 stored cells")))
+print(f"      cells done {r['run']['cells_done']}, {len(inst)} pairs, repeats per pair {ns}, note: {notes[0][:90] if notes else None}...")
+sys.exit(not (r["run"]["cells_done"] == 12 and len(inst) == 12 and ns == [1] and notes and notes[0].startswith("12 stored cells")))
 PY
 fp mesh-summary --db "$DB" >"$WORK/stale-summary.txt" 2>&1
 check "the mesh summary averages one repeat and lists the stale cells" \
