@@ -53,7 +53,7 @@ step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked 
 step "rust-version is true for the locked dependencies" ./ci/rust-version.sh
 step "cargo test --workspace (RDMA device tests are ignored here; the guest runs them)" \
   cargo test --workspace --locked --no-fail-fast
-step "fuzzing (libFuzzer targets in fuzz/; FUZZ_SECONDS=${FUZZ_SECONDS:-20} per target)" ./ci/fuzz.sh
+step "fuzzing (libFuzzer targets in fuzz/; FUZZ_SECONDS=${FUZZ_SECONDS:-12} per target)" ./ci/fuzz.sh
 step "Kubernetes manifests against upstream schemas" ./ci/k8s-validate.sh
 step "fabperf report: HTML in headless Chromium, OpenMetrics through a real parser, gates (ci/report-check.sh)" \
   ./ci/report-check.sh
