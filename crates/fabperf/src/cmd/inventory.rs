@@ -20,16 +20,13 @@ fn netdev_with(inv: &Inventory, ip: IpAddr) -> Option<&Netdev> {
             .filter_map(|a| a.parse::<IpAddr>().ok())
             .collect()
     };
+    let held = inv.netdevs.iter().find(|n| addrs(n).contains(&ip));
+    if held.is_some() || !ip.is_loopback() {
+        return held;
+    }
     inv.netdevs
         .iter()
-        .find(|n| addrs(n).contains(&ip))
-        .or_else(|| {
-            ip.is_loopback().then(|| {
-                inv.netdevs
-                    .iter()
-                    .find(|n| addrs(n).iter().any(|a| a.is_loopback()))
-            })?
-        })
+        .find(|n| addrs(n).iter().any(|a| a.is_loopback()))
 }
 
 /// The first IPv4 address of interface `name`.
