@@ -68,7 +68,7 @@ step "pod-to-service on the testbed: each kind through a single-endpoint service
   ./sim/testbed-service-test.sh
 step "mesh verdicts on the testbed: an edited plan's stale cells left out, a transmit-only fault named, failed re-tests unconfirmed until --retry-failed (sim/testbed-mesh-test.sh)" \
   ./sim/testbed-mesh-test.sh
-step "rails on the testbed: 3 nodes x 2 rails, rail i paired with rail i at one start, a degraded rail named by the mesh summary (sim/testbed-rails-test.sh, ~25 s)" \
+step "rails on the testbed: 4 nodes x 4 rails, rail i paired with rail i at one start, a degraded node rail and a rail degraded on every node named by the mesh summary (sim/testbed-rails-test.sh, ~50 s)" \
   ./sim/testbed-rails-test.sh
 step "6-node bidirectional incast on the testbed: one start, per-direction aggregates over the common interval within the shaped link (sim/testbed-incast-test.sh, ~15 s)" \
   ./sim/testbed-incast-test.sh

@@ -172,6 +172,22 @@ pub struct NodeFinding {
     pub text: String,
 }
 
+/// A rail named as the likely cause: every node's end on it is named, so
+/// what they share — the rail's leaf switch, its uplinks — is likelier than
+/// as many faulty nodes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RailFinding {
+    pub rail: u32,
+    /// `rail<I>`, as the summary lists it.
+    pub name: String,
+    /// The nodes on the rail (all of them named).
+    pub nodes: usize,
+    /// Every end's finding was confirmed.
+    pub confirmed: bool,
+    /// Why, in words.
+    pub text: String,
+}
+
 /// The pair the rule's reference comes from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Reference {
@@ -221,6 +237,13 @@ pub struct MeshGroup {
     pub node_findings: Vec<NodeFinding>,
     /// Nodes named on failed cells and confirmed suspects.
     pub bad_nodes: Vec<String>,
+    /// Rails named in place of their nodes (a rail mesh whose every node
+    /// fails on one rail), confirmed or not.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rail_findings: Vec<RailFinding>,
+    /// Rails named on failed cells and confirmed suspects (`rail<I>`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bad_rails: Vec<String>,
     /// Links (a < b) with a confirmed suspect not explained by a named node.
     pub bad_links: Vec<(String, String)>,
     /// Links (a < b) with an unconfirmed suspect not explained by a named
@@ -253,6 +276,8 @@ impl MeshGroup {
             failed: Vec::new(),
             node_findings: Vec::new(),
             bad_nodes: Vec::new(),
+            rail_findings: Vec::new(),
+            bad_rails: Vec::new(),
             bad_links: Vec::new(),
             unconfirmed_links: Vec::new(),
             templates: BTreeMap::new(),
@@ -924,6 +949,7 @@ fn blame(
     states: &HashMap<(u32, u32), SuspectState>,
 ) {
     let n = g.nodes.len();
+    let threshold = g.threshold;
     let mut status: BTreeMap<(u32, u32), PairIs> = BTreeMap::new();
     let mut value: HashMap<(u32, u32), f64> = HashMap::with_capacity(pairs.len());
     for &(a, b, v) in pairs {
@@ -1010,10 +1036,32 @@ fn blame(
                 .collect::<BTreeSet<_>>()
                 .len()
         };
-        let suspect = |v: &[(u32, u32, PairIs)]| v.iter().all(|(_, _, s)| *s != PairIs::Good);
-        let confirmed = |v: &[(u32, u32, PairIs)]| {
+        // A node is named when all of its pairs (in a direction) fail, with
+        // at least two peers; or, with at least three failing peers, when
+        // more than half of them do: under noise one pair of a faulty node
+        // may pass, or be cleared by its re-test, and "every pair" would
+        // then name its failing pairs as links one by one. A faulty link
+        // (one peer) or a few faulty peers (one pair of each healthy node)
+        // do not make a healthy node's majority.
+        let bad = |v: &[(u32, u32, PairIs)]| -> Vec<(u32, u32, PairIs)> {
             v.iter()
-                .all(|(_, _, s)| matches!(s, PairIs::Failed | PairIs::Confirmed))
+                .filter(|(_, _, s)| *s != PairIs::Good)
+                .copied()
+                .collect()
+        };
+        let named = |v: &[(u32, u32, PairIs)], b: &[(u32, u32, PairIs)]| {
+            let p = peers(b);
+            (p >= 2 && b.len() == v.len()) || (p >= 3 && 2 * b.len() > v.len())
+        };
+        // Confirmed when the failed cells and confirmed suspects alone make
+        // the majority.
+        let confirmed = |v: &[(u32, u32, PairIs)]| {
+            let c: Vec<(u32, u32, PairIs)> = v
+                .iter()
+                .filter(|(_, _, s)| matches!(s, PairIs::Failed | PairIs::Confirmed))
+                .copied()
+                .collect();
+            named(v, &c)
         };
         let figures = |v: &[(u32, u32, PairIs)]| -> (Vec<f64>, usize) {
             let vals: Vec<f64> = v
@@ -1030,35 +1078,90 @@ fn blame(
                 format!(", {k} failed")
             }
         };
+        // "all 5 pairs" or "4 of its 5 pairs ... (the other passes: …)".
+        let how_many =
+            |b: &[(u32, u32, PairIs)], v: &[(u32, u32, PairIs)], all: &str, some: &str| {
+                if b.len() == v.len() {
+                    all.replace('#', &v.len().to_string())
+                } else {
+                    some.replace('#', &format!("{} of its {}", b.len(), v.len()))
+                }
+            };
+        // The passing pairs' figures; a suspect cleared by its re-test
+        // passes on that re-test.
+        let passing = |b: &[(u32, u32, PairIs)], v: &[(u32, u32, PairIs)]| -> String {
+            let mut good = Vec::new();
+            let mut cleared = 0;
+            for (x, y, _) in v.iter().filter(|p| p.2 == PairIs::Good) {
+                match value.get(&(*x, *y)) {
+                    Some(f) if threshold.is_none_or(|t| passes(g.metric, *f, t)) => good.push(*f),
+                    _ => cleared += 1,
+                }
+            }
+            let mut why = Vec::new();
+            if !good.is_empty() {
+                why.push(range(&good));
+            }
+            if cleared > 0 {
+                why.push(format!("{cleared} cleared by a re-test"));
+            }
+            match v.len() - b.len() {
+                0 => String::new(),
+                1 => format!("; the other one passes ({})", why.join(", ")),
+                k => format!("; the other {k} pass ({})", why.join(", ")),
+            }
+        };
         let all: Vec<(u32, u32, PairIs)> = outs.iter().chain(&ins).copied().collect();
         let both_ways = !outs.is_empty() && !ins.is_empty();
-        let finding = if peers(&all) >= 2 && suspect(&all) {
-            let (vals, k) = figures(&all);
+        let (bad_all, bad_outs, bad_ins) = (bad(&all), bad(&outs), bad(&ins));
+        // One direction named while most of the other passes: that
+        // direction (a transmit- or receive-side fault); otherwise the node
+        // as a whole.
+        let (n_outs, n_ins) = (named(&outs, &bad_outs), named(&ins, &bad_ins));
+        let mostly_good = |v: &[(u32, u32, PairIs)], b: &[(u32, u32, PairIs)]| {
+            !v.is_empty() && 2 * (v.len() - b.len()) > v.len()
+        };
+        let one_way =
+            (n_outs && mostly_good(&ins, &bad_ins)) || (n_ins && mostly_good(&outs, &bad_outs));
+        let finding = if !one_way && (named(&all, &bad_all) || (n_outs && n_ins)) {
+            let (vals, k) = figures(&bad_all);
             Some((
                 NodeFault::All,
                 confirmed(&all),
                 format!(
-                    "all of its {} measured pairs{} fail the rule ({}{})",
-                    all.len(),
+                    "{}{} fail the rule ({}{}){}",
+                    how_many(
+                        &bad_all,
+                        &all,
+                        "all of its # measured pairs",
+                        "# measured pairs"
+                    ),
                     if both_ways {
                         ", sending and receiving,"
                     } else {
                         ""
                     },
                     range(&vals),
-                    failed_note(k)
+                    failed_note(k),
+                    passing(&bad_all, &all)
                 ),
             ))
-        } else if peers(&outs) >= 2 && suspect(&outs) {
-            let (vals, k) = figures(&outs);
+        } else if n_outs {
+            let (vals, k) = figures(&bad_outs);
             Some((
                 NodeFault::Sends,
                 confirmed(&outs),
                 format!(
-                    "its sends fail: all {} pairs it sends in fail the rule ({}{}){}",
-                    outs.len(),
+                    "its sends fail: {} fail the rule ({}{}){}{}",
+                    how_many(
+                        &bad_outs,
+                        &outs,
+                        "all # pairs it sends in",
+                        "# pairs it sends in"
+                    ),
                     range(&vals),
                     failed_note(k),
+                    passing(&bad_outs, &outs),
                     if ins.is_empty() {
                         String::new()
                     } else {
@@ -1070,16 +1173,22 @@ fn blame(
                     }
                 ),
             ))
-        } else if peers(&ins) >= 2 && suspect(&ins) {
-            let (vals, k) = figures(&ins);
+        } else if n_ins {
+            let (vals, k) = figures(&bad_ins);
             Some((
                 NodeFault::Receives,
                 confirmed(&ins),
                 format!(
-                    "its receives fail: all {} pairs it receives in fail the rule ({}{}){}",
-                    ins.len(),
+                    "its receives fail: {} fail the rule ({}{}){}{}",
+                    how_many(
+                        &bad_ins,
+                        &ins,
+                        "all # pairs it receives in",
+                        "# pairs it receives in"
+                    ),
                     range(&vals),
                     failed_note(k),
+                    passing(&bad_ins, &ins),
                     if outs.is_empty() {
                         String::new()
                     } else {
@@ -1103,17 +1212,29 @@ fn blame(
             });
         }
     }
+    fold_rails(g);
     g.bad_nodes = g
         .node_findings
         .iter()
         .filter(|f| f.confirmed)
         .map(|f| f.node.clone())
         .collect();
-    // Links: suspects no named node explains.
-    let explains = |f: &NodeFinding, a: &str, b: &str| match f.fault {
-        NodeFault::Dead | NodeFault::All => f.node == a || f.node == b,
-        NodeFault::Sends => f.node == a,
-        NodeFault::Receives => f.node == b,
+    g.bad_rails = g
+        .rail_findings
+        .iter()
+        .filter(|f| f.confirmed)
+        .map(|f| f.name.clone())
+        .collect();
+    // Links: suspects no named node explains. A named node explains every
+    // suspect pair it is in, also in its other direction (a node that
+    // drops its transmits also slows its receives, whose acknowledgements
+    // it sends): one faulty node is likelier than several faulty links.
+    let rails: Vec<u32> = g.rail_findings.iter().map(|f| f.rail).collect();
+    let explains = |f: &NodeFinding, a: &str, b: &str| f.node == a || f.node == b;
+    let on_named_rail = |a: &str, b: &str| {
+        [a, b]
+            .iter()
+            .any(|e| rail_of(e).is_some_and(|(_, r)| rails.contains(&r)))
     };
     let link = |a: &str, b: &str| {
         if a < b {
@@ -1126,6 +1247,7 @@ fn blame(
     let mut maybe: BTreeSet<(String, String)> = BTreeSet::new();
     for s in &g.suspects {
         if s.state == SuspectState::Cleared
+            || on_named_rail(&s.src, &s.dst)
             || g.node_findings.iter().any(|f| explains(f, &s.src, &s.dst))
         {
             continue;
@@ -1137,6 +1259,63 @@ fn blame(
     }
     g.unconfirmed_links = maybe.difference(&bad).cloned().collect();
     g.bad_links = bad.into_iter().collect();
+}
+
+/// The node and rail of a rail end ([`rail_end`]).
+fn rail_of(end: &str) -> Option<(&str, u32)> {
+    let (node, rail) = end.rsplit_once("/rail")?;
+    Some((node, rail.parse().ok()?))
+}
+
+/// The least nodes on a rail for its ends' findings to name the rail: with
+/// two, one bad cable fails both ends' every pair just as a bad leaf does.
+pub const RAIL_MIN_NODES: usize = 3;
+
+/// A rail whose every end (node) is named — at least [`RAIL_MIN_NODES`] of
+/// them — is named instead of its nodes: one leaf switch (or what every
+/// node shares on that rail) is likelier than every node failing on the
+/// same rail at once.
+fn fold_rails(g: &mut MeshGroup) {
+    let mut ends: BTreeMap<u32, usize> = BTreeMap::new();
+    for n in &g.nodes {
+        if let Some((_, r)) = rail_of(n) {
+            *ends.entry(r).or_default() += 1;
+        }
+    }
+    for (rail, count) in ends {
+        if count < RAIL_MIN_NODES {
+            continue;
+        }
+        let on_rail = |f: &NodeFinding| rail_of(&f.node).is_some_and(|(_, r)| r == rail);
+        let named: Vec<&NodeFinding> = g.node_findings.iter().filter(|f| on_rail(f)).collect();
+        if named.len() < count {
+            continue;
+        }
+        let confirmed = named.iter().all(|f| f.confirmed);
+        let count_of = |k: NodeFault| named.iter().filter(|f| f.fault == k).count();
+        let how: Vec<String> = [
+            (NodeFault::Dead, "every cell failed"),
+            (NodeFault::All, "its pairs fail"),
+            (NodeFault::Sends, "its sends fail"),
+            (NodeFault::Receives, "its receives fail"),
+        ]
+        .iter()
+        .filter(|(k, _)| count_of(*k) > 0)
+        .map(|(k, w)| format!("{}: {w}", count_of(*k)))
+        .collect();
+        let text = format!(
+            "every one of its {count} nodes fails on it ({}): its leaf switch, or what every node shares on rail {rail}, rather than {count} faulty nodes",
+            how.join("; ")
+        );
+        g.node_findings.retain(|f| !on_rail(f));
+        g.rail_findings.push(RailFinding {
+            rail,
+            name: format!("rail{rail}"),
+            nodes: count,
+            confirmed,
+            text,
+        });
+    }
 }
 
 fn dims_label(dims: &Value) -> String {
@@ -1368,6 +1547,23 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
                 o,
                 "  unconfirmed SUSPECT NODE {}: {} — not confirmed: some of these pairs have no re-test figure",
                 e(&f.node),
+                e(&f.text)
+            );
+        }
+    }
+    for f in &g.rail_findings {
+        if f.confirmed {
+            let _ = writeln!(
+                o,
+                "  SUSPECT RAIL {}: {}; check that rail's leaf switch, its ports and uplinks",
+                e(&f.name),
+                e(&f.text)
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "  unconfirmed SUSPECT RAIL {}: {} — not confirmed: some of these pairs have no re-test figure",
+                e(&f.name),
                 e(&f.text)
             );
         }
@@ -2154,5 +2350,154 @@ mod tests {
             text.contains("13 stored cells are not part of the run's current plan"),
             "{text}"
         );
+    }
+
+    /// A mesh of `nodes` (each pair both ways) and its re-tests: `slow`
+    /// pairs measure 2 Gbit/s (their re-tests 2.5), the rest 10; `cleared`
+    /// slow pairs re-test at 9.9.
+    fn slow_mesh(nodes: &[&str], slow: &[(&str, &str)], cleared: &[(&str, &str)]) -> Fixture {
+        let mut mesh = Vec::new();
+        let mut rts = Vec::new();
+        for a in nodes {
+            for b in nodes {
+                if a == b {
+                    continue;
+                }
+                let bad = slow.contains(&(*a, *b));
+                mesh.push((
+                    spec(&format!("{a}{b}"), "mesh", a, b, json!({"size": 65536}), 0),
+                    Ok(vec![rec(if bad { 2.0 } else { 10.0 }, "forward")]),
+                ));
+                if bad {
+                    let again = if cleared.contains(&(*a, *b)) {
+                        9.9
+                    } else {
+                        2.5
+                    };
+                    rts.push(retest(a, b, 0, Ok(vec![rec(again, "forward")])));
+                }
+            }
+        }
+        fixture(mesh, rts)
+    }
+
+    #[test]
+    fn a_node_whose_sends_mostly_fail_is_named_once_not_as_links() {
+        // n5 drops half of what it transmits: 4 of its 5 sends are slow
+        // (the fifth was cleared by its re-test), and two of its receives
+        // suffer from its lost acknowledgements.
+        let nodes = ["n1", "n2", "n3", "n4", "n5", "n6"];
+        let slow = [
+            ("n5", "n1"),
+            ("n5", "n2"),
+            ("n5", "n3"),
+            ("n5", "n4"),
+            ("n5", "n6"),
+            ("n2", "n5"),
+            ("n4", "n5"),
+        ];
+        let f = slow_mesh(&nodes, &slow, &[("n5", "n6")]);
+        let (_, g, text) = analyze_one(&f);
+        assert_eq!(g.bad_nodes, vec!["n5".to_string()], "{text}");
+        assert_eq!(g.node_findings[0].fault, NodeFault::Sends, "{text}");
+        assert!(
+            g.bad_links.is_empty() && g.unconfirmed_links.is_empty(),
+            "{text}"
+        );
+        assert!(
+            text.contains("SUSPECT NODE n5: its sends fail: 4 of its 5 pairs it sends in fail the rule (2.00 Gbit/s); the other one passes (1 cleared by a re-test)"),
+            "{text}"
+        );
+        // Two slow sends of one node (a link each) name no node: too few.
+        let f = slow_mesh(&nodes, &[("n5", "n1"), ("n5", "n2")], &[]);
+        let (_, g, text) = analyze_one(&f);
+        assert!(g.node_findings.is_empty(), "{text}");
+        assert_eq!(g.bad_links.len(), 2, "{text}");
+        // A healthy node whose peers include two faulty senders is not
+        // named: two of its five receives is no majority.
+        let slow: Vec<(&str, &str)> = nodes
+            .iter()
+            .filter(|n| **n != "n1")
+            .map(|n| ("n1", *n))
+            .chain(nodes.iter().filter(|n| **n != "n2").map(|n| ("n2", *n)))
+            .collect();
+        let f = slow_mesh(&nodes, &slow, &[]);
+        let (_, g, text) = analyze_one(&f);
+        assert_eq!(
+            g.bad_nodes,
+            vec!["n1".to_string(), "n2".to_string()],
+            "{text}"
+        );
+        assert!(g.bad_links.is_empty(), "{text}");
+    }
+
+    /// A rail mesh: every pair of `nodes` both ways on each of `rails`;
+    /// `slow(node, rail)` makes every pair of that end 2 Gbit/s.
+    fn rail_mesh(nodes: &[&str], rails: u32, slow: impl Fn(&str, u32) -> bool) -> Fixture {
+        let mut mesh = Vec::new();
+        let mut rts = Vec::new();
+        let cell = |id: String, pattern: &str, a: &str, b: &str, r: u32| {
+            let mut c = spec(&id, pattern, a, b, json!({}), 0);
+            c.dims = json!({"size": 65536, "rail": r});
+            c
+        };
+        for r in 0..rails {
+            for a in nodes {
+                for b in nodes {
+                    if a == b {
+                        continue;
+                    }
+                    let bad = slow(a, r) || slow(b, r);
+                    let v = if bad { 2.0 } else { 10.0 };
+                    mesh.push((
+                        cell(format!("{a}{b}r{r}"), "mesh", a, b, r),
+                        Ok(vec![rec(v, "forward")]),
+                    ));
+                    if bad {
+                        rts.push((
+                            cell(format!("rt-{a}{b}r{r}"), RETEST, a, b, r),
+                            Ok(vec![rec(2.5, "forward")]),
+                        ));
+                    }
+                }
+            }
+        }
+        fixture(mesh, rts)
+    }
+
+    #[test]
+    fn a_rail_failing_on_every_node_is_named_not_its_nodes() {
+        let nodes = ["n1", "n2", "n3", "n4"];
+        // One node's rail 1 (a cable): that end is named.
+        let f = rail_mesh(&nodes, 4, |n, r| n == "n3" && r == 1);
+        let (_, g, text) = analyze_one(&f);
+        assert_eq!(g.bad_nodes, vec!["n3/rail1".to_string()], "{text}");
+        assert!(
+            g.rail_findings.is_empty() && g.bad_links.is_empty(),
+            "{text}"
+        );
+        // Rail 2 on every node (its leaf): the rail, no node, no link.
+        let f = rail_mesh(&nodes, 4, |_, r| r == 2);
+        let (_, g, text) = analyze_one(&f);
+        assert_eq!(g.bad_rails, vec!["rail2".to_string()], "{text}");
+        assert!(g.node_findings.is_empty(), "{text}");
+        assert!(
+            g.bad_links.is_empty() && g.unconfirmed_links.is_empty(),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "SUSPECT RAIL rail2: every one of its 4 nodes fails on it (4: its pairs fail)"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("SUSPECT NODE"), "{text}");
+        let json = serde_json::to_value(&g).unwrap();
+        assert_eq!(json["bad_rails"], json!(["rail2"]));
+        // Two nodes: a bad cable and a bad leaf look alike; the ends are
+        // named.
+        let f = rail_mesh(&nodes[..2], 2, |_, r| r == 1);
+        let (_, g, text) = analyze_one(&f);
+        assert!(g.rail_findings.is_empty(), "{text}");
     }
 }
