@@ -166,6 +166,9 @@ pub enum Warning {
     LateRequests { late: u64, ok: u64 },
     /// http-load: requests failed during the warm-up.
     WarmupErrors { count: u64 },
+    /// tcp-lat: the warm-up reached its time limit (the measurement's
+    /// length) before its count of round trips.
+    WarmupCut { done: u64, asked: u64 },
     /// http-load: no request completed in the measured interval.
     NoRequests,
     /// mtu: what the path's figure was limited by, the interface the
@@ -316,6 +319,10 @@ pub const REGISTRY: &[(&str, &str)] = &[
         "http-load: requests failed during the warm-up (not counted)",
     ),
     (
+        "warmup-cut",
+        "tcp-lat: the warm-up reached its time limit (the measurement's length) before its count of round trips",
+    ),
+    (
         "no-requests",
         "http-load: no request completed in the measured interval",
     ),
@@ -369,6 +376,7 @@ impl Warning {
             Warning::RequestRateNotReached { .. } => "request-rate-not-reached",
             Warning::LateRequests { .. } => "late-requests",
             Warning::WarmupErrors { .. } => "warmup-errors",
+            Warning::WarmupCut { .. } => "warmup-cut",
             Warning::NoRequests => "no-requests",
             Warning::MtuPath { .. } => "mtu-path",
             Warning::MtuMismatch { .. } => "mtu-mismatch",
@@ -530,6 +538,10 @@ impl Warning {
             Warning::WarmupErrors { count } => {
                 format!("{count} request(s) failed during the warm-up (not counted)")
             }
+            Warning::WarmupCut { done, asked } => format!(
+                "the warm-up ended after {done} of its {asked} round trips, at its time limit (the \
+                 measurement's length): round trips this slow suggest loss or an overloaded peer"
+            ),
             Warning::NoRequests => "no request completed in the measured interval (requests \
                  still in flight when it ended count neither as done nor as failed)"
                 .into(),
@@ -694,6 +706,10 @@ pub(crate) fn examples() -> Vec<Warning> {
         },
         Warning::LateRequests { late: 20, ok: 100 },
         Warning::WarmupErrors { count: 2 },
+        Warning::WarmupCut {
+            done: 3,
+            asked: 1000,
+        },
         Warning::NoRequests,
         Warning::MtuPath {
             text: "limited by the path".into(),

@@ -17,10 +17,12 @@
 //! open files ≤ BASE_FDS + 2·F + T                                   (T: tune sessions of the batch)
 //! ```
 //!
-//! The 3 are the main thread, the signal watcher of the command line and the
-//! watcher that closes the sessions on SIGINT while results are awaited.
-//! Each flow holds its drive session's connection, and a duplicate of it for
-//! that watcher while its results are awaited; a cell with an environment
+//! The 3 are the main thread, the signal watcher of the command line and one
+//! watcher: while flows set up, the one that calls off a round's stragglers
+//! (flows not ready [`crate::exec::straggle_limit`] after the last ready
+//! one); while results are awaited, the one that closes the sessions on
+//! SIGINT. Each flow holds its drive session's connection, and a duplicate
+//! of it for that watcher while it sets up or its results are awaited; a cell with an environment
 //! (a tuning profile, a policy count) holds one tune session per agent.
 //! The runner raises its soft open-file limit to what its largest batch
 //! needs before the run starts, and refuses the plan with what to raise when

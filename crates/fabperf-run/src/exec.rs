@@ -457,11 +457,102 @@ fn open_session(
 /// cap on handshakes in progress).
 pub const SETUP_PER_RECEIVER: usize = 32;
 /// The least time from the first `go` to the common start; more with many
-/// flows (2 ms each), so every `go` is out before the start.
-pub const START_MARGIN: Duration = Duration::from_millis(250);
+/// flows (2 ms each), so every `go` is out before the start. Each `go`
+/// carries the time left to the start when it is sent, so the margin only
+/// has to cover sending them (tens of microseconds each); what it adds to
+/// every round is time outside the measured intervals.
+pub const START_MARGIN: Duration = Duration::from_millis(50);
 /// A cell whose flows' measured intervals overlap for less than this
 /// share of the longest one has no common interval to aggregate over.
 pub const MIN_OVERLAP_PCT: f64 = 90.0;
+
+/// How long a round's flows that are not ready yet may keep the ready ones
+/// waiting for their `go`, after the last one became ready: half the
+/// plan's timeout, within 1 to 5 s. The ready flows' agents (and their
+/// targets) wait for the start no longer than their own timeout (2 s at
+/// least, 10 s by default), so one node whose set-up hangs — a lossy link,
+/// an overloaded agent — must not make every other flow of its round time
+/// out with it.
+pub fn straggle_limit(timeout: Duration) -> Duration {
+    (timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(5))
+}
+
+/// A round's set-up in progress: the flows waiting for their `ready`, and
+/// when the last one became ready. A watcher calls off (closes) the flows
+/// still waiting [`straggle_limit`] after that.
+struct SetupWatch {
+    limit: Duration,
+    state: std::sync::Mutex<WatchState>,
+}
+
+#[derive(Default)]
+struct WatchState {
+    last_ready: Option<Instant>,
+    waiting: BTreeMap<(usize, usize), TcpStream>,
+    called_off: BTreeSet<(usize, usize)>,
+    done: bool,
+}
+
+impl SetupWatch {
+    fn new(limit: Duration) -> SetupWatch {
+        SetupWatch {
+            limit,
+            state: std::sync::Mutex::new(WatchState::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, WatchState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Flow `id` waits for its `ready` on `stream`.
+    fn waiting(&self, id: (usize, usize), stream: &TcpStream) {
+        if let Ok(s) = stream.try_clone() {
+            self.lock().waiting.insert(id, s);
+        }
+    }
+
+    /// Flow `id` stopped waiting (`ready`: it is).
+    fn settled(&self, id: (usize, usize), ready: bool) {
+        let mut st = self.lock();
+        st.waiting.remove(&id);
+        if ready {
+            st.last_ready = Some(Instant::now());
+        }
+    }
+
+    fn was_called_off(&self, id: (usize, usize)) -> bool {
+        self.lock().called_off.contains(&id)
+    }
+
+    /// Until the set-up is over: close the flows still waiting `limit`
+    /// after the last ready one.
+    fn watch(&self) {
+        loop {
+            {
+                let mut st = self.lock();
+                if st.done {
+                    return;
+                }
+                if st
+                    .last_ready
+                    .is_some_and(|t| t.elapsed() > self.limit && !st.waiting.is_empty())
+                {
+                    let waiting = std::mem::take(&mut st.waiting);
+                    for (id, s) in waiting {
+                        let _ = s.shutdown(std::net::Shutdown::Both);
+                        st.called_off.insert(id);
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn finish(&self) {
+        self.lock().done = true;
+    }
+}
 
 /// A counting gate: at most `max` holders at once.
 struct Gate {
@@ -1379,6 +1470,8 @@ impl Exec<'_> {
             })
             .collect();
         let gates = &gates;
+        let watch = SetupWatch::new(straggle_limit(self.plan.timeout));
+        let watch = &watch;
         let setup = |(ci, fi, p): FlowPlan| {
             let mut cfg = cfg.clone();
             let _permit = gates[&cells[ci].flows[fi].1].enter();
@@ -1390,12 +1483,24 @@ impl Exec<'_> {
                 };
                 let mut ctl = open_session(addr, &cfg, params).map_err(ask)?;
                 if sync {
-                    match ctl.recv_test_within::<Ready>(ready_wait, "the flow set up") {
+                    watch.waiting((ci, fi), ctl.stream());
+                    let r = ctl.recv_test_within::<Ready>(ready_wait, "the flow set up");
+                    watch.settled((ci, fi), matches!(r, Ok(Ready { ready: true })));
+                    match r {
                         Ok(r) if r.ready => {}
                         Ok(_) => {
                             return Err(CellError {
                                 msg: format!("{addr} could not set its flow up"),
                                 transient: true,
+                            })
+                        }
+                        Err(_) if watch.was_called_off((ci, fi)) => {
+                            return Err(CellError {
+                                transient: true,
+                                msg: format!(
+                                    "setting the flow up on {addr}: not ready {:.1} s after the last other flow of its round was, so it was called off and the round started without it",
+                                    watch.limit.as_secs_f64()
+                                ),
                             })
                         }
                         Err(e) => {
@@ -1414,9 +1519,13 @@ impl Exec<'_> {
             });
             (ci, fi, r)
         };
-        // A bounded pool sets the flows up, however many there are.
-        let opened: Vec<(usize, usize, Result<Session, CellError>)> =
-            ctlplane::pooled(plans, ctlplane::FLOW_WORKERS, setup, || {
+        // A bounded pool sets the flows up, however many there are; a
+        // watcher calls off the stragglers.
+        let opened: Vec<(usize, usize, Result<Session, CellError>)> = std::thread::scope(|sc| {
+            if sync {
+                sc.spawn(|| watch.watch());
+            }
+            let opened = ctlplane::pooled(plans, ctlplane::FLOW_WORKERS, setup, || {
                 (
                     usize::MAX,
                     0,
@@ -1426,6 +1535,9 @@ impl Exec<'_> {
                     }),
                 )
             });
+            watch.finish();
+            opened
+        });
         let mut sessions = Vec::new();
         for (ci, _fi, r) in opened {
             match r {
@@ -2035,6 +2147,49 @@ mod tests {
 
     /// Re-tests are kept apart per node, and a node's agents on several
     /// paths (host, pod) are one node: the node name of their hellos.
+    #[test]
+    fn a_flow_not_ready_long_after_the_others_is_called_off() {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let slow = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut far, _) = l.accept().unwrap();
+        let watch = SetupWatch::new(Duration::from_millis(200));
+        // Nothing is ready yet: nobody is called off, however long.
+        watch.waiting((0, 1), &slow);
+        std::thread::scope(|sc| {
+            sc.spawn(|| watch.watch());
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(!watch.was_called_off((0, 1)));
+            // Flow (0, 0) is ready; (0, 1) still waits 200 ms later.
+            watch.settled((0, 0), true);
+            let t0 = Instant::now();
+            let mut b = [0u8; 1];
+            far.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            assert_eq!(
+                far.read(&mut b).unwrap(),
+                0,
+                "the straggler's session is closed"
+            );
+            let waited = t0.elapsed();
+            assert!(waited >= Duration::from_millis(200), "{waited:?}");
+            assert!(watch.was_called_off((0, 1)));
+            assert!(!watch.was_called_off((0, 0)));
+            watch.finish();
+        });
+        assert_eq!(
+            straggle_limit(Duration::from_secs(10)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            straggle_limit(Duration::from_secs(5)),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            straggle_limit(Duration::from_millis(500)),
+            Duration::from_secs(1)
+        );
+    }
+
     #[test]
     fn an_agents_node_is_the_node_its_hello_names() {
         let mut r = Roster::default();

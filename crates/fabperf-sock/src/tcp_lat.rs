@@ -176,9 +176,26 @@ pub fn run_tcp_lat(
             Err(e) => Err(SockError::data("tcp-lat reply", e)),
         }
     };
+    // Round trips of the warm-up actually made (see below).
+    let mut warmed: u64 = 0;
     let res = (|| -> Result<LoopEnd, SockError> {
+        // The warm-up is `warmup` round trips, but never longer than the
+        // measurement itself (`duration`, or 1 s for a count of iterations):
+        // on a lossy link each round trip can wait for a retransmission
+        // (200 ms and more), and a thousand of them would hold both agents
+        // for minutes.
+        let warm_for = if p.iterations.is_some() {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_secs_f64(p.duration_s)
+        };
+        let warm_end = Instant::now() + warm_for;
         for i in 0..p.warmup {
             rt(&mut out, &mut inb, i)?;
+            warmed += 1;
+            if Instant::now() >= warm_end {
+                break;
+            }
         }
         let host = setup.meter();
         let cpu0 = ThreadCpu::start();
@@ -186,11 +203,12 @@ pub fn run_tcp_lat(
         let end = t0 + Duration::from_secs_f64(p.duration_s);
         let limit = p.iterations.unwrap_or(u64::MAX);
         let mut n: u64 = 0;
+        let first = warmed;
         // One clock read per round trip: the end of one is the start of
         // the next (the histogram update in between costs nanoseconds).
         let mut prev = t0;
         while n < limit {
-            rt(&mut out, &mut inb, n)?;
+            rt(&mut out, &mut inb, first + n)?;
             let now = Instant::now();
             hist.record_rtt_ns(now.duration_since(prev).as_nanos() as u64);
             prev = now;
@@ -245,12 +263,18 @@ pub fn run_tcp_lat(
     set_thread_cpu(&mut r, Side::Agent, rcpu, rsecs);
     set_host_cpu(&mut r, Side::Client, &host.result());
     set_host_cpu(&mut r, Side::Agent, &rhost.result());
-    if echoed != n + p.warmup {
+    if echoed != n + warmed {
         r.warn(Warning::CountMismatch {
             text: format!(
                 "the agent echoed {echoed} messages, the client counted {}",
-                n + p.warmup
+                n + warmed
             ),
+        });
+    }
+    if warmed < p.warmup {
+        r.warn(Warning::WarmupCut {
+            done: warmed,
+            asked: p.warmup,
         });
     }
     if let Some(text) = fabperf_proto::clock::slow_clock_warning() {

@@ -400,6 +400,26 @@ fn tcp_lat_busy_poll_and_duration() {
     assert_eq!(r.iterations, Some(l.samples));
 }
 
+#[test]
+fn tcp_lat_warmup_never_outlasts_the_measurement() {
+    // Ten million warm-up round trips would take minutes; the warm-up
+    // stops at the measurement's length (0.2 s) and says so, and the
+    // agent's echo count still matches the client's.
+    let a = agent();
+    let p = TcpLatParams {
+        duration_s: 0.2,
+        warmup: 10_000_000,
+        ..Default::default()
+    };
+    let recs = run_tcp_lat(a.addr(), &cfg(), &p).unwrap();
+    consistent(&recs);
+    let r = &recs[0];
+    let ids: Vec<&str> = r.warnings.iter().map(|w| w.id.as_str()).collect();
+    assert!(ids.contains(&"warmup-cut"), "{ids:?}");
+    assert!(!ids.contains(&"count-mismatch"), "{:?}", r.warnings);
+    assert!(r.lat_us.as_ref().unwrap().samples > 0);
+}
+
 fn udp_consistent(r: &Record) {
     consistent(std::slice::from_ref(r));
     let u = r.udp.as_ref().unwrap();
