@@ -16,6 +16,9 @@
 //!   `/proc/net/{snmp,netstat}` and returns what changed between two snapshots.
 //!
 //! Other crates load a `fabperf detect --json` file with [`Inventory::from_json_file`].
+//!
+//! Layout: one file per subject; the two large ones are folders of rules — `doctor/` holds the
+//! checks by subject (addressing, rdma, host) and `gpu/` the rails, the GPU text and the GPU rules.
 
 pub mod capture;
 mod collect;

@@ -1,12 +1,16 @@
 //! Socket details: DF probes, the ICMP errors the kernel queues for them,
 //! and ICMP echo sockets.
 
+use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-// Linux values (linux/in.h, linux/in6.h, linux/errqueue.h).
+// Linux values (linux/in.h, linux/in6.h, linux/errqueue.h). These options
+// and the error queue's ancillary data (sock_extended_err) stay hand-written:
+// socket2 offers neither the PMTU-discovery/RECVERR options nor a cmsg parser.
 const IP_MTU_DISCOVER: libc::c_int = 10;
 const IP_PMTUDISC_PROBE: libc::c_int = 3;
 const IP_RECVERR: libc::c_int = 11;
@@ -191,19 +195,10 @@ pub fn recv_until(s: &UdpSocket, buf: &mut [u8], deadline: Instant) -> io::Resul
         if !wait_readable(s.as_raw_fd(), deadline - now)? {
             continue;
         }
-        // SAFETY: a valid descriptor and buffer.
-        let n = unsafe {
-            libc::recv(
-                s.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
+        let e = match SockRef::from(s).recv_with_flags(as_uninit(buf), libc::MSG_DONTWAIT) {
+            Ok(n) => return Ok(Some(n)),
+            Err(e) => e,
         };
-        if n >= 0 {
-            return Ok(Some(n as usize));
-        }
-        let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
             continue;
         }
@@ -244,7 +239,7 @@ pub enum Echo {
 /// where `net.ipv4.ping_group_range` allows it, else a raw socket
 /// (CAP_NET_RAW).
 pub struct Pinger {
-    fd: OwnedFd,
+    sock: Socket,
     v6: bool,
     raw: bool,
     id: u16,
@@ -266,37 +261,33 @@ impl Pinger {
     /// why ICMP is not permitted here.
     pub fn open(dest: IpAddr) -> Result<Pinger, String> {
         let v6 = dest.is_ipv6();
-        let (family, proto) = if v6 {
-            (libc::AF_INET6, libc::IPPROTO_ICMPV6)
+        let sa = SocketAddr::new(dest, 0);
+        let (domain, proto) = if v6 {
+            (Domain::IPV6, Protocol::ICMPV6)
         } else {
-            (libc::AF_INET, libc::IPPROTO_ICMP)
+            (Domain::IPV4, Protocol::ICMPV4)
         };
         let mut errs = Vec::new();
-        for (ty, raw) in [(libc::SOCK_DGRAM, false), (libc::SOCK_RAW, true)] {
-            // SAFETY: plain socket creation; the result is owned below.
-            let fd = unsafe { libc::socket(family, ty | libc::SOCK_CLOEXEC, proto) };
-            if fd < 0 {
-                errs.push(io::Error::last_os_error());
+        for (ty, raw) in [(Type::DGRAM, false), (Type::RAW, true)] {
+            // Close-on-exec, as every socket socket2 opens.
+            let sock = match Socket::new(domain, ty, Some(proto)) {
+                Ok(s) => s,
+                Err(e) => {
+                    errs.push(e);
+                    continue;
+                }
+            };
+            if let Err(e) = sock.connect(&SockAddr::from(sa)) {
+                errs.push(e);
                 continue;
             }
-            // SAFETY: a descriptor we just created and own.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let sa = SocketAddr::new(dest, 0);
-            let (ptr, len) = sockaddr(&sa);
-            // SAFETY: ptr/len describe a valid sockaddr that outlives the call.
-            if unsafe { libc::connect(fd.as_raw_fd(), ptr.as_ptr() as *const libc::sockaddr, len) }
-                != 0
-            {
-                errs.push(io::Error::last_os_error());
-                continue;
-            }
-            if let Err(e) = probe_mode(fd.as_raw_fd(), v6) {
+            if let Err(e) = probe_mode(sock.as_raw_fd(), v6) {
                 errs.push(e);
                 continue;
             }
             let id = u16::from_be_bytes(fabperf_proto::auth::random_bytes::<2>());
             return Ok(Pinger {
-                fd,
+                sock,
                 v6,
                 raw,
                 id,
@@ -327,21 +318,11 @@ impl Pinger {
             let c = checksum(&msg);
             msg[2..4].copy_from_slice(&c.to_be_bytes());
         }
-        let _ = take_too_big(self.fd.as_raw_fd());
-        // SAFETY: a valid descriptor and buffer.
-        let n = unsafe {
-            libc::send(
-                self.fd.as_raw_fd(),
-                msg.as_ptr() as *const libc::c_void,
-                msg.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
+        let _ = take_too_big(self.sock.as_raw_fd());
+        if let Err(e) = self.sock.send(&msg) {
             if e.raw_os_error() == Some(libc::EMSGSIZE) {
                 return Ok(Echo::TooBig(
-                    take_too_big(self.fd.as_raw_fd()).unwrap_or(TooBig { mtu: 0, from: None }),
+                    take_too_big(self.sock.as_raw_fd()).unwrap_or(TooBig { mtu: 0, from: None }),
                 ));
             }
             return Err(e);
@@ -352,37 +333,33 @@ impl Pinger {
             if now >= deadline {
                 return Ok(Echo::Lost);
             }
-            if !wait_readable(self.fd.as_raw_fd(), deadline - now)? {
+            if !wait_readable(self.sock.as_raw_fd(), deadline - now)? {
                 continue;
             }
-            // SAFETY: a valid descriptor and buffer.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    self.buf.as_mut_ptr() as *mut libc::c_void,
-                    self.buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EMSGSIZE) {
-                    if let Some(t) = take_too_big(self.fd.as_raw_fd()) {
-                        return Ok(Echo::TooBig(t));
+            let got = self
+                .sock
+                .recv_with_flags(as_uninit(&mut self.buf), libc::MSG_DONTWAIT);
+            let n = match got {
+                Ok(n) => n,
+                Err(e) => {
+                    if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                        if let Some(t) = take_too_big(self.sock.as_raw_fd()) {
+                            return Ok(Echo::TooBig(t));
+                        }
                     }
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) || e.raw_os_error().is_some()
+                    {
+                        // Other ICMP errors (unreachable) end as a loss.
+                        let _ = take_too_big(self.sock.as_raw_fd());
+                        continue;
+                    }
+                    return Err(e);
                 }
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) || e.raw_os_error().is_some()
-                {
-                    // Other ICMP errors (unreachable) end as a loss.
-                    let _ = take_too_big(self.fd.as_raw_fd());
-                    continue;
-                }
-                return Err(e);
-            }
-            let got = &self.buf[..n as usize];
+            };
+            let got = &self.buf[..n];
             if let Some(icmp_len) = echo_reply(got, self.raw, self.v6, self.id, seq) {
                 if icmp_len == len {
                     return Ok(Echo::Back);
@@ -441,39 +418,12 @@ pub fn checksum(b: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-/// A socket address as bytes for libc calls.
-fn sockaddr(a: &SocketAddr) -> (Vec<u8>, libc::socklen_t) {
-    match a {
-        SocketAddr::V4(v4) => {
-            let s = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*v4.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
-            let len = std::mem::size_of::<libc::sockaddr_in>();
-            // SAFETY: reading the bytes of a plain C struct.
-            let b = unsafe { std::slice::from_raw_parts(&s as *const _ as *const u8, len) };
-            (b.to_vec(), len as libc::socklen_t)
-        }
-        SocketAddr::V6(v6) => {
-            let s = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            };
-            let len = std::mem::size_of::<libc::sockaddr_in6>();
-            // SAFETY: reading the bytes of a plain C struct.
-            let b = unsafe { std::slice::from_raw_parts(&s as *const _ as *const u8, len) };
-            (b.to_vec(), len as libc::socklen_t)
-        }
-    }
+/// An initialised buffer lent to socket2's receive calls, which take
+/// possibly-uninitialised memory.
+fn as_uninit(buf: &mut [u8]) -> &mut [MaybeUninit<u8>] {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`, and the receive
+    // calls only write initialised bytes into it.
+    unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) }
 }
 
 #[cfg(test)]
@@ -513,6 +463,33 @@ mod tests {
             &ip[..24],
         ] {
             assert_eq!(echo_reply(bad, true, false, 0x1234, 7), None);
+        }
+    }
+
+    /// An echo over loopback comes back, and a datagram larger than any IP
+    /// packet is refused by this host's stack; where ICMP is not permitted,
+    /// the error names what it needs.
+    #[test]
+    fn loopback_echo_comes_back_and_an_oversized_one_is_refused() {
+        for dest in ["127.0.0.1", "::1"] {
+            let mut p = match Pinger::open(dest.parse().unwrap()) {
+                Ok(p) => p,
+                Err(e) => {
+                    assert!(e.contains("CAP_NET_RAW"), "{e}");
+                    continue;
+                }
+            };
+            let t = Duration::from_secs(2);
+            assert_eq!(
+                p.probe(1000, t).unwrap(),
+                Echo::Back,
+                "{dest} ({})",
+                p.kind()
+            );
+            match p.probe(70_000, t) {
+                Ok(Echo::TooBig(_)) | Err(_) => {}
+                other => panic!("{dest}: {other:?}"),
+            }
         }
     }
 }

@@ -21,6 +21,10 @@
 //!   system, irq, softirq from /proc/stat) over the same interval;
 //! - records are self-consistent (`Record::check`): a figure that is not
 //!   known is absent, with a warning from `fabperf_results::warnings`.
+//!
+//! Layout: one file per test kind (client and agent side) beside the shared
+//! params, socket and CPU helpers; `tcp_bw/` holds its data path (`streams`)
+//! and its records (`records`).
 
 mod cpu;
 mod error;

@@ -69,16 +69,10 @@ fn hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// Text from the lease file (anyone's to write) as shown in a message:
+/// the shared terminal escaping, cut to 200 characters.
 fn printable(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars().take(200) {
-        if c.is_control() {
-            o.extend(c.escape_default());
-        } else {
-            o.push(c);
-        }
-    }
-    o
+    fabperf_results::escape::terminal_cut(s, 200)
 }
 
 /// A held lease; dropping it (or the process ending) releases it.

@@ -12,6 +12,9 @@
 //! on `fabperf tune restore` ([`tuner`]). Settings an agent may not or
 //! cannot change are reported, setting by setting, never skipped in
 //! silence.
+//!
+//! Layout: one file per kind of setting (sysctl, ethtool, link, irq, policy) and the
+//! profile/journal formats; `tuner/` applies a profile: plan, change, restore.
 
 pub mod ethtool;
 pub mod irq;

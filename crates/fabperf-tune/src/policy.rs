@@ -15,7 +15,8 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use wait_timeout::ChildExt;
 
 /// The nftables table fabperf owns.
 pub const TABLE: &str = "fabperf_policy";
@@ -111,18 +112,14 @@ fn run_nft(args: &[&str], stdin: Option<&str>) -> Result<String, String> {
             .map_err(|e| format!("feeding nft: {}", crate::os_text(&e)))?;
     }
     // Bounded: a wedged nft is killed.
-    let t0 = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if t0.elapsed() > Duration::from_secs(60) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("nft did not finish within 60 s and was killed".into());
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(format!("waiting for nft: {e}")),
+    match child.wait_timeout(Duration::from_secs(60)) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("nft did not finish within 60 s and was killed".into());
         }
+        Err(e) => return Err(format!("waiting for nft: {e}")),
     }
     let out = child
         .wait_with_output()

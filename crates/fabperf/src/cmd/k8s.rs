@@ -412,6 +412,7 @@ fn run_lease(a: LeaseArgs) -> Result<ExitCode> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
+    use wait_timeout::ChildExt;
     let say = |m: &str| eprintln!("fabperf k8s lease: {m}");
     let identity = a
         .identity
@@ -471,7 +472,12 @@ fn run_lease(a: LeaseArgs) -> Result<ExitCode> {
     let mut last_renew = Instant::now();
     let mut forwarded = false;
     let status = loop {
-        if let Some(st) = child.try_wait().context("waiting for the command")? {
+        // Wakes up when the command ends, or every 100 ms to pass a signal
+        // on and renew the Lease.
+        if let Some(st) = child
+            .wait_timeout(Duration::from_millis(100))
+            .context("waiting for the command")?
+        {
             break st;
         }
         if stop.load(Ordering::Relaxed) && !forwarded {
@@ -488,7 +494,6 @@ fn run_lease(a: LeaseArgs) -> Result<ExitCode> {
                 ));
             }
         }
-        std::thread::sleep(Duration::from_millis(100));
     };
     match c.release_lease(&a.name, &identity) {
         Ok(()) => say(&format!("released the Lease {lease}")),
