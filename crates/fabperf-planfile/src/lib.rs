@@ -80,6 +80,16 @@ impl<'a> Diagnostics<'a> {
         });
     }
 
+    /// The name the text is located by.
+    pub fn file(&self) -> &'a str {
+        self.file
+    }
+
+    /// The text being checked.
+    pub fn text(&self) -> &'a str {
+        self.text
+    }
+
     /// No problem recorded yet.
     pub fn is_empty(&self) -> bool {
         self.errors.is_empty()
