@@ -55,6 +55,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use fabperf_planfile::Diagnostics;
+
 pub const DEFAULT_CONTROL_PORT: u16 = 5301;
 pub const DEFAULT_RDMA_RESOURCE: &str = "rdma/rdma_shared_device_a";
 pub const DEFAULT_OPERATOR_REPOSITORY: &str = "nvcr.io/nvidia/mellanox";

@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// The tuning profiles the tests name, by profile name, with the file each
+/// was read from (two files must not give one name two meanings).
+pub(super) type ProfileFiles = BTreeMap<String, (fabperf_tune::Profile, PathBuf)>;
+
 /// The environment dimensions of a test: each sweep point under each
 /// profile (`profiles = [FILE, ...]`, relative to the plan) and each
 /// policy-rule count (`policies = [0, 50, 200]`).
@@ -12,7 +16,7 @@ pub(super) fn env_dims(
     t: &RawTest,
     name: &str,
     base_dir: &Path,
-    profiles: &mut BTreeMap<String, (fabperf_tune::Profile, PathBuf)>,
+    profiles: &mut ProfileFiles,
     points: Vec<SweepPoint>,
 ) -> Vec<SweepPoint> {
     let mut names: Vec<Option<String>> = vec![None];

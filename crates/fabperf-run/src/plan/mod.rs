@@ -47,7 +47,7 @@ mod values;
 
 use agents::check_agents;
 use check::check;
-use env::{env_dims, policy_target};
+use env::{env_dims, policy_target, ProfileFiles};
 pub use fabperf_planfile::{PlanError, PlanErrors};
 use pattern::check_pattern;
 use rails::rails_decl;

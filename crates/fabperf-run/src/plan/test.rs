@@ -6,18 +6,14 @@ use super::*;
 
 /// The checked tests, and the tuning profiles they name (by profile name,
 /// with the file each was read from).
-#[allow(clippy::type_complexity)]
 pub(super) fn check_tests(
     cx: &mut Diagnostics,
     raw: &[S<RawTest>],
     paths_declared: &BTreeSet<String>,
     base_dir: &Path,
-) -> (
-    Vec<TestDecl>,
-    BTreeMap<String, (fabperf_tune::Profile, PathBuf)>,
-) {
+) -> (Vec<TestDecl>, ProfileFiles) {
     let mut tests = Vec::new();
-    let mut profiles = BTreeMap::new();
+    let mut profiles = ProfileFiles::new();
     let mut test_names = BTreeSet::new();
     let mut total_cells: usize = 0;
     let mut budget = Budget {
