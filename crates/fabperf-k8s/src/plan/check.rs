@@ -117,61 +117,7 @@ pub(super) fn check(cx: &mut Diagnostics, raw: RawPlan, base_dir: &Path) -> Opti
         None => DEFAULT_RDMA_RESOURCE.into(),
     };
 
-    // nodes
-    let mut node_names = Vec::new();
-    let mut node_selector = BTreeMap::new();
-    let mut tolerations = vec![TolerationPlan {
-        key: Some(GPU_TAINT_KEY.into()),
-        operator: "Exists".into(),
-        value: None,
-        effect: Some("NoSchedule".into()),
-    }];
-    if let Some(n) = &raw.nodes {
-        let n = n.get_ref();
-        if let Some(names) = &n.names {
-            for nm in names.get_ref() {
-                if !is_dns_subdomain(nm.get_ref()) {
-                    cx.at(
-                        nm.span(),
-                        format!(
-                            "node name {:?} is not a valid Kubernetes node name",
-                            nm.get_ref()
-                        ),
-                    );
-                } else if node_names.contains(nm.get_ref()) {
-                    cx.at(
-                        nm.span(),
-                        format!("node {:?} is listed twice", nm.get_ref()),
-                    );
-                } else {
-                    node_names.push(nm.get_ref().clone());
-                }
-            }
-            if names.get_ref().is_empty() {
-                cx.at(
-                    names.span(),
-                    "nodes.names is empty; list node names or drop the key",
-                );
-            }
-        }
-        if let Some(sel) = &n.selector {
-            for (k, v) in sel.get_ref() {
-                if !is_label_key(k) || !is_label_value(v.get_ref()) {
-                    cx.at(
-                        v.span(),
-                        format!(
-                            "node selector {k:?} = {:?} is not a valid label key/value",
-                            v.get_ref()
-                        ),
-                    );
-                }
-                node_selector.insert(k.clone(), v.get_ref().clone());
-            }
-        }
-        if let Some(t) = &n.tolerations {
-            tolerations = check_tolerations(cx, t.get_ref());
-        }
-    }
+    let (node_names, mut node_selector, tolerations) = check_nodes(cx, raw.nodes.as_ref());
 
     let resources = check_resources(cx, raw.resources.as_ref());
 
@@ -190,37 +136,7 @@ pub(super) fn check(cx: &mut Diagnostics, raw: RawPlan, base_dir: &Path) -> Opti
         },
     };
 
-    // detect files
-    let mut detects: Vec<NodeDetect> = Vec::new();
-    if let Some(d) = &raw.detect {
-        for (node, file) in d.get_ref() {
-            if !node_names.is_empty() && !node_names.contains(node) {
-                cx.at(
-                    file.span(),
-                    format!(
-                        "detect file for node {node:?}, which is not in nodes.names {node_names:?}"
-                    ),
-                );
-                continue;
-            }
-            if !is_dns_subdomain(node) {
-                cx.at(
-                    file.span(),
-                    format!("[detect] key {node:?} is not a valid Kubernetes node name"),
-                );
-                continue;
-            }
-            match load_detect(&base_dir.join(file.get_ref())) {
-                Ok((report, node_ip)) => detects.push(NodeDetect {
-                    node: node.clone(),
-                    report,
-                    node_ip,
-                    span: file.span(),
-                }),
-                Err(e) => cx.at(file.span(), format!("{e:#}")),
-            }
-        }
-    }
+    let detects = check_detect(cx, raw.detect.as_ref(), &node_names, base_dir);
     let detected_nodes: Vec<String> = {
         let mut v: Vec<String> = detects.iter().map(|d| d.node.clone()).collect();
         v.sort();

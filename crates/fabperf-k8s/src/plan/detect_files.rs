@@ -27,7 +27,7 @@ struct NodeIpField {
 }
 
 /// Read a detect file (size-capped, regular files only) and its node IP.
-pub(super) fn load_detect(path: &Path) -> anyhow::Result<(DetectReport, Option<NodeIp>)> {
+fn load_detect(path: &Path) -> anyhow::Result<(DetectReport, Option<NodeIp>)> {
     let text = crate::files::read_text_capped(path, crate::files::MAX_INPUT_BYTES, "detect file")?;
     let origin = path.display().to_string();
     let report = DetectReport::parse(&text, &origin)?;
@@ -106,4 +106,45 @@ pub(super) fn pick_from_detect(
         }
     }
     chosen.map(|c| c.0)
+}
+
+/// `[detect]`: each node's detect file read (relative to the plan), for
+/// the nodes of `nodes.names` when the plan lists them.
+pub(super) fn check_detect(
+    cx: &mut Diagnostics,
+    raw: Option<&S<BTreeMap<String, S<String>>>>,
+    node_names: &[String],
+    base_dir: &Path,
+) -> Vec<NodeDetect> {
+    let mut detects: Vec<NodeDetect> = Vec::new();
+    if let Some(d) = raw {
+        for (node, file) in d.get_ref() {
+            if !node_names.is_empty() && !node_names.contains(node) {
+                cx.at(
+                    file.span(),
+                    format!(
+                        "detect file for node {node:?}, which is not in nodes.names {node_names:?}"
+                    ),
+                );
+                continue;
+            }
+            if !is_dns_subdomain(node) {
+                cx.at(
+                    file.span(),
+                    format!("[detect] key {node:?} is not a valid Kubernetes node name"),
+                );
+                continue;
+            }
+            match load_detect(&base_dir.join(file.get_ref())) {
+                Ok((report, node_ip)) => detects.push(NodeDetect {
+                    node: node.clone(),
+                    report,
+                    node_ip,
+                    span: file.span(),
+                }),
+                Err(e) => cx.at(file.span(), format!("{e:#}")),
+            }
+        }
+    }
+    detects
 }

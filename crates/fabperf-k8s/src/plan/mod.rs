@@ -24,7 +24,7 @@ mod token;
 use attach::{check_attach, check_nad_name};
 use check::check;
 use cni::{check_cilium_link, check_cni};
-use detect_files::{load_detect, pick_from_detect, NodeDetect};
+use detect_files::{check_detect, pick_from_detect, NodeDetect};
 use device_plugin::check_device_plugin;
 pub use device_plugin::selectors_from_detect;
 pub use fabperf_planfile::{PlanError, PlanErrors};
@@ -36,10 +36,10 @@ pub use names::split_resource;
 use names::{is_dns_label, is_guid, is_hex4, is_ifname, is_sriov_resource, names_or_none, u32_in};
 pub(crate) use names::{is_dns_subdomain, is_label_key, is_label_value};
 pub(crate) use nodes::parse_memory_mib;
-use nodes::{check_resources, check_tolerations};
+use nodes::{check_nodes, check_resources};
 use roce::check_roce;
 use schema::{
-    RawCni, RawDevicePlugin, RawHost, RawIpoib, RawPlan, RawResources, RawRoce, RawSriov,
+    RawCni, RawDevicePlugin, RawHost, RawIpoib, RawNodes, RawPlan, RawResources, RawRoce, RawSriov,
     RawToleration, S,
 };
 use sriov::check_sriov;

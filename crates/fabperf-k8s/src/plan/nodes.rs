@@ -2,10 +2,7 @@
 
 use super::*;
 
-pub(super) fn check_tolerations(
-    cx: &mut Diagnostics,
-    raw: &[S<RawToleration>],
-) -> Vec<TolerationPlan> {
+fn check_tolerations(cx: &mut Diagnostics, raw: &[S<RawToleration>]) -> Vec<TolerationPlan> {
     let mut out = Vec::new();
     for t in raw {
         let sp = t.span();
@@ -110,4 +107,67 @@ pub(super) fn check_resources(
         }
     }
     r
+}
+
+/// `[nodes]`: the node names the agents are pinned to, the node selector,
+/// and the tolerations (by default: GPU nodes' `nvidia.com/gpu` taint).
+pub(super) fn check_nodes(
+    cx: &mut Diagnostics,
+    raw: Option<&S<RawNodes>>,
+) -> (Vec<String>, BTreeMap<String, String>, Vec<TolerationPlan>) {
+    let mut node_names = Vec::new();
+    let mut node_selector = BTreeMap::new();
+    let mut tolerations = vec![TolerationPlan {
+        key: Some(GPU_TAINT_KEY.into()),
+        operator: "Exists".into(),
+        value: None,
+        effect: Some("NoSchedule".into()),
+    }];
+    if let Some(n) = raw {
+        let n = n.get_ref();
+        if let Some(names) = &n.names {
+            for nm in names.get_ref() {
+                if !is_dns_subdomain(nm.get_ref()) {
+                    cx.at(
+                        nm.span(),
+                        format!(
+                            "node name {:?} is not a valid Kubernetes node name",
+                            nm.get_ref()
+                        ),
+                    );
+                } else if node_names.contains(nm.get_ref()) {
+                    cx.at(
+                        nm.span(),
+                        format!("node {:?} is listed twice", nm.get_ref()),
+                    );
+                } else {
+                    node_names.push(nm.get_ref().clone());
+                }
+            }
+            if names.get_ref().is_empty() {
+                cx.at(
+                    names.span(),
+                    "nodes.names is empty; list node names or drop the key",
+                );
+            }
+        }
+        if let Some(sel) = &n.selector {
+            for (k, v) in sel.get_ref() {
+                if !is_label_key(k) || !is_label_value(v.get_ref()) {
+                    cx.at(
+                        v.span(),
+                        format!(
+                            "node selector {k:?} = {:?} is not a valid label key/value",
+                            v.get_ref()
+                        ),
+                    );
+                }
+                node_selector.insert(k.clone(), v.get_ref().clone());
+            }
+        }
+        if let Some(t) = &n.tolerations {
+            tolerations = check_tolerations(cx, t.get_ref());
+        }
+    }
+    (node_names, node_selector, tolerations)
 }
