@@ -3,6 +3,10 @@
 //! IPoIB, RoCE), Multus NetworkAttachmentDefinitions, the RDMA shared device
 //! plugin config (ConfigMap and network-operator NicClusterPolicy) and Helm
 //! values for the primary CNI.
+//!
+//! Layout: `plan/` reads and checks the TOML plan (one file per section, on
+//! the shared `fabperf_planfile` layer); `render`, `objects`, `crd`, `cni`,
+//! `policy`, `gpu` turn it into manifests; `runner/` is the in-cluster runner.
 
 pub mod api;
 pub mod cidr;

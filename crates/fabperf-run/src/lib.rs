@@ -11,6 +11,8 @@ pub mod cells;
 pub mod ctlplane;
 pub mod drive;
 pub mod exec;
+/// The run plan, one file per rule under `plan/` (schema, check, agents,
+/// test, pattern, sweep, env, rails, values) on the shared `fabperf_planfile` layer.
 pub mod plan;
 pub mod rails;
 pub mod schedule;
