@@ -206,19 +206,28 @@ pub fn export_openmetrics(
     } else {
         Series::Bounded
     };
-    let runs = match openmetrics::load_runs(store, run) {
+    // Read one cell at a time (a store of a million cells is not loaded).
+    let runs = match openmetrics::export_runs(store, run) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("fabperf export: {e}");
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
-    super::skipped_note("export", store);
+    // What could not be decoded is said once, after the first reading.
+    let noted = std::cell::Cell::new(false);
+    let expose = |ids: &[i64], flavor: Flavor| {
+        let r = openmetrics::exposition_of_store(store, ids, flavor, series);
+        if !noted.replace(true) {
+            super::skipped_note("export", store);
+        }
+        r
+    };
     if let Some(base) = push {
         // Check every URL before the first push.
         let urls: Vec<String> = match runs
             .iter()
-            .map(|r| openmetrics::push_url(base, r.run.id))
+            .map(|r| openmetrics::push_url(base, *r))
             .collect()
         {
             Ok(u) => u,
@@ -234,23 +243,28 @@ pub fn export_openmetrics(
             );
             return Ok(ExitCode::from(EXIT_USAGE));
         }
-        for (data, url) in runs.iter().zip(&urls) {
-            let (body, n) = openmetrics::exposition_with(
-                std::slice::from_ref(data),
-                Flavor::Prometheus,
-                series,
-            );
+        for (id, url) in runs.iter().zip(&urls) {
+            let (body, n) = match expose(std::slice::from_ref(id), Flavor::Prometheus) {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("fabperf export: {e}");
+                    return Ok(ExitCode::from(EXIT_USAGE));
+                }
+            };
             openmetrics::push(url, &body, std::time::Duration::from_secs(30))?;
-            eprintln!(
-                "fabperf export: pushed {n} samples of run {} to {url}",
-                data.run.id
-            );
+            eprintln!("fabperf export: pushed {n} samples of run {id} to {url}");
         }
         if out.is_none() {
             return Ok(ExitCode::SUCCESS);
         }
     }
-    let (body, n) = openmetrics::exposition_with(&runs, Flavor::OpenMetrics, series);
+    let (body, n) = match expose(&runs, Flavor::OpenMetrics) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("fabperf export: {e}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
     match out {
         Some(p) => {
             write_out(p, &body)?;
