@@ -1109,17 +1109,17 @@ fn add_latency(acc: &mut Acc, rec: &RecView, cell: &str, notes: &mut Vec<String>
 
 /// The instances of a row in run order, each with its repeats' statistics;
 /// `port` gives the port rate a cell's flows are bounded by.
-fn instances(acc: &Acc, port: &dyn Fn(&PortOf) -> Option<f64>) -> Vec<Instance> {
-    let mut with: Vec<&InstAcc> = acc.insts.iter().filter(|x| x.first.is_some()).collect();
+fn instances(insts: Vec<InstAcc>, port: &dyn Fn(&PortOf) -> Option<f64>) -> Vec<Instance> {
+    let mut with: Vec<InstAcc> = insts.into_iter().filter(|x| x.first.is_some()).collect();
     with.sort_by_key(|x| x.first);
     with.into_iter()
         .map(|x| {
             let p: Option<Vec<f64>> = x.ports.iter().map(port).collect();
             Instance {
-                key: x.key.clone(),
-                cells: x.cells.clone(),
-                values: x.values.clone(),
                 stats: Stats::of(&x.values),
+                key: x.key,
+                cells: x.cells,
+                values: x.values,
                 port_rate_gbps: p
                     .map(|p| p.iter().copied().fold(f64::INFINITY, f64::min))
                     .filter(|v| v.is_finite()),
@@ -1182,15 +1182,16 @@ pub fn port_finding_text(v: f64, p: f64) -> String {
 }
 
 /// One row from its group's cells.
-fn row_of(data: &RunData, cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
+fn row_of(data: &RunData, cell: &CellRow, scope_key: String, first: String, mut acc: Acc) -> Row {
     let s = &cell.spec;
     let family = Family::of_kind(&s.kind).expect("grouped by known kinds");
-    let values: Vec<f64> = acc.values.clone();
+    let values: Vec<f64> = std::mem::take(&mut acc.values);
     let port_of = |p: &PortOf| match p {
         PortOf::Known(p) => *p,
         PortOf::Flows(flows, bidir) => flows_port(data, &s.path, flows, *bidir),
     };
-    let insts = instances(&acc, &port_of);
+    acc.inst_at = HashMap::new();
+    let insts = instances(std::mem::take(&mut acc.insts), &port_of);
     let multi = insts.len() > 1;
     let unit = family.unit();
     let mut warnings: Vec<String> = Vec::new();
@@ -1424,7 +1425,7 @@ fn row_of(data: &RunData, cell: &CellRow, scope_key: String, first: String, acc:
             n.sort();
             n
         },
-        cells: acc.cells.clone(),
+        cells: std::mem::take(&mut acc.cells),
         values,
         stats,
         warnings,

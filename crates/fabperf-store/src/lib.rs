@@ -1143,10 +1143,15 @@ impl Store {
         let mut st = self
             .conn
             .prepare(
-                "SELECT c.seq, m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist FROM measurements m
-                 JOIN cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id
-                 WHERE m.run_id = ?1
-                 ORDER BY c.seq, m.cell_id, m.id",
+                // The cells drive (CROSS JOIN keeps them the outer loop): in
+                // plan order by their index, each cell's measurements by
+                // theirs, sorted only among cells of one `seq` — not the
+                // whole run's records through a temporary b-tree.
+                "SELECT c.seq, m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist
+                 FROM cells c CROSS JOIN measurements m
+                   ON m.run_id = c.run_id AND m.cell_id = c.cell_id
+                 WHERE c.run_id = ?1
+                 ORDER BY c.seq, c.cell_id, m.id",
             )
             .map_err(self.err("reading measurements"))?;
         let mut rows = st
