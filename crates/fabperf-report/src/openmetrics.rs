@@ -36,7 +36,6 @@ use crate::data::{load, load_head, ReportError, RunData, Sample};
 use crate::flows::{self, Leg};
 use fabperf_store::{CellRow, CellState, Store};
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 /// Which series an exposition has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -547,17 +546,23 @@ impl Exposer {
 
     /// The text, and the number of samples in it.
     fn text(&self, flavor: Flavor) -> (String, usize) {
+        let mut o = Vec::new();
+        let n = self.write(flavor, &mut o).expect("writing to memory");
+        (String::from_utf8(o).expect("labels and values are text"), n)
+    }
+
+    /// The text written to `o` as it is made; the number of samples.
+    fn write(&self, flavor: Flavor, o: &mut dyn std::io::Write) -> std::io::Result<usize> {
         let (labels, extras) = (self.labels.by_id(), self.extras.by_id());
-        let mut o = String::new();
         let mut n = 0;
         for f in &self.families {
             if f.series.is_empty() {
                 continue;
             }
-            let _ = writeln!(o, "# HELP {} {}", f.name, f.help);
-            let _ = writeln!(o, "# TYPE {} gauge", f.name);
+            writeln!(o, "# HELP {} {}", f.name, f.help)?;
+            writeln!(o, "# TYPE {} gauge", f.name)?;
             if let (Some(u), Flavor::OpenMetrics) = (f.unit, flavor) {
-                let _ = writeln!(o, "# UNIT {} {u}", f.name);
+                writeln!(o, "# UNIT {} {u}", f.name)?;
             }
             for ((b, x), sum, k) in &f.series {
                 let (b, x) = (labels[*b as usize], extras[*x as usize]);
@@ -567,14 +572,14 @@ impl Exposer {
                     ","
                 };
                 let v = if *k == 1 { *sum } else { sum / f64::from(*k) };
-                let _ = writeln!(o, "{}{{{b}{comma}{x}}} {}", f.name, value(v));
+                writeln!(o, "{}{{{b}{comma}{x}}} {}", f.name, value(v))?;
                 n += 1;
             }
         }
         if flavor == Flavor::OpenMetrics {
-            o.push_str("# EOF\n");
+            o.write_all(b"# EOF\n")?;
         }
-        (o, n)
+        Ok(n)
     }
 }
 
@@ -624,6 +629,23 @@ pub fn exposition_of_store(
         e.run_of_store(store, *id)?;
     }
     Ok(e.text(flavor))
+}
+
+/// [`exposition_of_store`] written to `out` as it is made (the text of a
+/// mesh of a million pairs is gigabytes): the number of samples.
+pub fn write_exposition_of_store(
+    store: &Store,
+    ids: &[i64],
+    flavor: Flavor,
+    series: Series,
+    out: &mut dyn std::io::Write,
+) -> Result<usize, ReportError> {
+    let mut e = Exposer::new(series);
+    for id in ids {
+        e.run_of_store(store, *id)?;
+    }
+    e.write(flavor, out)
+        .map_err(|x| ReportError::Io(format!("writing the exposition: {x}")))
 }
 
 /// The runs to export: `run` (which must exist), or every run.

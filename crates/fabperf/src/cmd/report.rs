@@ -258,22 +258,45 @@ pub fn export_openmetrics(
             return Ok(ExitCode::SUCCESS);
         }
     }
-    let (body, n) = match expose(&runs, Flavor::OpenMetrics) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("fabperf export: {e}");
-            return Ok(ExitCode::from(EXIT_USAGE));
+    // Written as it is made: the text of a large mesh is gigabytes.
+    let write = |o: &mut dyn Write| {
+        let r =
+            openmetrics::write_exposition_of_store(store, &runs, Flavor::OpenMetrics, series, o);
+        if !noted.replace(true) {
+            super::skipped_note("export", store);
         }
+        r
     };
     match out {
         Some(p) => {
-            write_out(p, &body)?;
+            let mut f = fabperf_results::files::Output::create(p).map_err(anyhow::Error::msg)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
+            let n = match write(&mut w) {
+                Ok(n) => n,
+                Err(e) => {
+                    eprintln!("fabperf export: {e}");
+                    return Ok(ExitCode::from(EXIT_USAGE));
+                }
+            };
+            w.flush()
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+            drop(w);
+            f.commit().map_err(anyhow::Error::msg)?;
             eprintln!("fabperf export: {n} samples written");
         }
         None => {
             let stdout = std::io::stdout();
-            let mut o = stdout.lock();
-            if let Err(e) = o.write_all(body.as_bytes()).and_then(|_| o.flush()) {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+            match write(&mut w) {
+                Ok(_) => {}
+                Err(fabperf_report::ReportError::Io(e)) if e.contains("Broken pipe") => {}
+                Err(fabperf_report::ReportError::Io(e)) => anyhow::bail!("{e}"),
+                Err(e) => {
+                    eprintln!("fabperf export: {e}");
+                    return Ok(ExitCode::from(EXIT_USAGE));
+                }
+            }
+            if let Err(e) = w.flush() {
                 if e.kind() != std::io::ErrorKind::BrokenPipe {
                     return Err(e.into());
                 }
