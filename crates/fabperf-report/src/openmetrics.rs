@@ -31,6 +31,10 @@
 //! with its overlap, start skew and Jain's index under the aggregate's
 //! labels. [`Series::PerMeasurement`] adds `repeat`, `cell` and `stream`
 //! (one series per stored record, as unbounded as the store).
+//!
+//! The writer is hand-written, not prometheus-client's: its Registry holds
+//! every metric object at once and has no mean over repeats, while a run of
+//! a million cells is read here one cell at a time into running sums.
 
 use crate::data::{load, load_head, ReportError, RunData, Sample};
 use crate::flows::{self, Leg};
