@@ -6,13 +6,14 @@
 # `report` (table and HTML) and `export --format openmetrics` on it, with the
 # peak RSS of each (GNU time). Prints one Markdown table for BENCHMARKS.md.
 #
-#   bench/store-scale.sh                      # 1024 nodes, sizes 64,4096, 3 repeats
-#   bench/store-scale.sh --nodes 256 --dir /var/tmp/fp-scale
+#   bench/store-scale.sh                      # 1024 nodes, sizes 64,4096, 3 repeats (~26 GiB)
+#   bench/store-scale.sh --nodes 1024 --sizes 64 --repeats 1   # 1,047,552 cells, 4.4 GiB
+#   bench/store-scale.sh --nodes 256 --dir /tmp/fp-scale
 #
 # Options: --nodes N (default 1024), --sizes LIST (64,4096), --repeats R (3),
 # --dir DIR (where the store and the outputs go; default /var/tmp/fabperf-store-scale),
 # --keep-db (reuse DIR's store when it was made with the same N, sizes and repeats).
-# Needs /usr/bin/time (GNU time) and about 1 GiB of disk per 100k cells.
+# Needs /usr/bin/time (GNU time) and about 0.45 GiB of disk per 100k cells; delete DIR after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +25,7 @@ while [[ $# -gt 0 ]]; do
         --repeats) REPEATS=${2:?}; shift 2 ;;
         --dir) DIR=${2:?}; shift 2 ;;
         --keep-db) KEEP=1; shift ;;
-        -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "store-scale: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done

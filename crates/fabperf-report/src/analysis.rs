@@ -4,7 +4,7 @@
 //! latency percentiles; incast fairness, bisection bandwidth, the mesh
 //! matrices; verdicts in words per path and per node.
 
-use crate::data::{load, Agent, FindingView, RecView, ReportError, RunData, Sample};
+use crate::data::{load_head, Agent, FindingView, RecView, ReportError, RunData, Sample};
 use crate::flows::{self, Leg};
 use crate::hist::{self, Merged};
 use crate::stats::{self, Stats};
@@ -13,7 +13,7 @@ use fabperf_run::summary::{self, MeshAnalysis};
 use fabperf_store::{CellRow, CellState, Role, Store};
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// The kind of figure a row holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -634,8 +634,8 @@ pub struct Options {
 
 /// Build the report of a run.
 pub fn build(store: &Store, opts: &Options) -> Result<Report, ReportError> {
-    let mut data = load(store, opts.run)?;
-    let mut report = assemble(&mut data, opts)?;
+    let mut data = load_head(store, opts.run)?;
+    let (mut report, seen) = assemble(store, &mut data, opts)?;
     // The mesh matrices, with the plan's rule per test.
     for test in summary::mesh_tests(store, data.run.id)? {
         let rule = data
@@ -652,7 +652,7 @@ pub fn build(store: &Store, opts: &Options) -> Result<Report, ReportError> {
                 .push(format!("mesh test {test}: no matrix: {e}")),
         }
     }
-    report.verdicts = verdicts(&report, &data);
+    report.verdicts = verdicts(&report, &data, &seen);
     Ok(report)
 }
 
@@ -779,36 +779,152 @@ fn cell_port(data: &RunData, cell: &CellRow, direction: Option<&str>) -> Option<
     })
 }
 
+/// The port rate the flows of a pair or mesh cell are bounded by (the
+/// slowest flow's; twice that for `bidir`), as [`cell_port`] gives it.
+fn flows_port(data: &RunData, path: &str, flows: &[(String, String)], bidir: bool) -> Option<f64> {
+    let ports: Option<Vec<f64>> = flows
+        .iter()
+        .map(|(a, b)| flow_port(data, path, a, b))
+        .collect();
+    let one_way = ports?.iter().copied().fold(f64::INFINITY, f64::min);
+    if !one_way.is_finite() {
+        return None;
+    }
+    Some(if bidir { 2.0 * one_way } else { one_way })
+}
+
 /// Test order, dims, path, pattern instance key, its words, method (mtu).
 type GroupKey = (usize, String, String, String, String, String);
+
+/// A mean kept as it goes: the same sum in the same order as over a list
+/// of the values (`Iterator::sum` starts at −0), so the figure is the same
+/// bit for bit, without the list.
+#[derive(Clone, Copy)]
+struct Mean {
+    sum: f64,
+    n: usize,
+    /// Values pushed, present or not.
+    pushed: usize,
+}
+
+impl Default for Mean {
+    fn default() -> Mean {
+        Mean {
+            sum: -0.0,
+            n: 0,
+            pushed: 0,
+        }
+    }
+}
+
+impl Mean {
+    fn push(&mut self, v: f64) {
+        self.sum += v;
+        self.n += 1;
+        self.pushed += 1;
+    }
+
+    fn push_opt(&mut self, v: Option<f64>) {
+        match v {
+            Some(v) => self.push(v),
+            None => self.pushed += 1,
+        }
+    }
+
+    /// The mean of the values present.
+    fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / self.n as f64)
+    }
+
+    /// The mean, absent when one value was.
+    fn mean_of_all(&self) -> Option<f64> {
+        (self.n == self.pushed).then(|| self.mean()).flatten()
+    }
+}
+
+/// The repeats' own latency percentiles, for a row without histograms:
+/// the extremes and the means.
+#[derive(Default)]
+struct StoredLat {
+    count: usize,
+    min: Option<f64>,
+    max: Option<f64>,
+    p50: Mean,
+    p90: Mean,
+    p99: Mean,
+    p999: Mean,
+    mean: Mean,
+}
+
+impl StoredLat {
+    fn push(&mut self, l: &crate::data::LatView) {
+        self.count += 1;
+        if let Some(v) = l.min {
+            self.min = Some(self.min.map_or(v, |a| a.min(v)));
+        }
+        if let Some(v) = l.max {
+            self.max = Some(self.max.map_or(v, |a| a.max(v)));
+        }
+        for (m, v) in [
+            (&mut self.p50, l.p50),
+            (&mut self.p90, l.p90),
+            (&mut self.p99, l.p99),
+            (&mut self.p999, l.p999),
+            (&mut self.mean, l.mean),
+        ] {
+            if let Some(v) = v {
+                m.push(v);
+            }
+        }
+    }
+}
+
+/// What bounds an instance's figure: a port rate known when its cell was
+/// read (concurrent flows, read last), or the flows of a cell whose ports
+/// are looked up once every record has said which links are virtual.
+#[derive(Debug, Clone, PartialEq)]
+enum PortOf {
+    Known(Option<f64>),
+    Flows(Vec<(String, String)>, bool),
+}
+
+/// One pattern instance of a row (a mesh pair, a bisection cut) as its
+/// cells are read.
+struct InstAcc {
+    key: String,
+    cells: Vec<String>,
+    values: Vec<f64>,
+    ports: Vec<PortOf>,
+    /// When its first cell came (instances are listed in that order).
+    first: Option<usize>,
+}
 
 #[derive(Default)]
 struct Acc {
     cells: Vec<String>,
-    /// (instance, cell, figure) per cell with a figure, in run order.
-    vals: Vec<(String, String, f64)>,
-    /// The instance of each cell, in run order.
-    inst_cells: Vec<(String, String)>,
-    nodes: BTreeSet<String>,
-    pairs: BTreeSet<(String, String)>,
+    /// The figure of each cell with one, in run order.
+    values: Vec<f64>,
+    /// The instances, by key.
+    inst_at: HashMap<String, usize>,
+    insts: Vec<InstAcc>,
+    /// Nodes by number, and the (sender, receiver) pairs measured.
+    node_ids: HashMap<String, u32>,
+    pairs: HashSet<(u32, u32)>,
     size: Option<u64>,
     streams: Option<u64>,
     op: Option<String>,
     direction: Option<String>,
     mtu: Option<u64>,
-    /// Port rate per instance (every cell's; `None` when one is unknown).
-    ports: Vec<(String, Option<f64>)>,
-    cpu_client: Vec<Option<f64>>,
-    cpu_agent: Vec<Option<f64>>,
+    cpu_client: Mean,
+    cpu_agent: Mean,
     cpu_host: bool,
-    retrans: Vec<f64>,
-    loss: Vec<f64>,
+    retrans: Mean,
+    loss: Mean,
     hists: Merged,
     /// Reused to read each repeat's own percentiles.
     scratch: Merged,
     hist_missing: usize,
-    stored: Vec<crate::data::LatView>,
-    per_cell_hist_p50: Vec<Option<f64>>,
+    stored: StoredLat,
     lat_kind: Option<String>,
     errors: BTreeMap<String, u64>,
     errors_seen: bool,
@@ -828,6 +944,60 @@ struct Acc {
     outcast: Option<String>,
 }
 
+impl Acc {
+    fn inst(&mut self, key: &str) -> &mut InstAcc {
+        let i = match self.inst_at.get(key) {
+            Some(&i) => i,
+            None => {
+                self.inst_at.insert(key.to_string(), self.insts.len());
+                self.insts.push(InstAcc {
+                    key: key.to_string(),
+                    cells: Vec::new(),
+                    values: Vec::new(),
+                    ports: Vec::new(),
+                    first: None,
+                });
+                self.insts.len() - 1
+            }
+        };
+        &mut self.insts[i]
+    }
+
+    /// A cell of instance `inst` counted in the row.
+    fn add_cell(&mut self, inst: &str, cell: &str) {
+        self.cells.push(cell.to_string());
+        let n = self.cells.len();
+        let x = self.inst(inst);
+        x.first.get_or_insert(n);
+        if !x.cells.iter().any(|c| c == cell) {
+            x.cells.push(cell.to_string());
+        }
+    }
+
+    fn add_value(&mut self, inst: &str, v: f64) {
+        self.values.push(v);
+        self.inst(inst).values.push(v);
+    }
+
+    fn add_port(&mut self, inst: &str, p: PortOf) {
+        let x = self.inst(inst);
+        if !x.ports.contains(&p) {
+            x.ports.push(p);
+        }
+    }
+
+    fn add_flows(&mut self, flows: &[(String, String)]) {
+        for (a, b) in flows {
+            let mut id = |n: &String| {
+                let k = self.node_ids.len() as u32;
+                *self.node_ids.entry(n.clone()).or_insert(k)
+            };
+            let p = (id(a), id(b));
+            self.pairs.insert(p);
+        }
+    }
+}
+
 fn cpu_per_gbps(rec: &RecView, host: bool) -> (Option<f64>, Option<f64>) {
     let bw = match rec.bw_gbps {
         Some(b) if b > 0.0 => b,
@@ -844,15 +1014,6 @@ fn cpu_per_gbps(rec: &RecView, host: bool) -> (Option<f64>, Option<f64>) {
             rec.cpu_remote_pct.map(|c| c / bw),
         )
     }
-}
-
-fn mean_of(v: &[f64]) -> Option<f64> {
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-}
-
-fn all_some(v: &[Option<f64>]) -> Option<f64> {
-    let x: Option<Vec<f64>> = v.iter().copied().collect();
-    x.and_then(|x| mean_of(&x))
 }
 
 /// An mtu record's interface and encapsulation, from the notes fabperf mtu
@@ -940,53 +1101,31 @@ fn add_latency(acc: &mut Acc, rec: &RecView, cell: &str, notes: &mut Vec<String>
         }
         _ => acc.hist_missing += 1,
     }
-    acc.per_cell_hist_p50.push(hp50);
     let stored = rec.lat.clone().unwrap_or_default();
     let p50 = hp50.or(stored.p50);
-    acc.stored.push(stored);
+    acc.stored.push(&stored);
     p50
 }
 
-/// The instances of a row in run order, each with its repeats' statistics.
-fn instances(acc: &Acc) -> Vec<Instance> {
-    let mut out: Vec<Instance> = Vec::new();
-    for (inst, cell) in &acc.inst_cells {
-        let i = match out.iter().position(|x| x.key == *inst) {
-            Some(i) => i,
-            None => {
-                out.push(Instance {
-                    key: inst.clone(),
-                    cells: Vec::new(),
-                    values: Vec::new(),
-                    stats: None,
-                    port_rate_gbps: None,
-                });
-                out.len() - 1
+/// The instances of a row in run order, each with its repeats' statistics;
+/// `port` gives the port rate a cell's flows are bounded by.
+fn instances(insts: Vec<InstAcc>, port: &dyn Fn(&PortOf) -> Option<f64>) -> Vec<Instance> {
+    let mut with: Vec<InstAcc> = insts.into_iter().filter(|x| x.first.is_some()).collect();
+    with.sort_by_key(|x| x.first);
+    with.into_iter()
+        .map(|x| {
+            let p: Option<Vec<f64>> = x.ports.iter().map(port).collect();
+            Instance {
+                stats: Stats::of(&x.values),
+                key: x.key,
+                cells: x.cells,
+                values: x.values,
+                port_rate_gbps: p
+                    .map(|p| p.iter().copied().fold(f64::INFINITY, f64::min))
+                    .filter(|v| v.is_finite()),
             }
-        };
-        if !out[i].cells.contains(cell) {
-            out[i].cells.push(cell.clone());
-        }
-    }
-    for x in &mut out {
-        x.values = acc
-            .vals
-            .iter()
-            .filter(|(i, ..)| *i == x.key)
-            .map(|v| v.2)
-            .collect();
-        x.stats = Stats::of(&x.values);
-        let p: Option<Vec<f64>> = acc
-            .ports
-            .iter()
-            .filter(|(i, _)| *i == x.key)
-            .map(|p| p.1)
-            .collect();
-        x.port_rate_gbps = p
-            .map(|p| p.iter().copied().fold(f64::INFINITY, f64::min))
-            .filter(|v| v.is_finite());
-    }
-    out
+        })
+        .collect()
 }
 
 /// The range over a row's instances; `None` for fewer than two with a
@@ -1043,11 +1182,16 @@ pub fn port_finding_text(v: f64, p: f64) -> String {
 }
 
 /// One row from its group's cells.
-fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
+fn row_of(data: &RunData, cell: &CellRow, scope_key: String, first: String, mut acc: Acc) -> Row {
     let s = &cell.spec;
     let family = Family::of_kind(&s.kind).expect("grouped by known kinds");
-    let values: Vec<f64> = acc.vals.iter().map(|v| v.2).collect();
-    let insts = instances(&acc);
+    let values: Vec<f64> = std::mem::take(&mut acc.values);
+    let port_of = |p: &PortOf| match p {
+        PortOf::Known(p) => *p,
+        PortOf::Flows(flows, bidir) => flows_port(data, &s.path, flows, *bidir),
+    };
+    acc.inst_at = HashMap::new();
+    let insts = instances(std::mem::take(&mut acc.insts), &port_of);
     let multi = insts.len() > 1;
     let unit = family.unit();
     let mut warnings: Vec<String> = Vec::new();
@@ -1217,15 +1361,15 @@ fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
     if let Some(f) = &port_finding {
         warnings.push(f.clone());
     }
-    let cpu = (!acc.cpu_client.is_empty()).then(|| CpuPerGbps {
-        client: all_some(&acc.cpu_client),
-        agent: all_some(&acc.cpu_agent),
+    let cpu = (acc.cpu_client.pushed > 0).then(|| CpuPerGbps {
+        client: acc.cpu_client.mean_of_all(),
+        agent: acc.cpu_agent.mean_of_all(),
         source: if acc.cpu_host { "host" } else { "threads" },
     });
     let cpu = cpu.filter(|c| c.client.is_some() || c.agent.is_some());
     let lat = matches!(family, Family::Latency | Family::Http).then(|| lat_figures(&acc));
     if let Some(l) = &lat {
-        if l.source == LatSource::StoredPercentiles && !acc.stored.is_empty() {
+        if l.source == LatSource::StoredPercentiles && acc.stored.count > 0 {
             warnings.push(
                 "no latency histogram stored: p50/p99 are the mean of the repeats' own percentiles, not percentiles over every sample".into(),
             );
@@ -1276,16 +1420,20 @@ fn row_of(cell: &CellRow, scope_key: String, first: String, acc: Acc) -> Row {
         mtu: acc.mtu,
         rate: rate_label(&s.dims),
         variant: variant_label(&s.dims),
-        nodes: acc.nodes.iter().cloned().collect(),
-        cells: acc.cells.clone(),
+        nodes: {
+            let mut n: Vec<String> = acc.node_ids.keys().cloned().collect();
+            n.sort();
+            n
+        },
+        cells: std::mem::take(&mut acc.cells),
         values,
         stats,
         warnings,
         port_rate_gbps: port,
         pct_port,
         cpu,
-        retransmits: mean_of(&acc.retrans),
-        loss_pct: mean_of(&acc.loss),
+        retransmits: acc.retrans.mean(),
+        loss_pct: acc.loss.mean(),
         lat,
         instances: if multi { insts } else { Vec::new() },
         spread,
@@ -1381,11 +1529,7 @@ fn add_multi(
             let (_, acc) = groups
                 .entry(key)
                 .or_insert_with(|| (cell.clone(), Acc::default()));
-            for (a, b) in &s.flows {
-                acc.nodes.insert(a.clone());
-                acc.nodes.insert(b.clone());
-                acc.pairs.insert((a.clone(), b.clone()));
-            }
+            acc.add_flows(&s.flows);
             acc.size = acc
                 .size
                 .or(dim_u64(&s.dims, "size"))
@@ -1406,12 +1550,11 @@ fn add_multi(
                 acc.outcast = l.outcast.clone();
             }
             acc.mtu = acc.mtu.or(dim_u64(&s.dims, "mtu"));
-            acc.ports.push((inst.clone(), port));
+            acc.add_port(&inst, PortOf::Known(port));
             match (l.aggregate_gbps, &l.failed) {
                 (Some(g), None) if family != Family::Mtu => {
-                    acc.cells.push(s.cell_id.clone());
-                    acc.inst_cells.push((inst.clone(), s.cell_id.clone()));
-                    acc.vals.push((inst.clone(), s.cell_id.clone(), g));
+                    acc.add_cell(&inst, &s.cell_id);
+                    acc.add_value(&inst, g);
                     if let Some(o) = l.overlap_pct {
                         acc.overlaps.push(o);
                         acc.skews.push(l.start_skew_s);
@@ -1441,165 +1584,224 @@ fn set_port(l: &mut Leg, port: Option<f64>) {
     }
 }
 
-/// Everything but the mesh analyses (which need the store) and verdicts.
-pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, ReportError> {
+/// A cell of one flow (a pair, a mesh pair): its record(s) into its row.
+fn add_single(
+    cell: &CellRow,
+    samples: &[Sample],
+    family: Family,
+    order: &mut BTreeMap<String, usize>,
+    groups: &mut BTreeMap<GroupKey, (CellRow, Acc)>,
+    notes: &mut Vec<String>,
+) {
+    let s = &cell.spec;
+    // An mtu cell stores one record per method that measured; every
+    // other cell one record that stands for it.
+    let recs: Vec<&Sample> = if family == Family::Mtu {
+        samples.iter().filter(|m| m.role == Role::Total).collect()
+    } else {
+        main_sample(samples).into_iter().collect()
+    };
+    if recs.is_empty() {
+        notes.push(format!(
+            "cell {} ({} on {}) is done but has no total record; left out",
+            s.cell_id, s.test, s.path,
+        ));
+        return;
+    }
+    let (scope_key, first, inst) = instance_of(s);
+    let n = order.len();
+    let idx = *order.entry(s.test.clone()).or_insert(n);
+    for main in recs {
+        let rec = &main.rec;
+        let method = if family == Family::Mtu {
+            rec.op.clone().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let key = (
+            idx,
+            s.dims.to_string(),
+            s.path.clone(),
+            scope_key.clone(),
+            first.clone(),
+            method.clone(),
+        );
+        let (_, acc) = groups
+            .entry(key)
+            .or_insert_with(|| (cell.clone(), Acc::default()));
+        acc.add_cell(&inst, &s.cell_id);
+        acc.add_flows(&s.flows);
+        acc.size = acc.size.or(dim_u64(&s.dims, "size")).or(rec.size);
+        acc.streams = acc.streams.or(dim_u64(&s.dims, "streams")).or(rec.streams);
+        acc.op = acc.op.clone().or(dim_str(&s.dims, "op")).or(rec.op.clone());
+        acc.direction = acc
+            .direction
+            .clone()
+            .or(dim_str(&s.dims, "direction"))
+            .or(rec.direction.clone());
+        acc.mtu = acc.mtu.or(dim_u64(&s.dims, "mtu"));
+        // Looked up at the end, once every record has said which links
+        // are virtual.
+        let bidir = acc.direction.as_deref() == Some("bidir");
+        acc.add_port(&inst, PortOf::Flows(s.flows.clone(), bidir));
+        if let Some(r) = rec.retransmits {
+            acc.retrans.push(r as f64);
+        }
+        if let Some(l) = rec.udp_loss_pct {
+            acc.loss.push(l);
+        }
+        let push = |acc: &mut Acc, v: Option<f64>| {
+            if let Some(v) = v {
+                acc.add_value(&inst, v);
+            }
+        };
+        match family {
+            Family::Bandwidth | Family::Udp => {
+                push(acc, rec.bw_gbps);
+                if s.flows.len() == 1 {
+                    let host = rec.host_cpu_local.is_some() && rec.host_cpu_remote.is_some();
+                    if acc.cells.len() == 1 {
+                        acc.cpu_host = host;
+                    }
+                    let (c, a) = cpu_per_gbps(rec, acc.cpu_host && host);
+                    acc.cpu_client.push_opt(c);
+                    acc.cpu_agent.push_opt(a);
+                }
+            }
+            Family::Latency | Family::Http => {
+                let p50 = add_latency(acc, rec, &s.cell_id, notes);
+                if family == Family::Latency {
+                    push(acc, p50);
+                } else {
+                    push(acc, rec.requests_per_s);
+                    if let Some(e) = &rec.errors {
+                        acc.errors_seen = true;
+                        for (k, v) in e {
+                            let c = acc.errors.entry(k.clone()).or_default();
+                            *c = c.saturating_add(*v);
+                        }
+                    }
+                    // The record counts successful requests as iterations
+                    // (requests/s × the measured interval).
+                    if let (Some(r), Some(d)) = (rec.requests_per_s, rec.duration_s) {
+                        let ok = (r * d).round() as u64;
+                        acc.ok_requests = Some(acc.ok_requests.unwrap_or(0).saturating_add(ok));
+                    }
+                }
+            }
+            Family::Mtu => {
+                acc.op = Some(method.clone());
+                push(acc, rec.mtu.map(|m| m as f64));
+                acc.mtu_payload = acc.mtu_payload.or(rec.size);
+                let (iface, encap) = mtu_interface(rec);
+                acc.mtu_iface = acc.mtu_iface.take().or(iface);
+                acc.mtu_encap = acc.mtu_encap.take().or(encap);
+            }
+        }
+    }
+}
+
+/// What the verdicts need of the cells besides the rows: the nodes their
+/// flows name, and the cells of concurrent flows that finished.
+#[derive(Default)]
+pub(crate) struct Seen {
+    nodes: BTreeSet<String>,
+    done_multi: HashSet<String>,
+}
+
+/// Everything but the mesh analyses (which need the store) and verdicts,
+/// read one cell at a time: what is kept is per row (a mesh's row keeps a
+/// figure per cell and the statistics per pair, not the records), so a
+/// mesh of a thousand nodes fits in memory.
+pub(crate) fn assemble(
+    store: &Store,
+    data: &mut RunData,
+    opts: &Options,
+) -> Result<(Report, Seen), ReportError> {
     let mut notes = Vec::new();
     let mut groups: BTreeMap<GroupKey, (CellRow, Acc)> = BTreeMap::new();
     let mut order: BTreeMap<String, usize> = BTreeMap::new();
     let mut incasts = Vec::new();
     let mut bisections = Vec::new();
     let mut unknown_kinds = BTreeSet::new();
-    for cell in data
-        .cells
-        .iter()
-        .filter(|c| matches!(c.state, CellState::Done | CellState::Failed))
-    {
+    let mut seen = Seen::default();
+    let mut failed: Vec<FailedCell> = Vec::new();
+    let (mut done, mut failed_n, mut pending) = (0usize, 0usize, 0usize);
+    // Cells of concurrent flows are few: they are taken last, once every
+    // record has said which links are virtual (their port rates then hold).
+    let mut multis: Vec<(usize, CellRow, Vec<Sample>, Family)> = Vec::new();
+    crate::data::each_cell(store, data, &mut |_, cell, samples| {
         let s = &cell.spec;
+        for (a, b) in &s.flows {
+            for n in [a, b] {
+                if !seen.nodes.contains(n) {
+                    seen.nodes.insert(n.clone());
+                }
+            }
+        }
+        match cell.state {
+            CellState::Done => done += 1,
+            CellState::Failed => {
+                failed_n += 1;
+                failed.push(FailedCell {
+                    cell: s.cell_id.clone(),
+                    test: s.test.clone(),
+                    path: s.path.clone(),
+                    pattern: s.pattern.clone(),
+                    flows: s.flows.clone(),
+                    // On one line (a stored reason may carry line breaks and
+                    // runs of spaces).
+                    error: flows::one_line(cell.error.as_deref().unwrap_or_default()),
+                });
+            }
+            CellState::Pending => {
+                pending += 1;
+                return Ok(());
+            }
+        }
         if !matches!(
             s.pattern.as_str(),
             "pairs" | "mesh" | "incast" | "bisection"
         ) {
-            continue;
+            return Ok(());
         }
         // A failed cell of concurrent flows is a repeat of its rows without
         // a figure; other failed cells are listed on their own.
         let multi = flows::is_multi(&s.pattern);
         if cell.state == CellState::Failed && !multi {
-            continue;
+            return Ok(());
         }
         let Some(family) = Family::of_kind(&s.kind) else {
             if cell.state == CellState::Done {
                 unknown_kinds.insert(s.kind.clone());
             }
-            continue;
+            return Ok(());
         };
-        let samples = data.samples_of(&s.cell_id);
         if multi {
+            if cell.state == CellState::Done {
+                seen.done_multi.insert(s.cell_id.clone());
+            }
             let n = order.len();
             let idx = *order.entry(s.test.clone()).or_insert(n);
-            add_multi(
-                data,
-                cell,
-                samples,
-                family,
-                idx,
-                &mut groups,
-                &mut incasts,
-                &mut bisections,
-            );
-            continue;
+            multis.push((idx, cell, samples, family));
+            return Ok(());
         }
-        // An mtu cell stores one record per method that measured; every
-        // other cell one record that stands for it.
-        let recs: Vec<&Sample> = if family == Family::Mtu {
-            samples.iter().filter(|m| m.role == Role::Total).collect()
-        } else {
-            main_sample(samples).into_iter().collect()
-        };
-        if recs.is_empty() {
-            notes.push(format!(
-                "cell {} ({} on {}) is done but has no total record; left out",
-                s.cell_id, s.test, s.path,
-            ));
-            continue;
-        }
-        let (scope_key, first, inst) = instance_of(s);
-        let n = order.len();
-        let idx = *order.entry(s.test.clone()).or_insert(n);
-        for main in recs {
-            let rec = &main.rec;
-            let method = if family == Family::Mtu {
-                rec.op.clone().unwrap_or_default()
-            } else {
-                String::new()
-            };
-            let key = (
-                idx,
-                s.dims.to_string(),
-                s.path.clone(),
-                scope_key.clone(),
-                first.clone(),
-                method.clone(),
-            );
-            let (_, acc) = groups
-                .entry(key)
-                .or_insert_with(|| (cell.clone(), Acc::default()));
-            acc.cells.push(s.cell_id.clone());
-            acc.inst_cells.push((inst.clone(), s.cell_id.clone()));
-            for (a, b) in &s.flows {
-                acc.nodes.insert(a.clone());
-                acc.nodes.insert(b.clone());
-                acc.pairs.insert((a.clone(), b.clone()));
-            }
-            acc.size = acc.size.or(dim_u64(&s.dims, "size")).or(rec.size);
-            acc.streams = acc.streams.or(dim_u64(&s.dims, "streams")).or(rec.streams);
-            acc.op = acc.op.clone().or(dim_str(&s.dims, "op")).or(rec.op.clone());
-            acc.direction = acc
-                .direction
-                .clone()
-                .or(dim_str(&s.dims, "direction"))
-                .or(rec.direction.clone());
-            acc.mtu = acc.mtu.or(dim_u64(&s.dims, "mtu"));
-            acc.ports.push((
-                inst.clone(),
-                cell_port(data, cell, acc.direction.as_deref()),
-            ));
-            if let Some(r) = rec.retransmits {
-                acc.retrans.push(r as f64);
-            }
-            if let Some(l) = rec.udp_loss_pct {
-                acc.loss.push(l);
-            }
-            let push = |acc: &mut Acc, v: Option<f64>| {
-                if let Some(v) = v {
-                    acc.vals.push((inst.clone(), s.cell_id.clone(), v));
-                }
-            };
-            match family {
-                Family::Bandwidth | Family::Udp => {
-                    push(acc, rec.bw_gbps);
-                    if s.flows.len() == 1 {
-                        let host = rec.host_cpu_local.is_some() && rec.host_cpu_remote.is_some();
-                        if acc.cells.len() == 1 {
-                            acc.cpu_host = host;
-                        }
-                        let (c, a) = cpu_per_gbps(rec, acc.cpu_host && host);
-                        acc.cpu_client.push(c);
-                        acc.cpu_agent.push(a);
-                    }
-                }
-                Family::Latency | Family::Http => {
-                    let p50 = add_latency(acc, rec, &s.cell_id, &mut notes);
-                    if family == Family::Latency {
-                        push(acc, p50);
-                    } else {
-                        push(acc, rec.requests_per_s);
-                        if let Some(e) = &rec.errors {
-                            acc.errors_seen = true;
-                            for (k, v) in e {
-                                let c = acc.errors.entry(k.clone()).or_default();
-                                *c = c.saturating_add(*v);
-                            }
-                        }
-                        // The record counts successful requests as iterations
-                        // (requests/s × the measured interval).
-                        if let (Some(r), Some(d)) = (rec.requests_per_s, rec.duration_s) {
-                            let ok = (r * d).round() as u64;
-                            acc.ok_requests = Some(acc.ok_requests.unwrap_or(0).saturating_add(ok));
-                        }
-                    }
-                }
-                Family::Mtu => {
-                    acc.op = Some(method.clone());
-                    push(acc, rec.mtu.map(|m| m as f64));
-                    acc.mtu_payload = acc.mtu_payload.or(rec.size);
-                    let (iface, encap) = mtu_interface(rec);
-                    acc.mtu_iface = acc.mtu_iface.take().or(iface);
-                    acc.mtu_encap = acc.mtu_encap.take().or(encap);
-                }
-            }
-        }
+        add_single(&cell, &samples, family, &mut order, &mut groups, &mut notes);
+        Ok(())
+    })?;
+    for (idx, cell, samples, family) in &multis {
+        add_multi(
+            data,
+            cell,
+            samples,
+            *family,
+            *idx,
+            &mut groups,
+            &mut incasts,
+            &mut bisections,
+        );
     }
+    drop(multis);
     // Number the cuts of each bisection test: the same flows are one cut.
     let mut cuts: Vec<(String, String, String, String)> = Vec::new();
     for b in &mut bisections {
@@ -1640,7 +1842,7 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
     }
     let mut rows = Vec::new();
     for ((_, _, _, scope_key, first, _), (cell, acc)) in groups {
-        rows.push(row_of(&cell, scope_key, first, acc));
+        rows.push(row_of(data, &cell, scope_key, first, acc));
     }
     // Within a test: sizes ascending, then the other dims, paths in the
     // order first seen, baseline first.
@@ -1750,22 +1952,6 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
                 variant_rank(b),
             ))
     });
-    let failed = data
-        .cells
-        .iter()
-        .filter(|c| c.state == CellState::Failed)
-        .map(|c| FailedCell {
-            cell: c.spec.cell_id.clone(),
-            test: c.spec.test.clone(),
-            path: c.spec.path.clone(),
-            pattern: c.spec.pattern.clone(),
-            flows: c.spec.flows.clone(),
-            // On one line (a stored reason may carry line breaks and runs
-            // of spaces).
-            error: flows::one_line(c.error.as_deref().unwrap_or_default()),
-        })
-        .collect();
-    let count = |st: CellState| data.cells.iter().filter(|c| c.state == st).count();
     let description = toml::from_str::<toml::Value>(&data.run.plan_text)
         .ok()
         .and_then(|v| v.get("description")?.as_str().map(str::to_string));
@@ -1778,9 +1964,9 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
             started_at: data.run.started_at.clone(),
             ended_at: data.run.ended_at.clone(),
             fabperf_version: data.run.fabperf_version.clone(),
-            cells_done: count(CellState::Done),
-            cells_failed: count(CellState::Failed),
-            cells_pending: count(CellState::Pending),
+            cells_done: done,
+            cells_failed: failed_n,
+            cells_pending: pending,
         },
         baseline: baseline.clone(),
         baseline_from,
@@ -1848,7 +2034,7 @@ pub(crate) fn assemble(data: &mut RunData, opts: &Options) -> Result<Report, Rep
             r.warnings.extend(why);
         }
     }
-    Ok(report)
+    Ok((report, seen))
 }
 
 fn lat_figures(acc: &Acc) -> LatFigures {
@@ -1870,28 +2056,16 @@ fn lat_figures(acc: &Acc) -> LatFigures {
             curve: h.curve(),
         };
     }
-    let m = |f: fn(&crate::data::LatView) -> Option<f64>| {
-        let v: Vec<f64> = acc.stored.iter().filter_map(f).collect();
-        mean_of(&v)
-    };
-    let min = acc
-        .stored
-        .iter()
-        .filter_map(|l| l.min)
-        .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.min(v))));
-    let max = acc
-        .stored
-        .iter()
-        .filter_map(|l| l.max)
-        .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))));
+    let st = &acc.stored;
+    let (min, max) = (st.min, st.max);
     LatFigures {
         min,
-        p50: m(|l| l.p50),
-        p90: m(|l| l.p90),
-        p99: m(|l| l.p99),
-        p999: m(|l| l.p999),
+        p50: st.p50.mean(),
+        p90: st.p90.mean(),
+        p99: st.p99.mean(),
+        p999: st.p999.mean(),
         max,
-        mean: m(|l| l.mean),
+        mean: st.mean.mean(),
         kind: acc.lat_kind.clone(),
         source: LatSource::StoredPercentiles,
         curve: Vec::new(),
@@ -2006,7 +2180,7 @@ fn where_(r: &Row) -> String {
     s.trim().to_string()
 }
 
-fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
+fn verdicts(rep: &Report, data: &RunData, seen: &Seen) -> Vec<Verdict> {
     let mut out = Vec::new();
     let base = rep.baseline.as_deref();
     let doctor: Vec<&FindingView> = rep
@@ -2266,11 +2440,7 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
         }
         // A done cell whose direction has no usable aggregate (failed cells
         // are counted below).
-        let done_without = |cell: &str| {
-            data.cells
-                .iter()
-                .any(|c| c.spec.cell_id == cell && c.state == CellState::Done)
-        };
+        let done_without = |cell: &str| seen.done_multi.contains(cell);
         for (what, l, cell) in ics
             .iter()
             .map(|i| {
@@ -2363,12 +2533,7 @@ fn verdicts(rep: &Report, data: &RunData) -> Vec<Verdict> {
     }
     // Nodes.
     let mut nodes: BTreeSet<String> = data.agents.iter().map(|a| a.name.clone()).collect();
-    for c in &data.cells {
-        for (a, b) in &c.spec.flows {
-            nodes.insert(a.clone());
-            nodes.insert(b.clone());
-        }
-    }
+    nodes.extend(seen.nodes.iter().cloned());
     for n in nodes {
         let mut parts = Vec::new();
         let mut level = Level::Ok;

@@ -402,13 +402,17 @@ pub struct RunData {
     pub findings: Vec<FindingView>,
     /// Histograms that could not be used, with the cell.
     pub notes: Vec<String>,
+    /// `agents` by (path, name): a run of a thousand nodes looks its agents
+    /// up per cell.
+    agent_at: HashMap<(String, String), usize>,
 }
 
 impl RunData {
     pub fn agent(&self, path: &str, name: &str) -> Option<&Agent> {
-        self.agents
-            .iter()
-            .find(|a| a.path == path && a.name == name)
+        // The first agent of that path and name, as a search would find it.
+        self.agent_at
+            .get(&(path.to_string(), name.to_string()))
+            .map(|&i| &self.agents[i])
     }
 
     pub fn done(&self) -> impl Iterator<Item = &CellRow> {
@@ -444,8 +448,27 @@ fn plan_settings(text: &str) -> (Option<String>, BTreeMap<String, MeshRule>) {
     (base, rules)
 }
 
-/// Read run `run` (default: the newest) from the store.
+/// Read run `run` (default: the newest) from the store, whole: every
+/// current cell and its measurements in memory. [`load_head`] and
+/// [`each_cell`] read a run one cell at a time.
 pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
+    let mut data = load_head(store, run)?;
+    let (mut cells, mut samples) = (Vec::new(), HashMap::new());
+    each_cell(store, &mut data, &mut |_, c, ms| {
+        if !ms.is_empty() {
+            samples.insert(c.spec.cell_id.clone(), ms);
+        }
+        cells.push(c);
+        Ok(())
+    })?;
+    data.cells = cells;
+    data.samples = samples;
+    Ok(data)
+}
+
+/// Read run `run` (default: the newest) but its cells: the run, the plan's
+/// settings, the agents and the findings (`cells` and `samples` empty).
+pub fn load_head(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
     let run = match run {
         Some(id) => store.run(id)?,
         None => store.latest_run()?.ok_or_else(|| {
@@ -457,85 +480,12 @@ pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
         })?,
     };
     let (plan_baseline, mesh_rules) = plan_settings(&run.plan_text);
-    // Only the current plan's cells count; the others are listed.
-    let fabperf_store::PlanCells {
-        current: cells,
-        stale,
-    } = store.plan_cells(run.id)?;
-    let mut notes = Vec::new();
-    if !stale.is_empty() {
-        let shown: Vec<String> = stale
-            .iter()
-            .take(10)
-            .map(|c| {
-                format!(
-                    "{} ({})",
-                    fabperf_run::exec::printable(&c.spec.cell_id),
-                    fabperf_run::exec::printable(&fabperf_run::exec::cell_label(&c.spec))
-                )
-            })
-            .collect();
-        notes.push(format!(
-            "{} stored cell{} of run {} {} not part of its current plan (the plan was edited since they ran) and {} not counted: {}{}",
-            stale.len(),
-            if stale.len() == 1 { "" } else { "s" },
-            run.id,
-            if stale.len() == 1 { "is" } else { "are" },
-            if stale.len() == 1 { "is" } else { "are" },
-            shown.join(", "),
-            if stale.len() > shown.len() {
-                format!(" and {} more (`fabperf runs --db FILE --cells` lists them)", stale.len() - shown.len())
-            } else {
-                String::new()
-            }
-        ));
-    }
-    let current: std::collections::HashSet<&str> =
-        cells.iter().map(|c| c.spec.cell_id.as_str()).collect();
-    let mut samples: HashMap<String, Vec<Sample>> = HashMap::new();
-    for RawMeasurement {
-        cell_id,
-        role,
-        src,
-        dst,
-        record,
-        lat_hist,
-    } in store.measurements_raw(run.id)?
-    {
-        if !current.contains(cell_id.as_str()) {
-            continue;
-        }
-        let rec = RecView::from_json(&record, lat_hist.as_deref());
-        samples.entry(cell_id).or_default().push(Sample {
-            role,
-            src,
-            dst,
-            rec,
-        });
-    }
-    let mut agents: Vec<Agent> = store.agents(run.id)?.iter().map(Agent::from_row).collect();
-    // What the records say about the links: a virtual end's speed is a label.
-    for c in &cells {
-        for m in samples
-            .get(&c.spec.cell_id)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-        {
-            for (node, virt, cap) in [
-                (&m.src, m.rec.virtual_local, m.rec.port_local_gbps),
-                (&m.dst, m.rec.virtual_remote, m.rec.port_remote_gbps),
-            ] {
-                let Some(node) = node.as_deref().filter(|_| virt) else {
-                    continue;
-                };
-                if let Some(a) = agents
-                    .iter_mut()
-                    .find(|a| a.path == c.spec.path && a.name == node)
-                {
-                    a.inventory.mark_virtual(cap);
-                }
-            }
-        }
+    let agents: Vec<Agent> = store.agents(run.id)?.iter().map(Agent::from_row).collect();
+    let mut agent_at = HashMap::new();
+    for (i, a) in agents.iter().enumerate() {
+        agent_at
+            .entry((a.path.clone(), a.name.clone()))
+            .or_insert(i);
     }
     let findings = store
         .findings(run.id, None)?
@@ -546,12 +496,108 @@ pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
         run,
         plan_baseline,
         mesh_rules,
-        cells,
-        samples,
+        cells: Vec::new(),
+        samples: HashMap::new(),
         agents,
         findings,
-        notes,
+        notes: Vec::new(),
+        agent_at,
     })
+}
+
+/// What [`each_cell`] calls with each cell.
+pub type CellVisitor<'a> =
+    dyn FnMut(&RunData, CellRow, Vec<Sample>) -> Result<(), ReportError> + 'a;
+
+/// The current plan's cells of `data`'s run (from [`load_head`]), each with
+/// its measurements, one at a time in plan order, keeping none: `f` gets
+/// `data` (its agents marked virtual as the records so far say: a virtual
+/// end's speed is a label), the cell and its samples. The cells of earlier
+/// versions of the plan are counted in `data.notes` at the end.
+pub fn each_cell(
+    store: &Store,
+    data: &mut RunData,
+    f: &mut CellVisitor<'_>,
+) -> Result<(), ReportError> {
+    let run_id = data.run.id;
+    let mut stale: Vec<String> = Vec::new();
+    let mut stale_n = 0usize;
+    let mut err: Option<ReportError> = None;
+    store
+        .each_plan_cell_measured(run_id, &mut |c, current, ms| {
+            if !current {
+                // Only the current plan's cells count; the others are listed.
+                if stale.len() < 10 {
+                    stale.push(format!(
+                        "{} ({})",
+                        fabperf_run::exec::printable(&c.spec.cell_id),
+                        fabperf_run::exec::printable(&fabperf_run::exec::cell_label(&c.spec))
+                    ));
+                }
+                stale_n += 1;
+                return Ok(());
+            }
+            let samples: Vec<Sample> = ms
+                .into_iter()
+                .map(
+                    |RawMeasurement {
+                         role,
+                         src,
+                         dst,
+                         record,
+                         lat_hist,
+                         ..
+                     }| Sample {
+                        role,
+                        rec: RecView::from_json(&record, lat_hist.as_deref()),
+                        src,
+                        dst,
+                    },
+                )
+                .collect();
+            // What the records say about the links: a virtual end's speed is a label.
+            for m in &samples {
+                for (node, virt, cap) in [
+                    (&m.src, m.rec.virtual_local, m.rec.port_local_gbps),
+                    (&m.dst, m.rec.virtual_remote, m.rec.port_remote_gbps),
+                ] {
+                    let Some(node) = node.as_deref().filter(|_| virt) else {
+                        continue;
+                    };
+                    if let Some(&i) = data.agent_at.get(&(c.spec.path.clone(), node.to_string())) {
+                        data.agents[i].inventory.mark_virtual(cap);
+                    }
+                }
+            }
+            match f(data, c, samples) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    err = Some(e);
+                    Err(StoreError::Invalid {
+                        path: store.path().to_path_buf(),
+                        msg: "report stopped".into(),
+                    })
+                }
+            }
+        })
+        .map_err(|e| err.take().unwrap_or(ReportError::from(e)))?;
+    if stale_n > 0 {
+        data.notes.push(format!(
+            "{} stored cell{} of run {} {} not part of its current plan (the plan was edited since they ran) and {} not counted: {}{}",
+            stale_n,
+            if stale_n == 1 { "" } else { "s" },
+            run_id,
+            if stale_n == 1 { "is" } else { "are" },
+            if stale_n == 1 { "is" } else { "are" },
+            stale.join(", "),
+            if stale_n > stale.len() {
+                format!(" and {} more (`fabperf runs --db FILE --cells` lists them)", stale_n - stale.len())
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -31,12 +31,15 @@
 //! with its overlap, start skew and Jain's index under the aggregate's
 //! labels. [`Series::PerMeasurement`] adds `repeat`, `cell` and `stream`
 //! (one series per stored record, as unbounded as the store).
+//!
+//! The writer is hand-written, not prometheus-client's: its Registry holds
+//! every metric object at once and has no mean over repeats, while a run of
+//! a million cells is read here one cell at a time into running sums.
 
-use crate::data::{load, ReportError, RunData};
+use crate::data::{load, load_head, ReportError, RunData, Sample};
 use crate::flows::{self, Leg};
-use fabperf_store::{CellState, Store};
+use fabperf_store::{CellRow, CellState, Store};
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 /// Which series an exposition has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,16 +106,50 @@ struct Family {
     name: &'static str,
     unit: Option<&'static str>,
     help: &'static str,
-    samples: Vec<(String, f64)>,
+    /// Its series, in first-seen order: (labels, sum of the values, count).
+    /// Bounded series merge repeats into their mean; per-measurement ones
+    /// keep every sample.
+    series: Vec<(Key, f64, u32)>,
+    /// Bounded series: where each labels' series is.
+    at: HashMap<Key, u32>,
 }
 
-fn labels(pairs: &[(&str, String)]) -> String {
+/// A series' labels: the measurement's (interned) and the family's own
+/// extra ones (interned), rendered at the end ([`Labels::render`]).
+type Key = (u32, u32);
+
+/// Label sets, interned: a mesh of a thousand nodes repeats each pair's
+/// labels in every family and repeat; each set is held once.
+#[derive(Default)]
+struct Labels {
+    at: HashMap<Box<str>, u32>,
+}
+
+impl Labels {
+    /// The number of the label set `inner` (rendered, without braces).
+    fn id(&mut self, inner: String) -> u32 {
+        let n = self.at.len() as u32;
+        *self.at.entry(inner.into_boxed_str()).or_insert(n)
+    }
+
+    /// Every set by its number.
+    fn by_id(&self) -> Vec<&str> {
+        let mut v = vec![""; self.at.len()];
+        for (k, &i) in &self.at {
+            v[i as usize] = k;
+        }
+        v
+    }
+}
+
+/// `k="v",…` of the non-empty labels (a series' labels, without the braces).
+fn inner(pairs: &[(&str, String)]) -> String {
     let inner: Vec<String> = pairs
         .iter()
         .filter(|(_, v)| !v.is_empty())
         .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
         .collect();
-    format!("{{{}}}", inner.join(","))
+    inner.join(",")
 }
 
 fn dim(dims: &serde_json::Value, k: &str) -> String {
@@ -128,115 +165,185 @@ fn family(name: &'static str, unit: Option<&'static str>, help: &'static str) ->
         name,
         unit,
         help,
-        samples: Vec::new(),
+        series: Vec::new(),
+        at: HashMap::new(),
     }
 }
 
-/// The cut of a bisection cell: its flows, numbered per test, path and
-/// sweep point in the order the run measured them.
-fn cuts(data: &RunData) -> HashMap<String, usize> {
-    let mut seen: Vec<(String, usize)> = Vec::new();
-    let mut per: HashMap<String, usize> = HashMap::new();
-    let mut out = HashMap::new();
-    for c in data.cells.iter().filter(|c| c.spec.pattern == "bisection") {
+/// The families, in the order an exposition lists them.
+fn all_families() -> Vec<Family> {
+    vec![
+        family(
+        "fabperf_bandwidth_bytes_per_second",
+        Some("bytes_per_second"),
+        "Payload bandwidth of a fabperf measurement.",
+    ),
+        family(
+        "fabperf_latency_seconds",
+        Some("seconds"),
+        "Latency of a fabperf measurement by statistic; latency_kind says whether it is half a round trip (half_rtt) or a full one (rtt).",
+    ),
+        family(
+        "fabperf_cpu_ratio",
+        Some("ratio"),
+        "CPU time over wall time during a measurement at one end (1 = one CPU fully busy).",
+    ),
+        family(
+        "fabperf_tcp_retransmits",
+        None,
+        "TCP segments the sender retransmitted during the measured interval.",
+    ),
+        family(
+        "fabperf_udp_loss_ratio",
+        Some("ratio"),
+        "UDP datagrams lost over datagrams sent.",
+    ),
+        family(
+        "fabperf_duration_seconds",
+        Some("seconds"),
+        "Measured interval of a fabperf measurement (warm-up excluded).",
+    ),
+        family(
+        "fabperf_flows_overlap_ratio",
+        Some("ratio"),
+        "Concurrent flows (incast, bisection), per direction: the common interval, in which every flow measured, over the longest flow's measured interval.",
+    ),
+        family(
+        "fabperf_flows_start_skew_seconds",
+        Some("seconds"),
+        "Concurrent flows (incast, bisection), per direction: latest minus earliest start of the flows' senders.",
+    ),
+        family(
+        "fabperf_flows_jain_index",
+        None,
+        "Concurrent flows (incast, bisection), per direction: Jain's fairness index over the direction's flows (1 = equal shares, 1/n = one flow takes everything).",
+    ),
+        family(
+        "fabperf_http_requests_per_second",
+        None,
+        "http-load: successful requests (status below 400) completed per second.",
+    ),
+        family(
+        "fabperf_http_failed_requests",
+        None,
+        "http-load: requests that failed during the measured interval, by the first thing that failed (connect, write, read, timeout, status, parse).",
+    ),
+        family(
+        "fabperf_path_mtu_bytes",
+        Some("bytes"),
+        "Path MTU: the largest IP packet that crossed unfragmented, per method (op: forward, reverse, icmp).",
+    ),
+        family(
+        "fabperf_port_rate_bytes_per_second",
+        Some("bytes_per_second"),
+        "Port rate of the link an agent serves on, from its inventory; none for a virtual link, whose speed is a label.",
+    ),
+        family(
+        "fabperf_run_cells",
+        None,
+        "Cells of a fabperf run by state.",
+    ),
+    ]
+}
+
+const BW: usize = 0;
+const LAT: usize = 1;
+const CPU: usize = 2;
+const RETR: usize = 3;
+const LOSS: usize = 4;
+const DUR: usize = 5;
+const OVERLAP: usize = 6;
+const SKEW: usize = 7;
+const JAIN: usize = 8;
+const RPS: usize = 9;
+const HTTP_ERR: usize = 10;
+const MTU: usize = 11;
+const PORT: usize = 12;
+const CELLS: usize = 13;
+
+/// An exposition being made: every family's series, from cells given one
+/// at a time. Hand-written rather than prometheus-client's Registry: the
+/// registry holds every metric object at once and has no mean over repeats,
+/// while a mesh of a million pairs is read here one cell at a time and each
+/// series is a few numbers.
+struct Exposer {
+    series: Series,
+    families: Vec<Family>,
+    labels: Labels,
+    extras: Labels,
+    /// The cuts of bisection cells: (test|path|dims, flows) numbered per
+    /// test, path and sweep point in the order the run measured them.
+    cuts: HashMap<String, usize>,
+    cut_seen: HashMap<String, usize>,
+}
+
+impl Exposer {
+    fn new(series: Series) -> Exposer {
+        Exposer {
+            series,
+            families: all_families(),
+            labels: Labels::default(),
+            extras: Labels::default(),
+            cuts: HashMap::new(),
+            cut_seen: HashMap::new(),
+        }
+    }
+
+    fn push(&mut self, family: usize, base: u32, extra: &[(&str, &str)], v: f64) {
+        if !v.is_finite() {
+            return;
+        }
+        let pairs: Vec<(&str, String)> = extra.iter().map(|(k, x)| (*k, x.to_string())).collect();
+        let key = (base, self.extras.id(inner(&pairs)));
+        let f = &mut self.families[family];
+        if self.series == Series::PerMeasurement {
+            f.series.push((key, v, 1));
+            return;
+        }
+        match f.at.get(&key) {
+            Some(&i) => {
+                let x = &mut f.series[i as usize];
+                x.1 += v;
+                x.2 += 1;
+            }
+            None => {
+                f.at.insert(key, f.series.len() as u32);
+                f.series.push((key, v, 1));
+            }
+        }
+    }
+
+    /// The cut of a bisection cell (every current cell is given, in order).
+    fn cut(&mut self, c: &CellRow) -> Option<usize> {
         let s = &c.spec;
+        if s.pattern != "bisection" {
+            return None;
+        }
         let mut f: Vec<String> = s.flows.iter().map(|(a, b)| format!("{a}>{b}")).collect();
         f.sort();
         let group = format!("{}|{}|{}", s.test, s.path, s.dims);
         let key = format!("{group}|{}", f.join(","));
-        let n = match seen.iter().find(|(k, _)| *k == key) {
-            Some((_, n)) => *n,
+        let n = match self.cut_seen.get(&key) {
+            Some(n) => *n,
             None => {
-                let n = per.entry(group).or_default();
+                let n = self.cuts.entry(group).or_default();
                 *n += 1;
-                seen.push((key, *n));
+                self.cut_seen.insert(key, *n);
                 *n
             }
         };
-        out.insert(s.cell_id.clone(), n);
+        Some(n)
     }
-    out
-}
 
-fn families(data: &RunData, series: Series) -> Vec<Family> {
-    let mut bw = family(
-        "fabperf_bandwidth_bytes_per_second",
-        Some("bytes_per_second"),
-        "Payload bandwidth of a fabperf measurement.",
-    );
-    let mut lat = family(
-        "fabperf_latency_seconds",
-        Some("seconds"),
-        "Latency of a fabperf measurement by statistic; latency_kind says whether it is half a round trip (half_rtt) or a full one (rtt).",
-    );
-    let mut cpu = family(
-        "fabperf_cpu_ratio",
-        Some("ratio"),
-        "CPU time over wall time during a measurement at one end (1 = one CPU fully busy).",
-    );
-    let mut retr = family(
-        "fabperf_tcp_retransmits",
-        None,
-        "TCP segments the sender retransmitted during the measured interval.",
-    );
-    let mut loss = family(
-        "fabperf_udp_loss_ratio",
-        Some("ratio"),
-        "UDP datagrams lost over datagrams sent.",
-    );
-    let mut dur = family(
-        "fabperf_duration_seconds",
-        Some("seconds"),
-        "Measured interval of a fabperf measurement (warm-up excluded).",
-    );
-    let mut rps = family(
-        "fabperf_http_requests_per_second",
-        None,
-        "http-load: successful requests (status below 400) completed per second.",
-    );
-    let mut http_err = family(
-        "fabperf_http_failed_requests",
-        None,
-        "http-load: requests that failed during the measured interval, by the first thing that failed (connect, write, read, timeout, status, parse).",
-    );
-    let mut mtu = family(
-        "fabperf_path_mtu_bytes",
-        Some("bytes"),
-        "Path MTU: the largest IP packet that crossed unfragmented, per method (op: forward, reverse, icmp).",
-    );
-    let mut port = family(
-        "fabperf_port_rate_bytes_per_second",
-        Some("bytes_per_second"),
-        "Port rate of the link an agent serves on, from its inventory; none for a virtual link, whose speed is a label.",
-    );
-    let mut overlap = family(
-        "fabperf_flows_overlap_ratio",
-        Some("ratio"),
-        "Concurrent flows (incast, bisection), per direction: the common interval, in which every flow measured, over the longest flow's measured interval.",
-    );
-    let mut skew = family(
-        "fabperf_flows_start_skew_seconds",
-        Some("seconds"),
-        "Concurrent flows (incast, bisection), per direction: latest minus earliest start of the flows' senders.",
-    );
-    let mut jain = family(
-        "fabperf_flows_jain_index",
-        None,
-        "Concurrent flows (incast, bisection), per direction: Jain's fairness index over the direction's flows (1 = equal shares, 1/n = one flow takes everything).",
-    );
-    let mut cells = family(
-        "fabperf_run_cells",
-        None,
-        "Cells of a fabperf run by state.",
-    );
-    let run = data.run.id.to_string();
-    let plan = data.run.plan_name.clone();
-    let cut_of = cuts(data);
-    let detail = series == Series::PerMeasurement;
-    for c in &data.cells {
-        let Some(samples) = data.samples.get(&c.spec.cell_id) else {
-            continue;
-        };
+    /// One current cell of run `data` and its samples.
+    fn cell(&mut self, data: &RunData, c: &CellRow, samples: &[Sample]) {
+        let cut = self.cut(c);
+        if samples.is_empty() {
+            return;
+        }
+        let detail = self.series == Series::PerMeasurement;
+        let run = data.run.id.to_string();
+        let plan = data.run.plan_name.clone();
         let s = &c.spec;
         // Concurrent flows go by direction: an aggregate only when usable.
         let multi = flows::is_multi(&s.pattern);
@@ -305,13 +412,7 @@ fn families(data: &RunData, series: Series) -> Vec<Family> {
                 ("role", m.role.as_str().to_string()),
                 ("src_node", m.src.clone().unwrap_or_default()),
                 ("dst_node", m.dst.clone().unwrap_or_default()),
-                (
-                    "cut",
-                    cut_of
-                        .get(&s.cell_id)
-                        .map(|n| n.to_string())
-                        .unwrap_or_default(),
-                ),
+                ("cut", cut.map(|n| n.to_string()).unwrap_or_default()),
                 ("repeat", s.repeat.to_string()),
                 ("cell", s.cell_id.clone()),
                 (
@@ -322,15 +423,9 @@ fn families(data: &RunData, series: Series) -> Vec<Family> {
             if !detail {
                 base.retain(|(k, _)| !PER_MEASUREMENT.contains(k));
             }
-            let with = |extra: &[(&str, &str)]| {
-                let mut v = base.clone();
-                for (k, x) in extra {
-                    v.push((k, x.to_string()));
-                }
-                labels(&v)
-            };
+            let lb = self.labels.id(inner(&base));
             if let Some(b) = r.bw_gbps {
-                bw.samples.push((with(&[]), b * 1e9 / 8.0));
+                self.push(BW, lb, &[], b * 1e9 / 8.0);
             }
             if let Some(l) = &r.lat {
                 let kind = l.kind.as_deref().unwrap_or("");
@@ -344,116 +439,160 @@ fn families(data: &RunData, series: Series) -> Vec<Family> {
                     ("mean", l.mean),
                 ] {
                     if let Some(v) = v {
-                        lat.samples
-                            .push((with(&[("stat", stat), ("latency_kind", kind)]), v / 1e6));
+                        self.push(LAT, lb, &[("stat", stat), ("latency_kind", kind)], v / 1e6);
                     }
                 }
             }
             for (end, v) in [("client", r.cpu_local_pct), ("agent", r.cpu_remote_pct)] {
                 if let Some(v) = v {
-                    cpu.samples
-                        .push((with(&[("end", end), ("source", "threads")]), v / 100.0));
+                    self.push(CPU, lb, &[("end", end), ("source", "threads")], v / 100.0);
                 }
             }
             for (end, h) in [("client", r.host_cpu_local), ("agent", r.host_cpu_remote)] {
                 if let Some(h) = h {
-                    cpu.samples.push((
-                        with(&[("end", end), ("source", "host")]),
+                    self.push(
+                        CPU,
+                        lb,
+                        &[("end", end), ("source", "host")],
                         h.total_pct / 100.0,
-                    ));
+                    );
                 }
             }
             if let Some(x) = r.retransmits {
-                retr.samples.push((with(&[]), x as f64));
+                self.push(RETR, lb, &[], x as f64);
             }
             if let Some(x) = r.udp_loss_pct {
-                loss.samples.push((with(&[]), x / 100.0));
+                self.push(LOSS, lb, &[], x / 100.0);
             }
             if let Some(x) = r.duration_s {
-                dur.samples.push((with(&[]), x));
+                self.push(DUR, lb, &[], x);
             }
             if let Some(x) = r.requests_per_s {
-                rps.samples.push((with(&[]), x));
+                self.push(RPS, lb, &[], x);
             }
             if let Some(e) = &r.errors {
                 for (k, v) in e {
-                    http_err.samples.push((with(&[("error", k)]), *v as f64));
+                    self.push(HTTP_ERR, lb, &[("error", k)], *v as f64);
                 }
             }
             if s.kind == "mtu" {
                 if let Some(x) = r.mtu {
-                    mtu.samples.push((with(&[]), x as f64));
+                    self.push(MTU, lb, &[], x as f64);
                 }
             }
             if let Some(l) = leg {
                 if let Some(o) = l.overlap_pct {
-                    overlap.samples.push((with(&[]), o / 100.0));
+                    self.push(OVERLAP, lb, &[], o / 100.0);
                 }
                 if let Some(k) = l.start_skew_s {
-                    skew.samples.push((with(&[]), k));
+                    self.push(SKEW, lb, &[], k);
                 }
                 if let Some(j) = l.jain {
-                    jain.samples.push((with(&[]), j));
+                    self.push(JAIN, lb, &[], j);
                 }
             }
         }
     }
-    for a in &data.agents {
-        if let Some(p) = a.inventory.port_rate_gbps {
-            port.samples.push((
-                labels(&[
+
+    /// What a run gives besides its cells: the agents' port rates (once
+    /// every record has said which links are virtual) and the cells by
+    /// state.
+    fn run_end(&mut self, data: &RunData, states: [usize; 3]) {
+        let run = data.run.id.to_string();
+        let plan = data.run.plan_name.clone();
+        for a in &data.agents {
+            if let Some(p) = a.inventory.port_rate_gbps {
+                let lb = self.labels.id(inner(&[
                     ("run", run.clone()),
                     ("plan", plan.clone()),
                     ("node", a.name.clone()),
                     ("path", a.path.clone()),
                     ("iface", a.inventory.iface.clone().unwrap_or_default()),
-                ]),
-                p * 1e9 / 8.0,
-            ));
+                ]));
+                self.push(PORT, lb, &[], p * 1e9 / 8.0);
+            }
         }
-    }
-    for st in [CellState::Done, CellState::Failed, CellState::Pending] {
-        let k = data.cells.iter().filter(|c| c.state == st).count();
-        cells.samples.push((
-            labels(&[
+        for (st, k) in [CellState::Done, CellState::Failed, CellState::Pending]
+            .into_iter()
+            .zip(states)
+        {
+            let lb = self.labels.id(inner(&[
                 ("run", run.clone()),
                 ("plan", plan.clone()),
                 ("state", st.as_str().to_string()),
-            ]),
-            k as f64,
-        ));
-    }
-    let mut out = vec![
-        bw, lat, cpu, retr, loss, dur, overlap, skew, jain, rps, http_err, mtu, port, cells,
-    ];
-    if !detail {
-        // Repeats of one place are one series: their mean.
-        for f in &mut out {
-            f.samples = mean_by_labels(std::mem::take(&mut f.samples));
+            ]));
+            self.push(CELLS, lb, &[], k as f64);
         }
     }
-    out
+
+    /// A whole run read into memory ([`load`]).
+    fn run(&mut self, data: &RunData) {
+        let mut states = [0usize; 3];
+        for c in &data.cells {
+            states[state_index(c.state)] += 1;
+            self.cell(data, c, data.samples_of(&c.spec.cell_id));
+        }
+        self.run_end(data, states);
+    }
+
+    /// A run read from the store one cell at a time.
+    fn run_of_store(&mut self, store: &Store, id: i64) -> Result<(), ReportError> {
+        let mut data = load_head(store, Some(id))?;
+        let mut states = [0usize; 3];
+        crate::data::each_cell(store, &mut data, &mut |data, c, samples| {
+            states[state_index(c.state)] += 1;
+            self.cell(data, &c, &samples);
+            Ok(())
+        })?;
+        self.run_end(&data, states);
+        Ok(())
+    }
+
+    /// The text, and the number of samples in it.
+    fn text(&self, flavor: Flavor) -> (String, usize) {
+        let mut o = Vec::new();
+        let n = self.write(flavor, &mut o).expect("writing to memory");
+        (String::from_utf8(o).expect("labels and values are text"), n)
+    }
+
+    /// The text written to `o` as it is made; the number of samples.
+    fn write(&self, flavor: Flavor, o: &mut dyn std::io::Write) -> std::io::Result<usize> {
+        let (labels, extras) = (self.labels.by_id(), self.extras.by_id());
+        let mut n = 0;
+        for f in &self.families {
+            if f.series.is_empty() {
+                continue;
+            }
+            writeln!(o, "# HELP {} {}", f.name, f.help)?;
+            writeln!(o, "# TYPE {} gauge", f.name)?;
+            if let (Some(u), Flavor::OpenMetrics) = (f.unit, flavor) {
+                writeln!(o, "# UNIT {} {u}", f.name)?;
+            }
+            for ((b, x), sum, k) in &f.series {
+                let (b, x) = (labels[*b as usize], extras[*x as usize]);
+                let comma = if b.is_empty() || x.is_empty() {
+                    ""
+                } else {
+                    ","
+                };
+                let v = if *k == 1 { *sum } else { sum / f64::from(*k) };
+                writeln!(o, "{}{{{b}{comma}{x}}} {}", f.name, value(v))?;
+                n += 1;
+            }
+        }
+        if flavor == Flavor::OpenMetrics {
+            o.write_all(b"# EOF\n")?;
+        }
+        Ok(n)
+    }
 }
 
-/// Samples with the same labels merged into their mean, in first-seen order.
-fn mean_by_labels(samples: Vec<(String, f64)>) -> Vec<(String, f64)> {
-    let mut idx: HashMap<String, usize> = HashMap::new();
-    let mut acc: Vec<(String, f64, usize)> = Vec::new();
-    for (l, v) in samples.into_iter().filter(|(_, v)| v.is_finite()) {
-        match idx.get(&l) {
-            Some(&i) => {
-                acc[i].1 += v;
-                acc[i].2 += 1;
-            }
-            None => {
-                idx.insert(l.clone(), acc.len());
-                acc.push((l, v, 1));
-            }
-        }
+fn state_index(s: CellState) -> usize {
+    match s {
+        CellState::Done => 0,
+        CellState::Failed => 1,
+        CellState::Pending => 2,
     }
-    acc.into_iter()
-        .map(|(l, sum, n)| (l, sum / n as f64))
-        .collect()
 }
 
 /// Which text format to write.
@@ -473,40 +612,55 @@ pub fn exposition(runs: &[RunData], flavor: Flavor) -> (String, usize) {
 
 /// The exposition of the given runs' measurements with the given series.
 pub fn exposition_with(runs: &[RunData], flavor: Flavor, series: Series) -> (String, usize) {
-    let mut merged: Vec<Family> = Vec::new();
+    let mut e = Exposer::new(series);
     for data in runs {
-        for f in families(data, series) {
-            match merged.iter_mut().find(|m| m.name == f.name) {
-                Some(m) => m.samples.extend(f.samples),
-                None => merged.push(f),
-            }
-        }
+        e.run(data);
     }
-    let mut o = String::new();
-    let mut n = 0;
-    for f in &merged {
-        let samples: Vec<&(String, f64)> =
-            f.samples.iter().filter(|(_, v)| v.is_finite()).collect();
-        if samples.is_empty() {
-            continue;
-        }
-        let _ = writeln!(o, "# HELP {} {}", f.name, f.help);
-        let _ = writeln!(o, "# TYPE {} gauge", f.name);
-        if let (Some(u), Flavor::OpenMetrics) = (f.unit, flavor) {
-            let _ = writeln!(o, "# UNIT {} {u}", f.name);
-        }
-        for (l, v) in samples {
-            let _ = writeln!(o, "{}{l} {}", f.name, value(*v));
-            n += 1;
-        }
-    }
-    if flavor == Flavor::OpenMetrics {
-        o.push_str("# EOF\n");
-    }
-    (o, n)
+    e.text(flavor)
 }
 
-/// Read the runs to export (one, or all).
+/// The exposition of runs `ids`, read from the store one cell at a time:
+/// what is held is a few numbers per series (a mesh pair's labels once),
+/// never the records.
+pub fn exposition_of_store(
+    store: &Store,
+    ids: &[i64],
+    flavor: Flavor,
+    series: Series,
+) -> Result<(String, usize), ReportError> {
+    let mut e = Exposer::new(series);
+    for id in ids {
+        e.run_of_store(store, *id)?;
+    }
+    Ok(e.text(flavor))
+}
+
+/// [`exposition_of_store`] written to `out` as it is made (the text of a
+/// mesh of a million pairs is gigabytes): the number of samples.
+pub fn write_exposition_of_store(
+    store: &Store,
+    ids: &[i64],
+    flavor: Flavor,
+    series: Series,
+    out: &mut dyn std::io::Write,
+) -> Result<usize, ReportError> {
+    let mut e = Exposer::new(series);
+    for id in ids {
+        e.run_of_store(store, *id)?;
+    }
+    e.write(flavor, out)
+        .map_err(|x| ReportError::Io(format!("writing the exposition: {x}")))
+}
+
+/// The runs to export: `run` (which must exist), or every run.
+pub fn export_runs(store: &Store, run: Option<i64>) -> Result<Vec<i64>, ReportError> {
+    match run {
+        Some(id) => Ok(vec![store.run(id)?.id]),
+        None => Ok(store.runs()?.iter().map(|r| r.id).collect()),
+    }
+}
+
+/// Read the runs to export (one, or all), whole.
 pub fn load_runs(store: &Store, run: Option<i64>) -> Result<Vec<RunData>, ReportError> {
     match run {
         Some(id) => Ok(vec![load(store, Some(id))?]),
@@ -617,17 +771,22 @@ mod tests {
     fn label_escaping() {
         assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
         assert_eq!(
-            labels(&[("a", "x".into()), ("b", String::new()), ("c", "y".into())]),
-            "{a=\"x\",c=\"y\"}"
+            inner(&[("a", "x".into()), ("b", String::new()), ("c", "y".into())]),
+            "a=\"x\",c=\"y\""
         );
         assert_eq!(value(9.5e9), "9500000000");
-        assert_eq!(
-            mean_by_labels(vec![
-                ("a".into(), 1.0),
-                ("b".into(), 5.0),
-                ("a".into(), 2.0)
-            ]),
-            vec![("a".to_string(), 1.5), ("b".to_string(), 5.0)]
+        // Repeats of one series are their mean, in first-seen order.
+        let mut e = Exposer::new(Series::Bounded);
+        let (a, b) = (e.labels.id("a=\"1\"".into()), e.labels.id("b=\"2\"".into()));
+        e.push(BW, a, &[], 1.0);
+        e.push(BW, b, &[("x", "y")], 5.0);
+        e.push(BW, a, &[], 2.0);
+        e.push(BW, a, &[], f64::NAN);
+        let (t, n) = e.text(Flavor::Prometheus);
+        assert_eq!(n, 2);
+        assert!(
+            t.ends_with("fabperf_bandwidth_bytes_per_second{a=\"1\"} 1.5\nfabperf_bandwidth_bytes_per_second{b=\"2\",x=\"y\"} 5\n"),
+            "{t}"
         );
         assert_eq!(value(0.0000105), "0.0000105");
     }

@@ -245,6 +245,16 @@ fn golden_outputs() {
     let (om, n) = fabperf_report::openmetrics::exposition(&runs, Flavor::OpenMetrics);
     assert!(n > 100, "{n} samples");
     golden("fixture.om", &om);
+    // Read one cell at a time (as `fabperf export` does), the same text.
+    let ids = fabperf_report::openmetrics::export_runs(&s, None).unwrap();
+    let (streamed, n3) = fabperf_report::openmetrics::exposition_of_store(
+        &s,
+        &ids,
+        Flavor::OpenMetrics,
+        fabperf_report::openmetrics::Series::Bounded,
+    )
+    .unwrap();
+    assert_eq!((streamed.as_str(), n3), (om.as_str(), n));
     let (prom, n2) = fabperf_report::openmetrics::exposition(&runs, Flavor::Prometheus);
     assert_eq!(n, n2);
     assert!(!prom.contains("# EOF") && !prom.contains("# UNIT"));

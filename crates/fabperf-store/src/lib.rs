@@ -350,6 +350,47 @@ fn header_fields(path: &Path) -> Option<(i64, i64)> {
     Some((be(60), be(68)))
 }
 
+/// The current plan's cells ([`Store::plan_cells`]): a re-test counts when
+/// it repeats a planned cell — the same test, kind, path, parameters, sweep
+/// point and flows (as stored: the same text) — kept as a 128-bit hash.
+struct PlanFilter {
+    hasher: (
+        std::collections::hash_map::RandomState,
+        std::collections::hash_map::RandomState,
+    ),
+    planned: std::collections::HashSet<u128>,
+    retests: bool,
+}
+
+impl PlanFilter {
+    fn key(&self, parts: [&str; 6]) -> u128 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let (mut a, mut b) = (self.hasher.0.build_hasher(), self.hasher.1.build_hasher());
+        for p in parts {
+            p.hash(&mut a);
+            p.hash(&mut b);
+        }
+        (u128::from(a.finish()) << 64) | u128::from(b.finish())
+    }
+
+    /// Is the cell (with its `in_plan` flag) part of the current plan?
+    fn current(&self, c: &CellRow, in_plan: bool) -> bool {
+        if c.spec.pattern == RETEST {
+            self.retests
+                && self.planned.contains(&self.key([
+                    &c.spec.test,
+                    &c.spec.kind,
+                    &c.spec.path,
+                    &c.spec.params.to_string(),
+                    &c.spec.dims.to_string(),
+                    &serde_json::to_string(&c.spec.flows).unwrap_or_default(),
+                ]))
+        } else {
+            in_plan
+        }
+    }
+}
+
 impl Store {
     /// Open (creating when missing) a store for writing; migrates an older
     /// schema, refuses a newer one.
@@ -922,12 +963,23 @@ impl Store {
         args: &[&dyn rusqlite::ToSql],
         f: &mut dyn FnMut(CellRow, bool) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
+        self.each_cell_ordered(run_id, filter, "in_plan DESC, seq, cell_id", args, f)
+    }
+
+    fn each_cell_ordered(
+        &self,
+        run_id: i64,
+        filter: &str,
+        order: &str,
+        args: &[&dyn rusqlite::ToSql],
+        f: &mut dyn FnMut(CellRow, bool) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         let mut st = self
             .conn
             .prepare(&format!(
                 "SELECT cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat,
                         state, error, attempts, started_at, ended_at, wall_s, in_plan
-                 FROM cells WHERE run_id = ?1 {filter} ORDER BY in_plan DESC, seq, cell_id"
+                 FROM cells WHERE run_id = ?1 {filter} ORDER BY {order}"
             ))
             .map_err(self.err("reading cells"))?;
         let mut rows = st.query(args).map_err(self.err("reading cells"))?;
@@ -1013,23 +1065,26 @@ impl Store {
         test: Option<&str>,
         f: &mut dyn FnMut(CellRow, bool) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        // A re-test repeats one planned cell: the same test, kind, path,
-        // parameters, sweep point and flows (as stored: the same text).
-        let hasher = (
-            std::collections::hash_map::RandomState::new(),
-            std::collections::hash_map::RandomState::new(),
-        );
-        let key = |parts: [&str; 6]| -> u128 {
-            use std::hash::{BuildHasher, Hash, Hasher};
-            let (mut a, mut b) = (hasher.0.build_hasher(), hasher.1.build_hasher());
-            for p in parts {
-                p.hash(&mut a);
-                p.hash(&mut b);
-            }
-            (u128::from(a.finish()) << 64) | u128::from(b.finish())
+        let plan = self.plan_filter(run_id, test)?;
+        self.each_cell(run_id, test, &mut |c, in_plan| {
+            let current = plan.current(&c, in_plan);
+            f(c, current)
+        })
+    }
+
+    /// What tells the current plan's cells from the others
+    /// ([`Store::plan_cells`]): the hash of every planned cell a re-test
+    /// may repeat, when the run has re-tests.
+    fn plan_filter(&self, run_id: i64, test: Option<&str>) -> Result<PlanFilter, StoreError> {
+        let mut plan = PlanFilter {
+            hasher: (
+                std::collections::hash_map::RandomState::new(),
+                std::collections::hash_map::RandomState::new(),
+            ),
+            planned: std::collections::HashSet::new(),
+            retests: false,
         };
-        let mut planned: std::collections::HashSet<u128> = std::collections::HashSet::new();
-        let retests: bool = self
+        plan.retests = self
             .conn
             .query_row(
                 &format!("SELECT EXISTS (SELECT 1 FROM cells WHERE run_id = ?1 AND pattern = '{RETEST}')"),
@@ -1037,13 +1092,13 @@ impl Store {
                 |r| r.get(0),
             )
             .map_err(self.err("reading cells"))?;
-        // Canonical text, as the second pass makes it from the parsed cell.
+        // Canonical text, as `current` makes it from the parsed cell.
         let canon = |t: &str| -> String {
             serde_json::from_str::<serde_json::Value>(t)
                 .map(|v| v.to_string())
                 .unwrap_or_else(|_| t.to_string())
         };
-        if retests {
+        if plan.retests {
             let sql = format!(
                 "SELECT test, kind, path, params, dims, flows FROM cells
                  WHERE run_id = ?1 AND in_plan = 1 AND pattern <> '{RETEST}' {}",
@@ -1063,25 +1118,147 @@ impl Store {
                         .unwrap_or("")
                 };
                 let (params, dims, flows) = (canon(t(3)), canon(t(4)), canon(t(5)));
-                planned.insert(key([t(0), t(1), t(2), &params, &dims, &flows]));
+                let k = plan.key([t(0), t(1), t(2), &params, &dims, &flows]);
+                plan.planned.insert(k);
             }
         }
-        self.each_cell(run_id, test, &mut |c, in_plan| {
-            let current = if c.spec.pattern == RETEST {
-                retests
-                    && planned.contains(&key([
-                        &c.spec.test,
-                        &c.spec.kind,
-                        &c.spec.path,
-                        &c.spec.params.to_string(),
-                        &c.spec.dims.to_string(),
-                        &serde_json::to_string(&c.spec.flows).unwrap_or_default(),
-                    ]))
+        Ok(plan)
+    }
+
+    /// [`Store::each_plan_cell`] over the whole run with each cell's
+    /// measurements as stored (as [`Store::measurements_raw`] reads them, in
+    /// the order stored), one cell at a time, in the same order. The cells
+    /// and the measurements are read by two cursors that advance together,
+    /// and nothing is kept but the planned cells' hashes and the cells no
+    /// longer in the plan (which come last, as in `each_plan_cell`): a run
+    /// of millions of cells is read in bounded memory. A cell that is not
+    /// part of the current plan comes without its measurements (nothing
+    /// counts them).
+    pub fn each_plan_cell_measured(
+        &self,
+        run_id: i64,
+        f: &mut dyn FnMut(CellRow, bool, Vec<RawMeasurement>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let plan = self.plan_filter(run_id, None)?;
+        let mut st = self
+            .conn
+            .prepare(
+                // The cells drive (CROSS JOIN keeps them the outer loop): in
+                // plan order by their index, each cell's measurements by
+                // theirs, sorted only among cells of one `seq` — not the
+                // whole run's records through a temporary b-tree.
+                "SELECT c.seq, m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist
+                 FROM cells c CROSS JOIN measurements m
+                   ON m.run_id = c.run_id AND m.cell_id = c.cell_id
+                 WHERE c.run_id = ?1
+                 ORDER BY c.seq, c.cell_id, m.id",
+            )
+            .map_err(self.err("reading measurements"))?;
+        let mut rows = st
+            .query([run_id])
+            .map_err(self.err("reading measurements"))?;
+        // The next measurement not yet handed out: (seq, cell id, row).
+        type Pending = (
+            i64,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            String,
+            Option<String>,
+        );
+        let mut next: Option<Pending> = None;
+        let mut done = false;
+        let mut later: Vec<(CellRow, bool, Vec<RawMeasurement>)> = Vec::new();
+        // Cells in (seq, cell id) order, as the measurements come; the cells
+        // of earlier plans (`in_plan` = 0) are handed out after the others.
+        self.each_cell_ordered(run_id, "", "seq, cell_id", &[&run_id], &mut |c, in_plan| {
+            let mut ms = Vec::new();
+            let here = (c.spec.seq, c.spec.cell_id.as_str());
+            loop {
+                if next.is_none() && !done {
+                    match rows.next().map_err(self.err("reading measurements"))? {
+                        Some(r) => {
+                            let get = |e| StoreError::sql(&self.path, "reading measurements", e);
+                            next = Some((
+                                r.get(0).map_err(get)?,
+                                r.get(1).map_err(get)?,
+                                r.get(2).map_err(get)?,
+                                r.get(3).map_err(get)?,
+                                r.get(4).map_err(get)?,
+                                r.get(5).map_err(get)?,
+                                r.get(6).map_err(get)?,
+                            ));
+                        }
+                        None => done = true,
+                    }
+                }
+                let Some(m) = next.as_ref() else { break };
+                let at = (m.0, m.1.as_str()).cmp(&here);
+                if at == std::cmp::Ordering::Greater {
+                    break;
+                }
+                let (_, cell_id, role, src, dst, rec, lat_hist) = next.take().expect("peeked");
+                // Records of a cell that could not be read are passed over.
+                if at == std::cmp::Ordering::Less {
+                    continue;
+                }
+                let Some(role) = Role::parse(&role) else {
+                    self.skip(format!(
+                        "run {run_id} cell {cell_id}: unknown role {role:?}"
+                    ));
+                    continue;
+                };
+                match serde_json::from_str(&rec) {
+                    Ok(record) => ms.push(RawMeasurement {
+                        cell_id,
+                        role,
+                        src,
+                        dst,
+                        record,
+                        lat_hist,
+                    }),
+                    Err(e) => self.skip(format!("run {run_id} cell {cell_id}: stored record: {e}")),
+                }
+            }
+            let current = plan.current(&c, in_plan);
+            if !current {
+                ms = Vec::new();
+            }
+            if in_plan {
+                f(c, current, ms)
             } else {
-                in_plan
-            };
-            f(c, current)
-        })
+                later.push((c, current, ms));
+                Ok(())
+            }
+        })?;
+        for (c, current, ms) in later {
+            f(c, current, ms)?;
+        }
+        Ok(())
+    }
+
+    /// The tests with cells of `pattern` in the run's current plan, in plan
+    /// order (of each test's first such cell), read from the cells' columns
+    /// alone: nothing is decoded, whatever the size of the run. Not for
+    /// `retest` (a re-test's place in the plan is decided per cell).
+    pub fn plan_tests_with_pattern(
+        &self,
+        run_id: i64,
+        pattern: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT test FROM cells WHERE run_id = ?1 AND in_plan = 1 AND pattern = ?2
+                 GROUP BY test ORDER BY min(seq), min(cell_id)",
+            )
+            .map_err(self.err("reading cells"))?;
+        let rows = st
+            .query_map(params![run_id, pattern], |r| r.get::<_, String>(0))
+            .map_err(self.err("reading cells"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(self.err("reading cells"))
     }
 
     /// Store a finished cell and its measurements in one transaction.

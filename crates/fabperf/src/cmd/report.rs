@@ -206,19 +206,28 @@ pub fn export_openmetrics(
     } else {
         Series::Bounded
     };
-    let runs = match openmetrics::load_runs(store, run) {
+    // Read one cell at a time (a store of a million cells is not loaded).
+    let runs = match openmetrics::export_runs(store, run) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("fabperf export: {e}");
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
-    super::skipped_note("export", store);
+    // What could not be decoded is said once, after the first reading.
+    let noted = std::cell::Cell::new(false);
+    let expose = |ids: &[i64], flavor: Flavor| {
+        let r = openmetrics::exposition_of_store(store, ids, flavor, series);
+        if !noted.replace(true) {
+            super::skipped_note("export", store);
+        }
+        r
+    };
     if let Some(base) = push {
         // Check every URL before the first push.
         let urls: Vec<String> = match runs
             .iter()
-            .map(|r| openmetrics::push_url(base, r.run.id))
+            .map(|r| openmetrics::push_url(base, *r))
             .collect()
         {
             Ok(u) => u,
@@ -234,32 +243,60 @@ pub fn export_openmetrics(
             );
             return Ok(ExitCode::from(EXIT_USAGE));
         }
-        for (data, url) in runs.iter().zip(&urls) {
-            let (body, n) = openmetrics::exposition_with(
-                std::slice::from_ref(data),
-                Flavor::Prometheus,
-                series,
-            );
+        for (id, url) in runs.iter().zip(&urls) {
+            let (body, n) = match expose(std::slice::from_ref(id), Flavor::Prometheus) {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("fabperf export: {e}");
+                    return Ok(ExitCode::from(EXIT_USAGE));
+                }
+            };
             openmetrics::push(url, &body, std::time::Duration::from_secs(30))?;
-            eprintln!(
-                "fabperf export: pushed {n} samples of run {} to {url}",
-                data.run.id
-            );
+            eprintln!("fabperf export: pushed {n} samples of run {id} to {url}");
         }
         if out.is_none() {
             return Ok(ExitCode::SUCCESS);
         }
     }
-    let (body, n) = openmetrics::exposition_with(&runs, Flavor::OpenMetrics, series);
+    // Written as it is made: the text of a large mesh is gigabytes.
+    let write = |o: &mut dyn Write| {
+        let r =
+            openmetrics::write_exposition_of_store(store, &runs, Flavor::OpenMetrics, series, o);
+        if !noted.replace(true) {
+            super::skipped_note("export", store);
+        }
+        r
+    };
     match out {
         Some(p) => {
-            write_out(p, &body)?;
+            let mut f = fabperf_results::files::Output::create(p).map_err(anyhow::Error::msg)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
+            let n = match write(&mut w) {
+                Ok(n) => n,
+                Err(e) => {
+                    eprintln!("fabperf export: {e}");
+                    return Ok(ExitCode::from(EXIT_USAGE));
+                }
+            };
+            w.flush()
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+            drop(w);
+            f.commit().map_err(anyhow::Error::msg)?;
             eprintln!("fabperf export: {n} samples written");
         }
         None => {
             let stdout = std::io::stdout();
-            let mut o = stdout.lock();
-            if let Err(e) = o.write_all(body.as_bytes()).and_then(|_| o.flush()) {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+            match write(&mut w) {
+                Ok(_) => {}
+                Err(fabperf_report::ReportError::Io(e)) if e.contains("Broken pipe") => {}
+                Err(fabperf_report::ReportError::Io(e)) => anyhow::bail!("{e}"),
+                Err(e) => {
+                    eprintln!("fabperf export: {e}");
+                    return Ok(ExitCode::from(EXIT_USAGE));
+                }
+            }
+            if let Err(e) = w.flush() {
                 if e.kind() != std::io::ErrorKind::BrokenPipe {
                     return Err(e.into());
                 }
