@@ -832,6 +832,10 @@ pub(crate) struct LatOutcome {
     pub cpu_pct: Option<f64>,
     pub secs: f64,
     pub host: HostReport,
+    /// The measured round trips in Unix time, and when the first ping
+    /// (warm-up included) went out: concurrent tests (the rails of a run)
+    /// are compared on it.
+    pub interval: Interval,
 }
 
 /// Ping-pong tag for iteration `i` (never 0, the initial byte).
@@ -891,6 +895,7 @@ pub(crate) fn lat_initiator(
     // Read before the clock starts: the counters' snapshot is not inside the interval.
     let mut host = meter(setup);
     let start = Instant::now();
+    let clock = WallClock::now();
     let mut measuring = match p.duration {
         Some(_) => p.warmup.is_zero(),
         None => p.warmup_iters == 0,
@@ -1012,6 +1017,12 @@ pub(crate) fn lat_initiator(
         cpu_pct,
         secs,
         host,
+        interval: Interval {
+            start_s: clock.unix(m_start),
+            end_s: clock.unix(end.max(m_start)),
+            sent_from_s: Some(clock.unix(start)),
+            progress: None,
+        },
     })
 }
 
