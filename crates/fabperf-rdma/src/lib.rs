@@ -8,7 +8,9 @@
 //! cause undefined behaviour; the verbs layer (`verbs`, `cm`, `engine`) is
 //! crate-private too. The public API: [`run_bw`], [`run_lat`], [`kinds`]
 //! (the agent side), [`probe`], the parameters, [`msg`] (the wire
-//! messages), [`select`] (device/GID rules) and [`prio`].
+//! messages), [`select`] (device/GID rules) and [`prio`]. The RDMA device
+//! tests are all in `device_tests` (`#[ignore]`d; the soft-RoCE guest runs
+//! them), next to the internals some of them reach.
 //!
 //! Method (same as perftest, timed with `CLOCK_MONOTONIC` via `Instant`):
 //! - bandwidth: the client posts `--tx-depth` requests per QP, one signaled
