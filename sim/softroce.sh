@@ -90,8 +90,8 @@ Environment:
   FABPERF_SIM_LAT_ITERS  latency iterations per comparison run (default 1000)
   FABPERF_SIM_BW_SECONDS measured seconds per bandwidth comparison run (default 4)
   FABPERF_SIM_COMPARE_ONLY=1  skip the test binaries, only compare with perftest
-  FABPERF_SIM_RAILS_SKEW  most seconds between the rails' starts in a round of the
-                       two-rail plan (default 0.5)
+  FABPERF_SIM_RAILS_SKEW  most seconds between the rails' rdma-bw starts in a round of the
+                       two-rail plan (default 1)
   FABPERF_SIM_EXTRA    a script (path as seen in the guest: the repo and target dir
                        keep their host paths) run once in the first guest after the
                        test binaries; the run fails if it fails

@@ -8,14 +8,17 @@
 # with `fabperf run`, and checks every round (the cells of one pair and
 # sweep point): one cell per rail, each done with a figure, labelled with
 # its rail (dims.rail) and sent and received on that rail's devices, and the
-# rails at one start: for rdma-bw, whose senders the runner starts at one
-# instant, their starts (interval.sent_from_s) within FABPERF_SIM_RAILS_SKEW
-# seconds (default 0.5; both nodes share the guest's clock); for every test,
-# the rails' measured intervals overlap (rdma-lat is released at one
-# instant but sets its QPs up after it, so its first pings differ by the
-# set-up time). The agents get --timeout 30: under TCG two rails' set-ups at
-# once can outlast the default 10 s. Part of the default sim/softroce.sh
-# run (sim/guest/selftest.sh); by hand:
+# rails at one start: for rdma-bw, whose flows the runner sets up first
+# and then starts at one instant, their senders' starts
+# (interval.sent_from_s) within FABPERF_SIM_RAILS_SKEW seconds (default 1;
+# 10-30 ms in a quiet guest, 451 ms seen at host load 14; both nodes share
+# the guest's clock) and their measured intervals overlapping. rdma-lat has
+# no separate set-up in the runner (fabperf-run's drive `prepare`): it is
+# released at one instant and sets its QPs up after it, so its first pings
+# differ by the set-up time (0.8-3.7 s seen under load); that skew and the
+# overlap are printed, not checked. The agents get --timeout 30: under TCG
+# two rails' set-ups at once can outlast the default 10 s. Part of the
+# default sim/softroce.sh run (sim/guest/selftest.sh); by hand:
 #
 #   sim/softroce.sh -- sim/guest/rails.sh
 #
@@ -23,7 +26,7 @@
 set -uo pipefail
 GUEST_DIR=${FABPERF_SIM_REPO:-}/sim/guest
 PLAN=${1:-${FABPERF_SIM_REPO:-}/sim/plans/softroce-rails.toml}
-SKEW=${FABPERF_SIM_RAILS_SKEW:-0.5}
+SKEW=${FABPERF_SIM_RAILS_SKEW:-1}
 PORT=5302
 say() { printf 'rails: %s\n' "$*"; }
 if [[ $# -gt 1 ]]; then
@@ -110,13 +113,15 @@ report=$(jq -rs --argjson devs "$devs_json" --argjson skew "$SKEW" '
             | "\(railname) received on \(rdev), not on \($devs[to] // [] | join("/"))"),
       (if $sk == null or $ov == null then "a record without its interval"
        elif $common and $sk > $skew then "rails started \($sk * 1000 | round) ms apart (> \($skew * 1000) ms)"
-       elif $ov <= 0 then "the rails did not measure at the same time (\(-$ov * 1000 | round) ms between them)"
+       elif $common and $ov <= 0 then "the rails did not measure at the same time (\(-$ov * 1000 | round) ms between them)"
        else empty end)
     ] as $bad
   | "\($c[0].plan_test) \($c[0].src_node)->\($c[0].dst_node) \($c[0].op) \($c[0].size) B: "
     + ($c | map("\(railname) \(.device)->\(rdev) \(figure)") | join(", "))
     + (if $sk then ", \(if $common then "started" else "first pings" end) \($sk * 1000 | round) ms apart" else "" end)
-    + (if $ov then ", measured together for \($ov * 100 | round / 100) s" else "" end)
+    + (if $ov == null then "" elif $ov > 0 then ", measured together for \($ov * 100 | round / 100) s"
+       else ", measured \(-$ov * 100 | round / 100) s apart" end)
+    + (if $common then "" else " (released together, QPs set up after the release: start not checked)" end)
     + (if ($bad | length) == 0 then " ok" else " BAD: " + ($bad | join("; ")) end)
 ' /tmp/rails.jsonl 2>&1) || { say "FAILED: reading the records: $report"; exit 1; }
 sed 's/^/rails: /' <<<"$report"
@@ -136,4 +141,4 @@ if [[ $failed != 0 || $done != "$planned" || $cells != "$planned" || $rounds != 
     say "FAILED: $cells cell(s) with a record in $rounds round(s), of $planned cells in $want rounds; $bad round(s) with a bad rail"
     exit 1
 fi
-say "$cells rail cells in $rounds rounds: every rail with its figure, its label and its devices; the rails of every round measured together (rdma-bw started within $SKEW s)"
+say "$cells rail cells in $rounds rounds: every rail with its figure, its label and its devices; rdma-bw's rails started within $SKEW s and measured together"
