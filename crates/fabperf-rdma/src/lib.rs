@@ -8,9 +8,13 @@
 //! cause undefined behaviour; the verbs layer (`verbs`, `cm`, `engine`) is
 //! crate-private too. The public API: [`run_bw`], [`run_lat`], [`kinds`]
 //! (the agent side), [`probe`], the parameters, [`msg`] (the wire
-//! messages), [`select`] (device/GID rules) and [`prio`]. The RDMA device
-//! tests are all in `device_tests` (`#[ignore]`d; the soft-RoCE guest runs
-//! them), next to the internals some of them reach.
+//! messages), [`select`] (device/GID rules) and [`prio`].
+//!
+//! Layout: `verbs/` is the safe layer over sideway (`device` discovery, the
+//! `endpoint`, buffer `memory`), `engine/` the measuring loops (`bandwidth`,
+//! `latency`) and the `liveness` protocol around them, `client` and `agent`
+//! the two ends of a test, `device_tests/` every test on a real device
+//! (`#[ignore]`d; the soft-RoCE guest runs them).
 //!
 //! Method (same as perftest, timed with `CLOCK_MONOTONIC` via `Instant`):
 //! - bandwidth: the client posts `--tx-depth` requests per QP, one signaled
