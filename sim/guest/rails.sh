@@ -11,8 +11,8 @@
 # rails at one start: for rdma-bw, whose flows the runner sets up first
 # and then starts at one instant, their senders' starts
 # (interval.sent_from_s) within FABPERF_SIM_RAILS_SKEW seconds (default 1;
-# 10-30 ms in a quiet guest, 451 ms seen at host load 14; both nodes share
-# the guest's clock) and their measured intervals overlapping. rdma-lat has
+# 8-105 ms in most rounds and 451 ms once, at host load 13-15; both nodes
+# share the guest's clock) and their measured intervals overlapping. rdma-lat has
 # no separate set-up in the runner (fabperf-run's drive `prepare`): it is
 # released at one instant and sets its QPs up after it, so its first pings
 # differ by the set-up time (0.8-3.7 s seen under load); that skew and the
