@@ -89,7 +89,7 @@ localize() {
 step "fault localization on the testbed: 32 nodes, 4 injected faults (rate, delay, tx-half), mesh-summary scored against the truth, precision and recall 1.0 (sim/testbed-localize-test.sh; FABPERF_CI_LOCALIZE=1, LOCALIZE_SEEDS, LOCALIZE_TIMEOUT)" \
   localize
 if [ "$VM" = 1 ]; then
-  step "soft-RoCE guest: RDMA device tests and fabperf vs perftest" ./sim/softroce.sh
+  step "soft-RoCE guest: RDMA device tests, a two-rail rdma-bw/rdma-lat plan, fabperf vs perftest" ./sim/softroce.sh
 else
   SUMMARY+=("SKIPPED  soft-RoCE guest: --no-vm")
 fi

@@ -58,9 +58,10 @@ usage() {
 Usage: sim/softroce.sh [-- CMD ARGS...]
 
 Without arguments: builds fabperf (release) and the fabperf-rdma test binaries,
-boots a soft-RoCE (rdma_rxe) QEMU guest, runs the test binaries there and then
-fabperf next to perftest on the same rxe link, prints the ratio table and writes
-it to $CARGO_TARGET_DIR/softroce/compare.md. Exits non-zero on any failure.
+boots a soft-RoCE (rdma_rxe) QEMU guest, runs the test binaries there, a plan
+on the guest's two rails (sim/guest/rails.sh) and then fabperf next to perftest
+on the same rxe link, prints the ratio table and writes it to
+$CARGO_TARGET_DIR/softroce/compare.md. Exits non-zero on any failure.
 
 With "-- CMD ARGS...": runs CMD inside the guest instead (cwd = your cwd when
 it is inside the repo, else the repo root) and exits with its status. Inside:
@@ -69,6 +70,9 @@ it is inside the repo, else the repo root) and exits with its status. Inside:
   FABPERF_RDMA_DEVICE       client rxe device (rxe0, initial namespace)
   FABPERF_RDMA_PEER         address of the peer "node" (10.77.0.2 in ns1)
   FABPERF_RDMA_PEER_DEVICE  the peer's rxe device (rxe1)
+  FABPERF_RDMA_RAIL1_DEVICE, FABPERF_RDMA_RAIL1_PEER, FABPERF_RDMA_RAIL1_PEER_DEVICE
+                            rail 1, a second link between the nodes (rxe2 on veth2
+                            10.77.1.1, rxe3 in ns1 at 10.77.1.2); empty in the single topology
   FABPERF_AGENT             host:port of a fabperf agent already serving in the peer
   FABPERF_SIM_TOPOLOGY      netns (two namespaces) or single (one rxe device)
   Run a server in the peer node with: sim/guest/peer.sh CMD ARGS...
@@ -86,6 +90,8 @@ Environment:
   FABPERF_SIM_LAT_ITERS  latency iterations per comparison run (default 1000)
   FABPERF_SIM_BW_SECONDS measured seconds per bandwidth comparison run (default 4)
   FABPERF_SIM_COMPARE_ONLY=1  skip the test binaries, only compare with perftest
+  FABPERF_SIM_RAILS_SKEW  most seconds between the rails' rdma-bw starts in a round of the
+                       two-rail plan (default 1)
   FABPERF_SIM_EXTRA    a script (path as seen in the guest: the repo and target dir
                        keep their host paths) run once in the first guest after the
                        test binaries; the run fails if it fails
@@ -450,7 +456,7 @@ write_env() {
         for v in $(compgen -e); do
             case $v in
                 FABPERF_SIM_CACHE|FABPERF_BIN) ;;
-                FABPERF_SIM_ROUNDS|FABPERF_SIM_REPEATS|FABPERF_SIM_ROUND_FIRST|FABPERF_SIM_AGENT|FABPERF_SIM_ENFORCE_TARGETS|FABPERF_SIM_LAT_ITERS|FABPERF_SIM_BW_SECONDS|FABPERF_SIM_COMPARE_ONLY|FABPERF_SIM_EXTRA) printf 'export %s=%q\n' "$v" "${!v}" ;;
+                FABPERF_SIM_ROUNDS|FABPERF_SIM_REPEATS|FABPERF_SIM_ROUND_FIRST|FABPERF_SIM_AGENT|FABPERF_SIM_ENFORCE_TARGETS|FABPERF_SIM_LAT_ITERS|FABPERF_SIM_BW_SECONDS|FABPERF_SIM_COMPARE_ONLY|FABPERF_SIM_EXTRA|FABPERF_SIM_RAILS_SKEW) printf 'export %s=%q\n' "$v" "${!v}" ;;
                 FABPERF_SIM_*) ;;
                 FABPERF_*|RUST_LOG|RUST_BACKTRACE|RUST_TEST_THREADS) printf 'export %s=%q\n' "$v" "${!v}" ;;
             esac

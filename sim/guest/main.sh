@@ -32,7 +32,16 @@ if [[ $FABPERF_SIM_TOPOLOGY == netns ]]; then
     ip -n ns1 addr add 10.77.0.2/24 dev veth1 && ip -n ns1 link set veth1 up && ip -n ns1 link set lo up
     rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0 failed"
     ip netns exec ns1 rdma link add rxe1 type rxe netdev veth1 || fail "rdma link add rxe1 (ns1) failed"
+    # Rail 1: a second link between the same two nodes on its own subnet,
+    # rxe2 on veth2 and rxe3 on veth3 (ns1), as a node's second NIC on a
+    # rail-optimized fabric (sim/guest/rails.sh runs a plan on both rails).
+    ip link add veth2 mtu "$MTU" type veth peer name veth3 mtu "$MTU" netns ns1 || fail "veth pair (rail 1)"
+    ip addr add 10.77.1.1/24 dev veth2 && ip link set veth2 up
+    ip -n ns1 addr add 10.77.1.2/24 dev veth3 && ip -n ns1 link set veth3 up
+    rdma link add rxe2 type rxe netdev veth2 || fail "rdma link add rxe2 failed"
+    ip netns exec ns1 rdma link add rxe3 type rxe netdev veth3 || fail "rdma link add rxe3 (ns1) failed"
     export FABPERF_RDMA_DEVICE=rxe0 FABPERF_RDMA_PEER=10.77.0.2 FABPERF_RDMA_PEER_DEVICE=rxe1
+    export FABPERF_RDMA_RAIL1_DEVICE=rxe2 FABPERF_RDMA_RAIL1_PEER=10.77.1.2 FABPERF_RDMA_RAIL1_PEER_DEVICE=rxe3
     export FABPERF_SIM_PEER_NETNS=ns1
 else
     # One device: client and server both on rxe0 (the 6.1 kernel's rxe cannot
@@ -41,10 +50,11 @@ else
     ip addr add 10.77.0.1/24 dev veth0 && ip link set veth0 up && ip link set veth1 up
     rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0 failed"
     export FABPERF_RDMA_DEVICE=rxe0 FABPERF_RDMA_PEER=10.77.0.1 FABPERF_RDMA_PEER_DEVICE=rxe0
+    export FABPERF_RDMA_RAIL1_DEVICE= FABPERF_RDMA_RAIL1_PEER= FABPERF_RDMA_RAIL1_PEER_DEVICE=
     export FABPERF_SIM_PEER_NETNS=
 fi
 # Wait for the ports to become ACTIVE (rxe follows the netdev's carrier).
-for dev in $FABPERF_RDMA_DEVICE $FABPERF_RDMA_PEER_DEVICE; do
+for dev in $FABPERF_RDMA_DEVICE $FABPERF_RDMA_PEER_DEVICE $FABPERF_RDMA_RAIL1_DEVICE $FABPERF_RDMA_RAIL1_PEER_DEVICE; do
     for _ in $(seq 50); do
         grep -q ACTIVE "/sys/class/infiniband/$dev/ports/1/state" 2>/dev/null && break
         sleep 0.2
@@ -54,6 +64,8 @@ done
 say "kernel $(uname -r), topology $FABPERF_SIM_TOPOLOGY: client $FABPERF_RDMA_DEVICE 10.77.0.1," \
     "peer $FABPERF_RDMA_PEER_DEVICE $FABPERF_RDMA_PEER${FABPERF_SIM_PEER_NETNS:+ (netns $FABPERF_SIM_PEER_NETNS)}," \
     "active_mtu $(ibv_devinfo -d rxe0 | sed -n 's/.*active_mtu:[[:space:]]*\([0-9]*\).*/\1/p')"
+[[ -n $FABPERF_RDMA_RAIL1_DEVICE ]] &&
+    say "rail 1: client $FABPERF_RDMA_RAIL1_DEVICE 10.77.1.1, peer $FABPERF_RDMA_RAIL1_PEER_DEVICE $FABPERF_RDMA_RAIL1_PEER"
 
 # A fabperf agent in the peer node, for `fabperf rdma-bw $FABPERF_AGENT ...`.
 export FABPERF_AGENT=

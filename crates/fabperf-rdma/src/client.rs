@@ -859,6 +859,7 @@ fn lat_one(
     };
     r.bytes = samples * size * if p.op == Op::Read { 1 } else { 2 };
     r.set_latency(&o.hist);
+    r.interval = Some(o.interval);
     let my_report = here.report(o.host);
     set_cpu(&mut r, o.cpu_pct, &my_report.result(), &report);
     if let Some(text) = fabperf_proto::clock::slow_clock_warning() {

@@ -10,6 +10,12 @@
 //! (the agent side), [`probe`], the parameters, [`msg`] (the wire
 //! messages), [`select`] (device/GID rules) and [`prio`].
 //!
+//! Layout: `verbs/` is the safe layer over sideway (`device` discovery, the
+//! `endpoint`, buffer `memory`), `engine/` the measuring loops (`bandwidth`,
+//! `latency`) and the `liveness` protocol around them, `client` and `agent`
+//! the two ends of a test, `device_tests/` every test on a real device
+//! (`#[ignore]`d; the soft-RoCE guest runs them).
+//!
 //! Method (same as perftest, timed with `CLOCK_MONOTONIC` via `Instant`):
 //! - bandwidth: the client posts `--tx-depth` requests per QP, one signaled
 //!   completion every `--cq-mod`; average = bytes / (last completion - first

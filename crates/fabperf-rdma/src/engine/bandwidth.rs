@@ -1,54 +1,20 @@
-//! The measuring loops (both ends) and the liveness protocol around them.
-//!
-//! While a side runs it sends `Progress` every second over the control
-//! channel and a `SideDone` when its part is complete; a reader thread
-//! watches the peer's frames. A peer that sends nothing for the timeout is
-//! declared dead, so nothing hangs (perftest waits forever).
+//! The bandwidth loop (`bw_side`), both ends: post and complete requests
+//! per QP with checked books, the measured window (iterations or
+//! duration, after the warm-up), perftest's peak, progress over time.
 
+use super::liveness::Beat;
+use super::{cpu_pct, meter, Idle, CHECK_EVERY_POLLS};
 use crate::error::RdmaError;
-use crate::msg::{SideStats, Step};
+use crate::msg::SideStats;
 use crate::peak::PeakTracker;
-use crate::prio::IdleGuard;
 use crate::verbs::{wr_qp, wr_seq, Endpoint, Op, Wc, RECV_FLAG};
-use fabperf_proto::cpu::{HostMeter, HostReport, ThreadCpu};
+use fabperf_proto::cpu::{HostReport, ThreadCpu};
 use fabperf_proto::explain::EndSetup;
-use fabperf_proto::{write_frame, Control, Msg, ProtoError};
-use fabperf_results::{
-    Interval, LatencyHistogram, LatencyKind, ProgressRecorder, WallClock, Warning,
-};
-use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use fabperf_results::{Interval, ProgressRecorder, WallClock, Warning};
 use std::time::{Duration, Instant};
 
-const BEAT: Duration = Duration::from_secs(1);
 /// Most requests posted with one doorbell.
 const POST_BATCH: u64 = 32;
-
-/// Empty polls (bandwidth loop, send/read waits) between two looks at the
-/// clock, for the window edges, heartbeats, timeouts and the yield policy.
-/// A clock read is a vDSO call of ~20-60 ns with a TSC, but a system call
-/// plus a trapped device access (~0.8 µs under QEMU TCG) when the kernel
-/// has fallen back to hpet/acpi_pm; at one read per 64 polls that cost
-/// fabperf ~10 % of soft-RoCE bandwidth and 5-20 % of latency against
-/// perftest, which reads the TSC directly. Every 1024 polls is still every
-/// ~10-100 µs.
-const CHECK_EVERY_POLLS: u32 = 1024;
-/// Loads of the polled byte (write latency) between two looks at the
-/// clock and the completion queue: a load is much cheaper than a poll.
-const CHECK_EVERY_LOADS: u32 = 16384;
-
-/// Busy-wait policy: spin tightly (a real NIC answers in microseconds),
-/// but after `YIELD_AFTER` without progress give the CPU away on every
-/// check, so the kernel work a software device (rxe) needs, or the peer
-/// process on an oversubscribed host, is not starved by our spinning.
-/// The threshold sits well above a soft-RoCE round trip (~70 us under
-/// TCG): yielding inside a normal wait (it was 20 us) cost 10-100 % in
-/// latency against perftest, which never yields; 1 ms still rescues the
-/// starved case (p50 of 1-2 ms without any yield). A bandwidth sender
-/// with requests in flight follows it only on a single-CPU machine (see
-/// `yield_with_requests_in_flight`).
-const YIELD_AFTER: Duration = Duration::from_millis(1);
 
 /// Whether a bandwidth sender keeps the `Idle` policy (yield after
 /// `YIELD_AFTER` without a completion) while its own requests are in
@@ -61,214 +27,6 @@ const YIELD_AFTER: Duration = Duration::from_millis(1);
 /// Receivers and latency loops always keep the policy.
 fn yield_with_requests_in_flight(online_cpus: Option<usize>) -> bool {
     online_cpus == Some(1)
-}
-
-#[derive(Default)]
-struct Idle {
-    since: Option<Instant>,
-    yielding: bool,
-}
-
-impl Idle {
-    #[inline]
-    fn progress(&mut self) {
-        self.since = None;
-        self.yielding = false;
-    }
-
-    /// Call on every slow check of an empty wait (one clock read per few
-    /// hundred polls, not per poll).
-    #[inline]
-    fn wait_at(&mut self, now: Instant) {
-        if self.yielding {
-            std::thread::yield_now();
-            return;
-        }
-        match self.since {
-            None => self.since = Some(now),
-            Some(s) if now.duration_since(s) >= YIELD_AFTER => self.yielding = true,
-            Some(_) => {}
-        }
-    }
-}
-
-/// Receive the next step, skipping `Progress`.
-pub(crate) fn recv_step(
-    ctl: &mut Control,
-    timeout: Duration,
-    what: &str,
-) -> Result<Step, ProtoError> {
-    loop {
-        match ctl.recv_test_within::<Step>(timeout, what)? {
-            Step::Progress => continue,
-            s => return Ok(s),
-        }
-    }
-}
-
-/// Shared state between a measuring loop and the control reader.
-#[derive(Default)]
-pub(crate) struct PeerState {
-    done: AtomicBool,
-    failed: AtomicBool,
-    error: Mutex<Option<RdmaError>>,
-    local_finished: AtomicBool,
-}
-
-impl PeerState {
-    fn fail(&self, e: RdmaError) {
-        let mut g = self.error.lock().unwrap_or_else(|p| p.into_inner());
-        if g.is_none() {
-            *g = Some(e);
-        }
-        self.failed.store(true, Ordering::Release);
-    }
-    fn take_error(&self) -> Option<RdmaError> {
-        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-}
-
-/// The loop's handle: heartbeats out, peer state in.
-pub(crate) struct Beat<'a> {
-    w: TcpStream,
-    last: Instant,
-    sent_done: bool,
-    peer: &'a PeerState,
-}
-
-impl Beat<'_> {
-    /// Send `Progress` when a second has passed; fail when the peer failed.
-    #[inline]
-    pub fn tick(&mut self, now: Instant) -> Result<(), RdmaError> {
-        if self.peer.failed.load(Ordering::Acquire) {
-            return Err(self
-                .peer
-                .take_error()
-                .unwrap_or_else(|| RdmaError::Stalled("the peer failed".into())));
-        }
-        if !self.sent_done && now.duration_since(self.last) >= BEAT {
-            self.last = now;
-            write_frame(&mut self.w, &step_msg(&Step::Progress))?;
-        }
-        Ok(())
-    }
-
-    /// This side's part is complete.
-    pub fn done(&mut self) -> Result<(), RdmaError> {
-        if !self.sent_done {
-            self.sent_done = true;
-            write_frame(&mut self.w, &step_msg(&Step::SideDone))?;
-        }
-        Ok(())
-    }
-
-    #[inline]
-    pub fn peer_done(&self) -> bool {
-        self.peer.done.load(Ordering::Acquire)
-    }
-}
-
-fn step_msg(s: &Step) -> Msg {
-    Msg::Test {
-        body: serde_json::to_value(s).unwrap_or(serde_json::Value::Null),
-    }
-}
-
-/// Run `f` while a reader thread watches the peer. The reader ends at the
-/// peer's `SideDone`, on an error frame, on a closed connection, or when
-/// the peer has been silent for `timeout`. With `idle`, `f` (a polling
-/// loop) runs at SCHED_IDLE; the reader, started before, keeps the
-/// caller's scheduling.
-pub(crate) fn with_peer<R>(
-    ctl: &mut Control,
-    timeout: Duration,
-    idle: bool,
-    f: impl FnOnce(&mut Beat<'_>) -> Result<R, RdmaError>,
-) -> Result<R, RdmaError> {
-    let w = ctl
-        .stream()
-        .try_clone()
-        .map_err(|e| ProtoError::io("cloning the control connection", e))?;
-    let peer = PeerState::default();
-    std::thread::scope(|s| {
-        let peer_ref = &peer;
-        let reader = s.spawn(move || watch_peer(ctl, timeout, peer_ref));
-        let mut beat = Beat {
-            w,
-            last: Instant::now(),
-            sent_done: false,
-            peer: &peer,
-        };
-        let guard = IdleGuard::enter(idle);
-        let r = f(&mut beat);
-        drop(guard);
-        peer.local_finished.store(true, Ordering::Release);
-        let _ = reader.join();
-        r
-    })
-}
-
-fn watch_peer(ctl: &mut Control, timeout: Duration, peer: &PeerState) {
-    let slice = Duration::from_millis(100).min(timeout);
-    let mut last = Instant::now();
-    loop {
-        if peer.local_finished.load(Ordering::Acquire) {
-            return;
-        }
-        match ctl.recv_test_within::<Step>(slice, "the peer's progress") {
-            Ok(Step::Progress) => last = Instant::now(),
-            Ok(Step::SideDone) => {
-                peer.done.store(true, Ordering::Release);
-                return;
-            }
-            Ok(other) => {
-                peer.fail(RdmaError::Proto(ProtoError::Unexpected {
-                    expected: "progress or side_done".into(),
-                    got: format!("{other:?}"),
-                }));
-                return;
-            }
-            Err(ProtoError::Timeout { .. }) => {
-                if last.elapsed() >= timeout {
-                    peer.fail(RdmaError::Stalled(format!(
-                        "the peer sent nothing for {:.1} s during the test: it died or stalled \
-                         (raise --timeout if it is only slow)",
-                        timeout.as_secs_f64()
-                    )));
-                    return;
-                }
-            }
-            Err(e) => {
-                peer.fail(match e {
-                    ProtoError::Closed { .. } => RdmaError::Stalled(
-                        "the peer closed the control connection during the test (it exited or crashed)"
-                            .into(),
-                    ),
-                    other => RdmaError::Proto(other),
-                });
-                return;
-            }
-        }
-    }
-}
-
-/// A passive side (its memory is the target of the peer's writes/reads):
-/// wait, without spinning, until the peer says it is done.
-pub(crate) fn passive_wait(ctl: &mut Control, timeout: Duration) -> Result<(), RdmaError> {
-    let mut w = ctl
-        .stream()
-        .try_clone()
-        .map_err(|e| ProtoError::io("cloning the control connection", e))?;
-    write_frame(&mut w, &step_msg(&Step::SideDone))?;
-    let peer = PeerState::default();
-    watch_peer(ctl, timeout, &peer);
-    if peer.done.load(Ordering::Acquire) {
-        Ok(())
-    } else {
-        Err(peer
-            .take_error()
-            .unwrap_or_else(|| RdmaError::Stalled("the peer went away".into())))
-    }
 }
 
 /// What one side sends.
@@ -301,12 +59,6 @@ pub(crate) struct BwOutcome {
     pub cpu_pct: Option<f64>,
     /// The host's CPU and the counters that moved over the same interval.
     pub host: HostReport,
-}
-
-/// A host meter for this end: with its counters when the test has an
-/// [`EndSetup`] (the engine's own tests run without).
-fn meter(setup: Option<&EndSetup>) -> HostMeter {
-    setup.map_or_else(HostMeter::start, |s| s.meter())
 }
 
 #[derive(PartialEq, Eq, Clone, Copy, Debug)]
@@ -808,327 +560,14 @@ pub(crate) fn bw_side(
     })
 }
 
-/// CPU seconds over wall seconds, % of one core.
-fn cpu_pct(cpu_s: f64, wall_s: f64) -> Option<f64> {
-    (wall_s > 0.0).then(|| cpu_s / wall_s * 100.0)
-}
-
-/// What the latency initiator measures.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LatPlan {
-    pub op: Op,
-    pub size: u32,
-    pub iters: Option<u64>,
-    /// Ping-pongs before the recorded ones (iteration mode).
-    pub warmup_iters: u64,
-    pub warmup: Duration,
-    pub duration: Option<Duration>,
-    pub inline: bool,
-    pub tx_depth: u32,
-}
-
-pub(crate) struct LatOutcome {
-    pub hist: LatencyHistogram,
-    pub cpu_pct: Option<f64>,
-    pub secs: f64,
-    pub host: HostReport,
-}
-
-/// Ping-pong tag for iteration `i` (never 0, the initial byte).
-#[inline]
-pub(crate) fn tag(i: u64) -> u8 {
-    (i % 255) as u8 + 1
-}
-
-/// Reap send completions without waiting; error on a failed one.
-#[inline]
-fn reap(
-    ep: &mut Endpoint,
-    wcs: &mut Vec<Wc>,
-    sends: &mut u64,
-    recvs: &mut Vec<u64>,
-    what: &str,
-) -> Result<(), RdmaError> {
-    if ep.poll(wcs)? > 0 {
-        for wc in wcs.iter() {
-            if wc.status != 0 {
-                let w = if wc.wr_id & RECV_FLAG != 0 {
-                    "a receive"
-                } else {
-                    what
-                };
-                return Err(ep.completion_error(wc, w));
-            }
-            if wc.wr_id & RECV_FLAG != 0 {
-                recvs.push(wc.wr_id);
-            } else {
-                *sends = sends.saturating_sub(1);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The latency initiator (client): one QP, strict ping-pong.
-pub(crate) fn lat_initiator(
-    ep: &mut Endpoint,
-    p: LatPlan,
-    beat: &mut Beat<'_>,
-    timeout: Duration,
-    setup: Option<&EndSetup>,
-) -> Result<LatOutcome, RdmaError> {
-    let kind = if p.op == Op::Read {
-        LatencyKind::Rtt
-    } else {
-        LatencyKind::HalfRtt
-    };
-    let mut hist = LatencyHistogram::new(kind);
-    let last = p.size as usize - 1;
-    let mut wcs = Vec::with_capacity(64);
-    let mut recvs: Vec<u64> = Vec::new();
-    let mut sends_out: u64 = 0;
-    let mut idle = Idle::default();
-    // Read before the clock starts: the counters' snapshot is not inside the interval.
-    let mut host = meter(setup);
-    let start = Instant::now();
-    let mut measuring = match p.duration {
-        Some(_) => p.warmup.is_zero(),
-        None => p.warmup_iters == 0,
-    };
-    let mut m_start = start;
-    let mut m_cpu = ThreadCpu::start();
-    let total = p.iters.map(|n| n + p.warmup_iters);
-    let mut i: u64 = 0;
-    loop {
-        if let Some(n) = total {
-            if i >= n {
-                break;
-            }
-        }
-        let mut t0 = Instant::now();
-        let warm_done = match p.duration {
-            Some(_) => t0.duration_since(start) >= p.warmup,
-            None => i >= p.warmup_iters,
-        };
-        if !measuring && warm_done {
-            measuring = true;
-            // The counters are read before this round trip's clock starts.
-            host = meter(setup);
-            t0 = Instant::now();
-            m_start = t0;
-            m_cpu = ThreadCpu::start();
-        }
-        if let Some(d) = p.duration {
-            if measuring && t0.duration_since(m_start) >= d {
-                break;
-            }
-        }
-        if sends_out >= p.tx_depth as u64 {
-            // Should not happen in ping-pong; wait for the send queue.
-            while sends_out >= p.tx_depth as u64 {
-                reap(ep, &mut wcs, &mut sends_out, &mut recvs, p.op.as_str())?;
-                if t0.elapsed() >= timeout {
-                    return Err(stalled(ep, p.op, timeout));
-                }
-            }
-        }
-        let t = tag(i);
-        idle.progress();
-        match p.op {
-            Op::Write => {
-                ep.src.store(last, t);
-                ep.post(0, Op::Write, 1, p.size, p.inline)?;
-                sends_out += 1;
-                let mut spins: u32 = 0;
-                while ep.dst.load(last) != t {
-                    spins = spins.wrapping_add(1);
-                    if spins & (CHECK_EVERY_LOADS - 1) == 0 {
-                        reap(ep, &mut wcs, &mut sends_out, &mut recvs, "write")?;
-                        let now = Instant::now();
-                        idle.wait_at(now);
-                        if now.duration_since(t0) >= timeout {
-                            return Err(stalled(ep, p.op, timeout));
-                        }
-                        beat.tick(now)?;
-                    }
-                }
-            }
-            Op::Send | Op::Read => {
-                // Send: done when the peer's reply arrives as a receive.
-                // Read: done when our own read completes. Reads are never inline.
-                let send = p.op == Op::Send;
-                ep.post(0, p.op, 1, p.size, send && p.inline)?;
-                sends_out += 1;
-                let mut spins: u32 = 0;
-                while if send {
-                    recvs.is_empty()
-                } else {
-                    sends_out > 0
-                } {
-                    reap(ep, &mut wcs, &mut sends_out, &mut recvs, p.op.as_str())?;
-                    spins = spins.wrapping_add(1);
-                    if spins & (CHECK_EVERY_POLLS - 1) == 0 {
-                        let now = Instant::now();
-                        idle.wait_at(now);
-                        if now.duration_since(t0) >= timeout {
-                            return Err(stalled(ep, p.op, timeout));
-                        }
-                        beat.tick(now)?;
-                    }
-                }
-            }
-        }
-        let t1 = Instant::now();
-        if measuring {
-            hist.record_rtt_ns(t1.duration_since(t0).as_nanos() as u64);
-        }
-        if recvs.pop().is_some() {
-            ep.post_recvs(0, 1)?;
-        }
-        if p.op == Op::Write && sends_out > 0 {
-            reap(ep, &mut wcs, &mut sends_out, &mut recvs, "write")?;
-        }
-        i += 1;
-        if i & 255 == 0 {
-            beat.tick(t1)?;
-        }
-    }
-    let end = Instant::now();
-    let secs = end.duration_since(m_start).as_secs_f64();
-    let cpu_pct = m_cpu.used_secs().and_then(|c| cpu_pct(c, secs));
-    let host = host.finish_report();
-    // Let the last sends complete so the QP is clean for the next size.
-    let t = Instant::now();
-    while sends_out > 0 && t.elapsed() < timeout {
-        reap(ep, &mut wcs, &mut sends_out, &mut recvs, p.op.as_str())?;
-    }
-    if !recvs.is_empty() {
-        let n = recvs.len() as u32;
-        ep.post_recvs(0, n)?;
-    }
-    beat.done()?;
-    Ok(LatOutcome {
-        hist,
-        cpu_pct,
-        secs,
-        host,
-    })
-}
-
-fn stalled(ep: &Endpoint, op: Op, timeout: Duration) -> RdmaError {
-    let r = ep.remote.as_ref().map(|r| r.describe()).unwrap_or_default();
-    RdmaError::Stalled(format!(
-        "no {} reply for {:.1} s: the peer ({r}) died or stalled",
-        op.as_str(),
-        timeout.as_secs_f64()
-    ))
-}
-
-/// The latency responder (agent) for write and send: answer every ping
-/// until the initiator says it is done. Returns its thread CPU percent and
-/// the host's CPU over the same time.
-pub(crate) fn lat_responder(
-    ep: &mut Endpoint,
-    op: Op,
-    size: u32,
-    inline: bool,
-    beat: &mut Beat<'_>,
-    setup: Option<&EndSetup>,
-) -> Result<(Option<f64>, HostReport), RdmaError> {
-    // The responder has nothing of its own to finish.
-    beat.done()?;
-    let last = size as usize - 1;
-    let mut wcs = Vec::with_capacity(64);
-    let mut recvs: Vec<u64> = Vec::new();
-    let mut sends_out: u64 = 0;
-    let mut idle = Idle::default();
-    let host = meter(setup);
-    let start = Instant::now();
-    let cpu0 = ThreadCpu::start();
-    let mut i: u64 = 0;
-    let mut spins: u32 = 0;
-    'outer: loop {
-        let t = tag(i);
-        idle.progress();
-        match op {
-            Op::Write => {
-                while ep.dst.load(last) != t {
-                    spins = spins.wrapping_add(1);
-                    if spins & (CHECK_EVERY_LOADS - 1) == 0 {
-                        if beat.peer_done() {
-                            break 'outer;
-                        }
-                        reap(ep, &mut wcs, &mut sends_out, &mut recvs, "write")?;
-                        let now = Instant::now();
-                        idle.wait_at(now);
-                        beat.tick(now)?;
-                    }
-                }
-                ep.src.store(last, t);
-                ep.post(0, Op::Write, 1, size, inline)?;
-                sends_out += 1;
-                while sends_out >= (ep.tx_depth as u64 / 2).max(1) {
-                    reap(ep, &mut wcs, &mut sends_out, &mut recvs, "write")?;
-                    if beat.peer_done() {
-                        break;
-                    }
-                }
-            }
-            Op::Send => {
-                while recvs.is_empty() {
-                    reap(ep, &mut wcs, &mut sends_out, &mut recvs, "send")?;
-                    spins = spins.wrapping_add(1);
-                    if spins & (CHECK_EVERY_POLLS - 1) == 0 {
-                        if beat.peer_done() {
-                            break 'outer;
-                        }
-                        let now = Instant::now();
-                        idle.wait_at(now);
-                        beat.tick(now)?;
-                    }
-                }
-                ep.post(0, Op::Send, 1, size, inline)?;
-                sends_out += 1;
-                while sends_out >= (ep.tx_depth as u64 / 2).max(1) {
-                    reap(ep, &mut wcs, &mut sends_out, &mut recvs, "send")?;
-                    if beat.peer_done() {
-                        break;
-                    }
-                }
-                // One ping answered: give its receive back.
-                recvs.pop();
-                ep.post_recvs(0, 1)?;
-            }
-            Op::Read => {
-                return Err(RdmaError::BadRequest(
-                    "read latency has no responder".into(),
-                ))
-            }
-        }
-        i += 1;
-    }
-    let wall = start.elapsed().as_secs_f64();
-    let cpu_pct = cpu0.used_secs().and_then(|c| cpu_pct(c, wall));
-    let host = host.finish_report();
-    // Drain our own last sends.
-    let t = Instant::now();
-    while sends_out > 0 && t.elapsed() < Duration::from_secs(2) {
-        reap(ep, &mut wcs, &mut sends_out, &mut recvs, op.as_str())?;
-    }
-    if !recvs.is_empty() {
-        let n = recvs.len() as u32;
-        ep.post_recvs(0, n)?;
-    }
-    Ok((cpu_pct, host))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::liveness::PeerState;
     use super::*;
 
     use crate::verbs::{signaled, wr_id};
     use std::collections::VecDeque;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
 
     /// A fake device: each signaled request completes at once (one
     /// completion per signaled request, carrying its number, as RC send
@@ -1215,14 +654,8 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let w = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let _r = l.accept().unwrap();
-        let peer = PeerState::default();
-        peer.done.store(true, Ordering::Release);
-        let mut beat = Beat {
-            w,
-            last: Instant::now(),
-            sent_done: false,
-            peer: &peer,
-        };
+        let peer = PeerState::done_already();
+        let mut beat = Beat::for_tests(w, &peer);
         bw_side(
             ep,
             Some(plan),
@@ -1367,36 +800,11 @@ mod tests {
     }
 
     #[test]
-    fn tags_cycle_without_zero() {
-        assert_eq!(tag(0), 1);
-        assert_eq!(tag(254), 255);
-        assert_eq!(tag(255), 1);
-        assert!((0..10_000).all(|i| tag(i) != 0 && tag(i) != tag(i + 1)));
-    }
-
-    #[test]
     fn senders_yield_with_requests_in_flight_only_on_one_cpu() {
         assert!(yield_with_requests_in_flight(Some(1)));
         assert!(!yield_with_requests_in_flight(Some(2)));
         assert!(!yield_with_requests_in_flight(Some(256)));
         // Unknown: behave like perftest (never yield).
         assert!(!yield_with_requests_in_flight(None));
-    }
-
-    #[test]
-    fn idle_yields_only_after_the_threshold_and_resets_on_progress() {
-        let t0 = Instant::now();
-        let mut idle = Idle::default();
-        idle.wait_at(t0);
-        assert!(!idle.yielding);
-        idle.wait_at(t0 + YIELD_AFTER / 2);
-        assert!(!idle.yielding);
-        idle.wait_at(t0 + YIELD_AFTER);
-        assert!(idle.yielding);
-        idle.progress();
-        assert!(!idle.yielding && idle.since.is_none());
-        // The wait starts again from the next empty check.
-        idle.wait_at(t0 + YIELD_AFTER * 3);
-        assert!(!idle.yielding);
     }
 }

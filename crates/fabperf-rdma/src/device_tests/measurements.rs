@@ -1,140 +1,11 @@
-//! Real verbs tests through the public API: an in-process fabperf agent and
-//! the client on the RDMA device named by `FABPERF_RDMA_DEVICE` (the
-//! soft-RoCE guest sets it; `sim/softroce.sh` runs these binaries there with
-//! `--include-ignored`). The agent uses `FABPERF_RDMA_PEER_DEVICE` when set
-//! (two rxe "nodes"), else the same device. Without a device, `cargo test`
-//! reports them as ignored.
-//!
-//! Assertions are about correctness (counts, kinds, error texts, every
-//! record self-consistent, the agent surviving), never about speed. Tests
-//! that need the crate's internals are in `src/device_tests.rs`.
+//! What the tests measure and record: bandwidth and latency for every op,
+//! size, QP count and mode (iterations, duration, warm-up), the path
+//! settings read back from the device, the pollers' scheduling, and
+//! connections through rdma_cm.
 
-use fabperf_agent::{Agent, AgentConfig, AgentHandle};
-use fabperf_proto::{ClientConfig, Limits, TestKind};
-use fabperf_rdma::{kinds, run_bw, run_lat, AgentRdmaOpts, BwParams, LatParams, Op};
-use fabperf_results::{CounterDelta, CounterSource, LatencyKind, Record};
-use std::net::SocketAddr;
-use std::sync::Mutex;
-use std::time::Duration;
-
-/// One test at a time: they share the device and the guest's two vCPUs.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// The RDMA device to test on. These tests are `#[ignore]`d: whoever runs
-/// them (`--ignored`) says there is a device, so a missing one fails.
-fn device() -> String {
-    match std::env::var("FABPERF_RDMA_DEVICE") {
-        Ok(d) if !d.is_empty() => d,
-        _ => panic!(
-            "FABPERF_RDMA_DEVICE is not set. These tests need an RDMA device: run them in the \
-             soft-RoCE guest (sim/softroce.sh), or on an RDMA host with \
-             FABPERF_RDMA_DEVICE=<device> cargo test -p fabperf-rdma -- --ignored"
-        ),
-    }
-}
-
-fn peer_device(dev: &str) -> String {
-    std::env::var("FABPERF_RDMA_PEER_DEVICE")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| dev.to_string())
-}
-
-fn limits() -> Limits {
-    Limits {
-        io_timeout: Duration::from_secs(5),
-        ..Limits::default()
-    }
-}
-
-fn agent_with(kinds: Vec<Box<dyn TestKind>>, limits: Limits) -> AgentHandle {
-    Agent::bind(AgentConfig {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        token: None,
-        insecure: false,
-        limits,
-        kinds,
-        quiet: true,
-        identity: None,
-    })
-    .expect("agent binds")
-    .spawn()
-}
-
-fn agent(dev: &str, limits: Limits) -> AgentHandle {
-    agent_with(
-        kinds(AgentRdmaOpts {
-            device: Some(peer_device(dev)),
-            ..Default::default()
-        }),
-        limits,
-    )
-}
-
-fn cfg() -> ClientConfig {
-    ClientConfig {
-        group: None,
-        token: None,
-        timeout: Duration::from_secs(5),
-    }
-}
-
-fn bw(dev: &str, op: Op) -> BwParams {
-    BwParams {
-        op,
-        device: Some(dev.to_string()),
-        iterations: 200,
-        ..Default::default()
-    }
-}
-
-fn lat(dev: &str, op: Op) -> LatParams {
-    LatParams {
-        op,
-        device: Some(dev.to_string()),
-        iterations: 200,
-        ..Default::default()
-    }
-}
-
-/// Every record obeys the record rules (`Record::check`).
-fn consistent(recs: &[Record]) {
-    for r in recs {
-        let bad = r.check();
-        assert!(bad.is_empty(), "{bad:?} in {r:?}");
-    }
-}
-
-/// Sum of the `rdma_port` counter `name` over an end's groups.
-fn port_delta(groups: &[CounterDelta], name: &str) -> u64 {
-    groups
-        .iter()
-        .filter(|g| g.source == CounterSource::RdmaPort)
-        .filter_map(|g| g.deltas.get(name))
-        .sum()
-}
-
-/// The record explains itself: both ends' placement on their RDMA port, and
-/// the IB port counters that moved over the measured interval (the client
-/// sent packets, the agent received them; an agent that cannot read its
-/// port's counters must say so).
-fn explained(r: &Record, dev: &str) {
-    let pl = r.placement_local.as_ref().expect("the client's placement");
-    let port = pl.rdma_port.as_deref().unwrap_or_default();
-    assert!(port.starts_with(&format!("{dev} port ")), "{pl:?}");
-    let pr = r.placement_remote.as_ref().expect("the agent's placement");
-    assert!(pr.rdma_port.is_some(), "{pr:?}");
-    assert_eq!(pl.cpu, "auto");
-    let c = r.counters.as_ref().expect("the record carries counters");
-    assert!(
-        port_delta(&c.local, "port_xmit_packets") > 0,
-        "client sent nothing by its counters: {c:?}"
-    );
-    assert!(
-        port_delta(&c.remote, "port_rcv_packets") > 0 || !c.remote_missing.is_empty(),
-        "agent received nothing by its counters: {c:?}"
-    );
-}
+use super::*;
+use crate::{run_bw, run_lat};
+use fabperf_results::LatencyKind;
 
 #[test]
 #[ignore = "needs an RDMA device (run in the soft-RoCE guest)"]
@@ -285,6 +156,13 @@ fn latency_send_write_read() {
                 "{l:?}"
             );
             assert!(l.stdev >= 0.0);
+            // When it measured (concurrent tests, such as the rails of a
+            // run, are compared on it): after the first ping, in order.
+            let i = r.interval.as_ref().expect("the measured interval");
+            assert!(
+                i.sent_from_s.is_some_and(|s| s <= i.start_s) && i.start_s <= i.end_s,
+                "{i:?}"
+            );
             explained(r, &dev);
         }
     }
@@ -373,174 +251,6 @@ fn warmup_iterations_sl_tclass_and_host_cpu() {
 
 #[test]
 #[ignore = "needs an RDMA device (run in the soft-RoCE guest)"]
-fn bad_requests_are_explained() {
-    let dev = device();
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let a = agent(&dev, limits());
-    let e = run_bw(
-        a.addr(),
-        &cfg(),
-        &BwParams {
-            device: Some("nosuchdev9".into()),
-            ..bw(&dev, Op::Write)
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("nosuchdev9") && e.contains(&dev), "{e}");
-    let e = run_bw(
-        a.addr(),
-        &cfg(),
-        &BwParams {
-            gid_index: Some(99),
-            ..bw(&dev, Op::Write)
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(
-        e.contains("GID index 99") && e.contains("valid entries"),
-        "{e}"
-    );
-    let e = run_lat(
-        a.addr(),
-        &cfg(),
-        &LatParams {
-            mtu: Some(4096),
-            ..lat(&dev, Op::Send)
-        },
-    );
-    // Allowed only when both ports run MTU 4096.
-    if let Err(e) = e {
-        assert!(e.to_string().contains("exceeds the active MTU"), "{e}");
-    }
-    // The agent's limits.
-    let small = agent(
-        &dev,
-        Limits {
-            max_streams: 2,
-            max_memory: 1 << 20,
-            ..limits()
-        },
-    );
-    let e = run_bw(
-        small.addr(),
-        &cfg(),
-        &BwParams {
-            qps: 4,
-            ..bw(&dev, Op::Write)
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("limit"), "{e}");
-    let e = run_bw(
-        small.addr(),
-        &cfg(),
-        &BwParams {
-            sizes: vec![8 << 20],
-            ..bw(&dev, Op::Write)
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("--max-memory"), "{e}");
-    // An agent told to use a GID index that does not exist says so.
-    let bad = agent_with(
-        kinds(AgentRdmaOpts {
-            device: Some(peer_device(&dev)),
-            gid_index: Some(99),
-            ..Default::default()
-        }),
-        limits(),
-    );
-    let e = run_lat(bad.addr(), &cfg(), &lat(&dev, Op::Send))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("GID index 99"), "{e}");
-}
-
-/// GPU memory where there is no GPU (the soft-RoCE guest has no NVIDIA driver): the client
-/// fails before connecting when its own end asks for it, the agent refuses with the same reason
-/// when its end does, and keeps serving host-memory tests afterwards. (GPU memory itself is
-/// tested on a GPU node by hw-tests/gpu.sh.)
-#[test]
-#[ignore = "needs an RDMA device (run in the soft-RoCE guest)"]
-fn gpu_memory_without_a_gpu_is_explained() {
-    let dev = device();
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if std::path::Path::new("/sys/module/nvidia").exists() {
-        eprintln!("skipped: this host has the NVIDIA driver (hw-tests/gpu.sh covers GPU memory)");
-        return;
-    }
-    let a = agent(&dev, limits());
-    let e = run_bw(
-        a.addr(),
-        &cfg(),
-        &BwParams {
-            mem: "cuda".parse().unwrap(),
-            ..bw(&dev, Op::Write)
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("CUDA driver library libcuda.so.1"), "{e}");
-    let e = run_lat(
-        a.addr(),
-        &cfg(),
-        &LatParams {
-            remote_mem: Some("cuda:0".parse().unwrap()),
-            ..lat(&dev, Op::Send)
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(
-        e.contains("agent") && e.contains("CUDA driver library libcuda.so.1"),
-        "{e}"
-    );
-    // Host memory still works on both ends (once the agent has finished the refused test),
-    // and says nothing about GPUs.
-    let t = std::time::Instant::now();
-    let recs = loop {
-        match run_bw(a.addr(), &cfg(), &bw(&dev, Op::Write)) {
-            Ok(r) => break r,
-            Err(e) if e.to_string().contains("busy") && t.elapsed() < Duration::from_secs(60) => {
-                std::thread::sleep(Duration::from_millis(200))
-            }
-            Err(e) => panic!("the agent did not keep serving after refusing GPU memory: {e}"),
-        }
-    };
-    consistent(&recs);
-    for r in &recs {
-        for p in [&r.placement_local, &r.placement_remote]
-            .into_iter()
-            .flatten()
-        {
-            assert!(p.gpu.is_none(), "{p:?}");
-        }
-        assert!(!r.local.as_deref().unwrap_or("").contains("GPU"));
-    }
-}
-
-/// The agent serving in the peer node (`FABPERF_AGENT`, host:port): the
-/// connection manager resolves real addresses, so `--rdma-cm` needs an agent
-/// on the peer's RDMA address, not the in-process agent on loopback.
-fn peer_agent() -> SocketAddr {
-    match std::env::var("FABPERF_AGENT")
-        .ok()
-        .and_then(|a| a.parse::<SocketAddr>().ok())
-    {
-        Some(a) => a,
-        None => panic!(
-            "FABPERF_AGENT (host:port of a fabperf agent on the peer's RDMA address) is not set; \
-             the soft-RoCE guest sets it"
-        ),
-    }
-}
-
-#[test]
-#[ignore = "needs an RDMA device (run in the soft-RoCE guest)"]
 fn rdma_cm_connects_every_op_and_several_qps() {
     let agent = peer_agent();
     let dev = device();
@@ -588,4 +298,57 @@ fn rdma_cm_connects_every_op_and_several_qps() {
     }
     // The agent keeps serving plain (out-of-band) connections afterwards.
     run_bw(agent, &cfg(), &bw(&dev, Op::Write)).expect("plain after rdma_cm");
+}
+
+#[test]
+#[ignore = "needs an RDMA device (run in the soft-RoCE guest)"]
+fn pollers_run_idle_on_software_devices_and_leave_the_caller_alone() {
+    use crate::sys::thread_sched_policy;
+    use crate::PollPriority;
+    let is_software_device = |d: &str| {
+        fabperf_detect::rdma_device_is_software(std::path::Path::new("/"), d) == Some(true)
+    };
+    let dev = device();
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (mine, theirs) = (
+        is_software_device(&dev),
+        is_software_device(&peer_device(&dev)),
+    );
+    if dev.starts_with("rxe") || dev.starts_with("siw") {
+        assert!(
+            mine,
+            "{dev} is a software device: no `device` link in /sys/class/infiniband/{dev}"
+        );
+    }
+    let label = |idle: bool| Some(if idle { "idle" } else { "normal" });
+    let a = agent(&dev, limits());
+    let before = thread_sched_policy().unwrap();
+    let auto = run_lat(a.addr(), &cfg(), &lat(&dev, Op::Send)).expect("send latency, auto");
+    assert_eq!(auto[0].poll_priority_local.as_deref(), label(mine));
+    assert_eq!(auto[0].poll_priority_remote.as_deref(), label(theirs));
+    for (prio, idle) in [(PollPriority::Normal, false), (PollPriority::Idle, true)] {
+        let p = BwParams {
+            poll_priority: prio,
+            bidir: true,
+            ..bw(&dev, Op::Send)
+        };
+        let recs = run_bw(a.addr(), &cfg(), &p).unwrap_or_else(|e| panic!("{prio:?}: {e}"));
+        assert_eq!(
+            recs[0].poll_priority_local.as_deref(),
+            label(idle),
+            "{prio:?}"
+        );
+        assert_eq!(
+            recs[0].poll_priority_remote.as_deref(),
+            label(idle),
+            "{prio:?}"
+        );
+        assert!(
+            !recs[0].has_warning("poller-priority-refused"),
+            "{:?}",
+            recs[0].warnings
+        );
+    }
+    // The client measures on a thread of its own: this one is untouched.
+    assert_eq!(thread_sched_policy().unwrap(), before);
 }
