@@ -124,6 +124,10 @@ grep -E 'SUSPECT|rule:' "$WORK/summary2.txt" | sed 's/^/      /'
 check "rail2 is named, confirmed by its re-tests" grep -q "^  SUSPECT RAIL rail2: every one of its $NODES nodes fails on it" "$WORK/summary2.txt"
 check "no node and no link is named, only the rail" test "$(grep -c 'SUSPECT' "$WORK/summary2.txt")" = 1
 fp mesh-summary --db "$DB2" --json >"$WORK/summary2.json" 2>/dev/null
+fp report --db "$DB2" --gate "mesh suspect-rails == 0" --gate "mesh suspect-nodes == 0" >"$WORK/report2.txt" 2>&1
+rc=$?
+check "gate mesh suspect-rails == 0 fails naming rail2, and the path summary names the rail (rc $rc)" \
+    bash -c "[[ $rc == 1 ]] && grep -q 'measured 1 (rail2)' '$WORK/report2.txt' && grep -q 'rail(s) rail2' '$WORK/report2.txt'"
 check "the JSON lists rail2 in bad_rails and no bad node" python3 -c "
 import json, sys
 a = json.load(open(sys.argv[1]))

@@ -2381,11 +2381,16 @@ fn verdicts(rep: &Report, data: &RunData, seen: &Seen) -> Vec<Verdict> {
             if m.path != path {
                 continue;
             }
-            if !m.bad_nodes.is_empty() || !m.bad_links.is_empty() {
+            if !m.bad_nodes.is_empty() || !m.bad_links.is_empty() || !m.bad_rails.is_empty() {
                 parts.push(format!(
-                    "mesh {}: suspect node(s) {}, link(s) {}",
+                    "mesh {}: suspect node(s) {}{}, link(s) {}",
                     m.test,
                     list_or_none(m.bad_nodes.iter().map(String::as_str)),
+                    if m.bad_rails.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", rail(s) {}", m.bad_rails.join(", "))
+                    },
                     list_or_none(m.bad_links.iter().map(|(a, b)| format!("{a}-{b}")))
                 ));
                 level = level.max(Level::Warn);

@@ -6,7 +6,7 @@
 //! metric    = "tcp-bw" | "udp-bw" | "rdma-bw" | "bw"             bandwidth rows, Gbit/s
 //!           | "tcp-lat" | "udp-lat" | "rdma-lat" | "lat"          latency rows, µs
 //!           | "udp-loss"                                         UDP rows, percent lost
-//!           | "mesh" ( "outliers" | "suspect-nodes" | "suspect-links" | "failed" )
+//!           | "mesh" ( "outliers" | "suspect-nodes" | "suspect-rails" | "suspect-links" | "failed" )
 //!           | "incast" ( "jain" | "min-share" | "bw" )
 //!           | "bisection" "bw"
 //!           | "failed-cells"
@@ -136,6 +136,8 @@ pub enum Metric {
     UdpLoss,
     MeshOutliers,
     MeshSuspectNodes,
+    /// Rails named instead of their nodes (a leaf failing on every node).
+    MeshSuspectRails,
     MeshSuspectLinks,
     MeshFailed,
     IncastJain,
@@ -328,7 +330,7 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize, usize)>, GateError> {
 
 const SELECTORS: &str = "path:, test:, kind:, op:, size:, node:, direction:";
 const METRICS: &str = "tcp-bw, udp-bw, rdma-bw, bw, tcp-lat, udp-lat, rdma-lat, lat, udp-loss, \
-                       mesh outliers|suspect-nodes|suspect-links|failed, incast jain|min-share|bw, \
+                       mesh outliers|suspect-nodes|suspect-rails|suspect-links|failed, incast jain|min-share|bw, \
                        bisection bw, failed-cells";
 
 struct P<'a> {
@@ -473,6 +475,7 @@ impl P<'_> {
                 &[
                     ("outliers", Metric::MeshOutliers),
                     ("suspect-nodes", Metric::MeshSuspectNodes),
+                    ("suspect-rails", Metric::MeshSuspectRails),
                     ("suspect-links", Metric::MeshSuspectLinks),
                     ("failed", Metric::MeshFailed),
                 ],
@@ -949,6 +952,7 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
         }
         Metric::MeshOutliers
         | Metric::MeshSuspectNodes
+        | Metric::MeshSuspectRails
         | Metric::MeshSuspectLinks
         | Metric::MeshFailed => {
             for m in rep.meshes.iter().flat_map(|m| &m.groups) {
@@ -971,6 +975,8 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                         .iter()
                         .filter(|n| sel.node.as_ref().is_none_or(|x| x == *n))
                         .count(),
+                    // A named rail concerns every node on it.
+                    Metric::MeshSuspectRails => m.bad_rails.len(),
                     Metric::MeshSuspectLinks => {
                         m.bad_links.iter().filter(|(a, b)| on_node(a, b)).count()
                     }
@@ -991,6 +997,7 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                 if v > 0 {
                     let names: Vec<String> = match g.metric {
                         Metric::MeshSuspectNodes => m.bad_nodes.clone(),
+                        Metric::MeshSuspectRails => m.bad_rails.clone(),
                         Metric::MeshSuspectLinks => m
                             .bad_links
                             .iter()
@@ -1023,6 +1030,12 @@ pub fn evaluate(g: &Gate, rep: &Report, preset: Option<&str>) -> GateOutcome {
                         .iter()
                         .filter(|f| !f.confirmed && sel.node.as_ref().is_none_or(|x| *x == f.node))
                         .map(|f| f.node.clone())
+                        .collect(),
+                    Metric::MeshSuspectRails => m
+                        .rail_findings
+                        .iter()
+                        .filter(|f| !f.confirmed)
+                        .map(|f| f.name.clone())
                         .collect(),
                     Metric::MeshSuspectLinks => m
                         .unconfirmed_links
