@@ -2145,8 +2145,6 @@ fn retest_mesh(
 mod tests {
     use super::*;
 
-    /// Re-tests are kept apart per node, and a node's agents on several
-    /// paths (host, pod) are one node: the node name of their hellos.
     #[test]
     fn a_flow_not_ready_long_after_the_others_is_called_off() {
         use std::io::Read;
@@ -2190,6 +2188,8 @@ mod tests {
         );
     }
 
+    /// Re-tests are kept apart per node, and a node's agents on several
+    /// paths (host, pod) are one node: the node name of their hellos.
     #[test]
     fn an_agents_node_is_the_node_its_hello_names() {
         let mut r = Roster::default();

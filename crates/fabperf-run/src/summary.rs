@@ -1123,6 +1123,43 @@ fn blame(
         };
         let one_way =
             (n_outs && mostly_good(&ins, &bad_ins)) || (n_ins && mostly_good(&outs, &bad_outs));
+        // A one-direction finding: its pairs `mine` (the failing ones
+        // `bad`), and how the other direction's fare.
+        let one_direction = |fault: NodeFault,
+                             mine: &[(u32, u32, PairIs)],
+                             bad: &[(u32, u32, PairIs)],
+                             other: &[(u32, u32, PairIs)]| {
+            let (dir, verb, other_dir) = match fault {
+                NodeFault::Sends => ("sends", "sends in", "receives"),
+                _ => ("receives", "receives in", "sends"),
+            };
+            let (vals, k) = figures(bad);
+            (
+                fault,
+                confirmed(mine),
+                format!(
+                    "its {dir} fail: {} fail the rule ({}{}){}{}",
+                    how_many(
+                        bad,
+                        mine,
+                        &format!("all # pairs it {verb}"),
+                        &format!("# pairs it {verb}")
+                    ),
+                    range(&vals),
+                    failed_note(k),
+                    passing(bad, mine),
+                    if other.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            ", while {} of its {} {other_dir} pass",
+                            other.iter().filter(|x| x.2 == PairIs::Good).count(),
+                            other.len()
+                        )
+                    }
+                ),
+            )
+        };
         let finding = if !one_way && (named(&all, &bad_all) || (n_outs && n_ins)) {
             let (vals, k) = figures(&bad_all);
             Some((
@@ -1147,59 +1184,9 @@ fn blame(
                 ),
             ))
         } else if n_outs {
-            let (vals, k) = figures(&bad_outs);
-            Some((
-                NodeFault::Sends,
-                confirmed(&outs),
-                format!(
-                    "its sends fail: {} fail the rule ({}{}){}{}",
-                    how_many(
-                        &bad_outs,
-                        &outs,
-                        "all # pairs it sends in",
-                        "# pairs it sends in"
-                    ),
-                    range(&vals),
-                    failed_note(k),
-                    passing(&bad_outs, &outs),
-                    if ins.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            ", while {} of its {} receives pass",
-                            ins.iter().filter(|x| x.2 == PairIs::Good).count(),
-                            ins.len()
-                        )
-                    }
-                ),
-            ))
+            Some(one_direction(NodeFault::Sends, &outs, &bad_outs, &ins))
         } else if n_ins {
-            let (vals, k) = figures(&bad_ins);
-            Some((
-                NodeFault::Receives,
-                confirmed(&ins),
-                format!(
-                    "its receives fail: {} fail the rule ({}{}){}{}",
-                    how_many(
-                        &bad_ins,
-                        &ins,
-                        "all # pairs it receives in",
-                        "# pairs it receives in"
-                    ),
-                    range(&vals),
-                    failed_note(k),
-                    passing(&bad_ins, &ins),
-                    if outs.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            ", while {} of its {} sends pass",
-                            outs.iter().filter(|x| x.2 == PairIs::Good).count(),
-                            outs.len()
-                        )
-                    }
-                ),
-            ))
+            Some(one_direction(NodeFault::Receives, &ins, &bad_ins, &outs))
         } else {
             None
         };
@@ -1377,6 +1364,9 @@ pub const MATRIX_MAX_NODES: usize = 64;
 /// pairs) in the text summary; `--json` has every one.
 pub const LIST_MAX: usize = 20;
 
+/// After an unconfirmed node's or rail's finding.
+const UNCONFIRMED_NOTE: &str = " — not confirmed: some of these pairs have no re-test figure";
+
 fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
     // Names and errors come from a store (and agents): escaped, one line each.
     let e = fabperf_results::escape::terminal;
@@ -1545,7 +1535,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         } else {
             let _ = writeln!(
                 o,
-                "  unconfirmed SUSPECT NODE {}: {} — not confirmed: some of these pairs have no re-test figure",
+                "  unconfirmed SUSPECT NODE {}: {}{UNCONFIRMED_NOTE}",
                 e(&f.node),
                 e(&f.text)
             );
@@ -1562,7 +1552,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         } else {
             let _ = writeln!(
                 o,
-                "  unconfirmed SUSPECT RAIL {}: {} — not confirmed: some of these pairs have no re-test figure",
+                "  unconfirmed SUSPECT RAIL {}: {}{UNCONFIRMED_NOTE}",
                 e(&f.name),
                 e(&f.text)
             );

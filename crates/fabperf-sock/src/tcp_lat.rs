@@ -203,12 +203,11 @@ pub fn run_tcp_lat(
         let end = t0 + Duration::from_secs_f64(p.duration_s);
         let limit = p.iterations.unwrap_or(u64::MAX);
         let mut n: u64 = 0;
-        let first = warmed;
         // One clock read per round trip: the end of one is the start of
         // the next (the histogram update in between costs nanoseconds).
         let mut prev = t0;
         while n < limit {
-            rt(&mut out, &mut inb, first + n)?;
+            rt(&mut out, &mut inb, n)?;
             let now = Instant::now();
             hist.record_rtt_ns(now.duration_since(prev).as_nanos() as u64);
             prev = now;
