@@ -921,8 +921,6 @@ struct Acc {
     retrans: Mean,
     loss: Mean,
     hists: Merged,
-    /// Reused to read each repeat's own percentiles.
-    scratch: Merged,
     hist_missing: usize,
     stored: StoredLat,
     lat_kind: Option<String>,
@@ -1082,14 +1080,12 @@ fn add_latency(acc: &mut Acc, rec: &RecView, cell: &str, notes: &mut Vec<String>
         .clone()
         .or(rec.lat.as_ref().and_then(|l| l.kind.clone()));
     // Read sparsely (a mesh report merges a histogram per pair), each
-    // repeat's p50 from a scratch histogram of the same layout.
+    // repeat's p50 from its own buckets in the merged histogram's layout.
     let decoded = rec.lat_hist.as_deref().map(hist::decode_counts);
     let mut hp50 = None;
     match decoded {
         Some(Ok(c)) if c.iter().any(|&(_, n)| n > 0) => {
-            acc.scratch.clear();
-            let _ = acc.scratch.add_counts(&c);
-            hp50 = acc.scratch.quantile_us(0.5);
+            hp50 = acc.hists.quantile_of_counts_us(&c, 0.5);
             if let Err(e) = acc.hists.add_counts(&c) {
                 notes.push(format!("cell {cell}: {e}"));
                 acc.hist_missing += 1;

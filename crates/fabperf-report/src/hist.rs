@@ -86,6 +86,30 @@ impl Merged {
         Ok(())
     }
 
+    /// The value at quantile `q` (0 < q <= 1), microseconds, of the
+    /// histogram that `counts` ([`decode_counts`]: ascending values) would
+    /// make in this layout on their own — what adding them to an empty
+    /// `Merged` and asking [`quantile_us`](Self::quantile_us) gives, without
+    /// building its bucket array: HdrHistogram's rule (the first bucket
+    /// whose running count reaches ⌈q · total⌉, at least 1, reported as
+    /// the highest value equivalent to it in this layout).
+    pub fn quantile_of_counts_us(&self, counts: &[(u64, u64)], q: f64) -> Option<f64> {
+        let q = q.min(1.0);
+        let total = counts.iter().fold(0u64, |t, &(_, n)| t.saturating_add(n));
+        if total == 0 || q <= 0.0 {
+            return None;
+        }
+        let at = ((q * total as f64).ceil() as u64).max(1);
+        let mut run = 0u64;
+        for &(v, n) in counts {
+            run = run.saturating_add(n);
+            if n > 0 && run >= at {
+                return Some(self.hist.highest_equivalent(v) as f64 / 1000.0);
+            }
+        }
+        None
+    }
+
     /// Empty it again, keeping its buckets' memory.
     pub fn clear(&mut self) {
         self.hist.reset();
@@ -139,6 +163,51 @@ impl Merged {
 pub(crate) mod tests {
     use super::*;
     use hdrhistogram::serialization::{Serializer, V2DeflateSerializer, V2Serializer};
+
+    /// A repeat's quantile read from its buckets is the one a histogram of
+    /// the merged layout holding only them gives, for stored histograms
+    /// of other layouts too (2 and 4 significant digits, a higher lowest
+    /// value) and at the edges (one sample, every sample in one bucket).
+    #[test]
+    fn quantile_of_counts_is_the_scratch_histograms() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let reference = Merged::new();
+        for case in 0..200u64 {
+            let (low, digits) = [(1, 3), (1, 2), (1, 4), (1000, 3)][case as usize % 4];
+            let mut h = Histogram::<u64>::new_with_bounds(low, 3_600_000_000_000, digits).unwrap();
+            let samples = match case % 5 {
+                0 => 1,
+                1 => 2,
+                _ => 1 + next() % 5000,
+            };
+            for _ in 0..samples {
+                let v = if case % 7 == 0 {
+                    4_321
+                } else {
+                    low + next() % [2_000, 90_000, 5_000_000][(case % 3) as usize]
+                };
+                h.record(v).unwrap();
+            }
+            let counts = decode_counts(&encode(&h, true)).unwrap();
+            for q in [0.5, 0.01, 0.9, 0.999, 1.0] {
+                let mut scratch = Merged::new();
+                scratch.add_counts(&counts).unwrap();
+                assert_eq!(
+                    reference.quantile_of_counts_us(&counts, q),
+                    scratch.quantile_us(q),
+                    "case {case}, q {q}, {samples} samples, layout {low}/{digits}"
+                );
+            }
+        }
+        assert_eq!(reference.quantile_of_counts_us(&[], 0.5), None);
+        assert_eq!(reference.quantile_of_counts_us(&[(10, 0)], 0.5), None);
+    }
 
     pub(crate) fn encode(h: &Histogram<u64>, compressed: bool) -> String {
         use base64::Engine;

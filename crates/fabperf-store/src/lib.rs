@@ -277,7 +277,9 @@ pub struct RawMeasurement {
     pub role: Role,
     pub src: Option<String>,
     pub dst: Option<String>,
-    /// The record exactly as stored.
+    /// The record as stored. The store keeps a histogram once, in its
+    /// column: a record stored by this version has no `lat_hist` key (one
+    /// from an older store may still have it); read `lat_hist` below.
     pub record: serde_json::Value,
     /// The `lat_hist` column (the record's histogram, when it carried one).
     pub lat_hist: Option<String>,
@@ -298,7 +300,9 @@ pub struct StoredMeasurement {
     pub bw_gbps: Option<f64>,
     /// The record's `lat_us.p50`.
     pub lat_p50_us: Option<f64>,
-    /// The record's JSON text.
+    /// The record's JSON text as stored: since the histogram is kept in its
+    /// column, a record stored by this version has no `lat_hist` key (one
+    /// from an older store may still have it).
     pub record: String,
     /// The `lat_hist` column.
     pub lat_hist: Option<String>,
@@ -1382,7 +1386,7 @@ impl Store {
         let mut st = self
             .conn
             .prepare(
-                "SELECT m.cell_id, m.role, m.src, m.dst, m.record FROM measurements m
+                "SELECT m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist FROM measurements m
                  JOIN cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id
                  WHERE m.run_id = ?1 AND (?2 IS NULL OR m.cell_id = ?2)
                  ORDER BY c.seq, m.cell_id, m.id",
@@ -1396,23 +1400,29 @@ impl Store {
                     r.get::<_, Option<String>>(2)?,
                     r.get::<_, Option<String>>(3)?,
                     r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
                 ))
             })
             .map_err(self.err("reading measurements"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (cell, role, src, dst, rec) = row.map_err(self.err("reading measurements"))?;
+            let (cell, role, src, dst, rec, hist) =
+                row.map_err(self.err("reading measurements"))?;
             let Some(role) = Role::parse(&role) else {
                 self.skip(format!("run {run_id} cell {cell}: unknown role {role:?}"));
                 continue;
             };
-            let record: Record = match serde_json::from_str(&rec) {
+            let mut record: Record = match serde_json::from_str(&rec) {
                 Ok(r) => r,
                 Err(e) => {
                     self.skip(format!("run {run_id} cell {cell}: stored record: {e}"));
                     continue;
                 }
             };
+            // The histogram is stored in its column, not in the record.
+            if record.lat_hist.is_none() {
+                record.lat_hist = hist;
+            }
             out.push((
                 cell,
                 Measurement {
@@ -1660,11 +1670,13 @@ fn insert_measurement(
     let r = &m.record;
     let l = r.lat_us.as_ref();
     let u = r.udp.as_ref();
-    let record = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
-    let hist = record
-        .get("lat_hist")
-        .and_then(|v| v.as_str())
-        .map(str::to_string);
+    let mut record = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
+    // The histogram is kept once, in its column (the largest part of a
+    // latency record); readers put it back into the record they return.
+    let hist = match record.as_object_mut().and_then(|o| o.remove("lat_hist")) {
+        Some(serde_json::Value::String(h)) => Some(h),
+        _ => None,
+    };
     st.execute(params![
         run_id,
         cell_id,
