@@ -29,12 +29,10 @@ pub fn parse_results(text: &str) -> Result<MtuReport, String> {
     Ok(r)
 }
 
-/// Text from a file someone else wrote, fit for one line of a report.
+/// A name from a file someone else wrote (an interface, a host), fit for
+/// one line of a report: fabperf's terminal escaping, cut to 64 characters.
 fn clean(s: &str) -> String {
-    s.chars()
-        .take(64)
-        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
-        .collect()
+    fabperf_results::escape::terminal_cut(s, 64)
 }
 
 /// `mtu-mismatch` findings: for each measured path, this node's interface
@@ -156,11 +154,10 @@ fn finding(
     }
 }
 
+/// A description from a file someone else wrote, fit for a sentence of a
+/// report: fabperf's terminal escaping, cut to 200 characters.
 fn clean_line(s: &str) -> String {
-    s.chars()
-        .take(200)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
+    fabperf_results::escape::terminal_cut(s, 200)
 }
 
 #[cfg(test)]
@@ -258,6 +255,19 @@ mod tests {
             !f[0].summary.chars().any(|c| c.is_control()),
             "{}",
             f[0].summary
+        );
+        // Escaped visibly, the way fabperf shows any foreign text.
+        assert_eq!(f[0].subject, "eth1\\n\\x1b[31mX");
+        assert!(f[0].fix[0].contains("ip link set eth1\\n\\x1b[31mX mtu"));
+        let mut r = report(9000, 1500, 1500, 1500);
+        r.hostname = format!("a\u{202e}b{}", "h".repeat(70));
+        let f = findings(&r, &inv("other"), Path::new("m.json"));
+        let at = &f[0].evidence[0].path;
+        assert!(at.contains("on a\\u{202e}b"), "{at}");
+        assert!(!at.contains('\u{202e}'), "{at}");
+        assert!(
+            at.contains(&format!("b{}… (9 more bytes)", "h".repeat(61))),
+            "{at}"
         );
         let text = serde_json::to_string(&r).unwrap();
         assert_eq!(parse_results(&text).unwrap(), r);

@@ -162,7 +162,13 @@ pub struct PlanFile {
 /// Read a plan file of at most `max_bytes` (a regular file, UTF-8); the
 /// error names the file and says what is wrong with it.
 pub fn read(path: &Path, max_bytes: u64) -> Result<PlanFile, String> {
-    let text = fabperf_results::files::read_text(path, max_bytes, "plan")?;
+    read_as(path, max_bytes, "plan")
+}
+
+/// As [`read`], for a file its errors call `what` (`"profile"`: a tuning
+/// profile is read and checked like a plan).
+pub fn read_as(path: &Path, max_bytes: u64, what: &str) -> Result<PlanFile, String> {
+    let text = fabperf_results::files::read_text(path, max_bytes, what)?;
     Ok(PlanFile {
         text,
         name: path.display().to_string(),

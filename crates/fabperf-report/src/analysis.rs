@@ -9,6 +9,7 @@ use crate::flows::{self, Leg};
 use crate::hist::{self, Merged};
 use crate::stats::{self, Stats};
 use crate::units::{size_label, size_words};
+use fabperf_results::dims::text as dim_str;
 use fabperf_run::summary::{self, MeshAnalysis};
 use fabperf_store::{CellRow, CellState, Role, Store};
 use serde::Serialize;
@@ -288,7 +289,8 @@ pub struct Row {
 }
 
 impl Row {
-    /// `tcp-bw 64K fp-node1 -> fp-node2 on overlay`, for gate messages.
+    /// Which row a gate message is about, whole (test, kind, every sweep
+    /// dimension, path, scope): `bw (tcp-bw) size 16K on path host, n1 -> n2`.
     pub fn label(&self) -> String {
         let mut s = if self.test == self.kind {
             self.test.clone()
@@ -656,15 +658,8 @@ pub fn build(store: &Store, opts: &Options) -> Result<Report, ReportError> {
     Ok(report)
 }
 
-fn dim_str(dims: &Value, k: &str) -> Option<String> {
-    match dims.get(k)? {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    }
-}
-
-/// A UDP target rate as the plan spells rates: `500M`, `2.5G`, `max`.
+/// A UDP target rate as the plan spells rates: `500M`, `2.5G`, `max` (the
+/// row's `rate`, which every label of a row then shows as it is).
 fn rate_label(dims: &Value) -> Option<String> {
     let v = dims.get("rate")?;
     if let Some(b) = v.as_f64().filter(|b| *b > 0.0) {
@@ -688,7 +683,8 @@ fn dim_u64(dims: &Value, k: &str) -> Option<u64> {
 }
 
 /// The dimensions that set a cell's environment rather than its test:
-/// HTTP connections, the tuning profile, the policy-rule count.
+/// HTTP connections, the tuning profile, the policy-rule count (the row's
+/// `variant`, shown as it is by the chart groups and the sweep column).
 fn variant_label(dims: &Value) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(c) = dim_u64(dims, "connections") {
@@ -2159,6 +2155,8 @@ pub fn signed(v: f64, decimals: usize) -> String {
     }
 }
 
+/// Where on the sweep a verdict's figure was measured, in words (the path
+/// is the verdict's own): `at 64 KiB ×4 at rate 2.5G`.
 fn where_(r: &Row) -> String {
     let mut s = match r.size {
         Some(b) => format!("at {}", size_words(b)),

@@ -66,8 +66,9 @@ fn n(v: f64) -> String {
     format!("{v:.1}")
 }
 
-/// A group's label: the test and sweep point, and the pair for the
-/// pairs pattern (several pairs of one test are told apart by their nodes).
+/// A chart group's name: the test and sweep point, and the pair for the
+/// pairs pattern (several pairs of one test are told apart by their nodes);
+/// the path is not in it, each group holds one bar per path.
 fn group_lines(r: &Row) -> (String, Option<String>) {
     let mut s = r.test.clone();
     if let Some(b) = r.size {
@@ -96,6 +97,7 @@ fn group_lines(r: &Row) -> (String, Option<String>) {
     (s, pair)
 }
 
+/// [`group_lines`] on one line (the grouping key and the bars' titles).
 fn group_label(r: &Row) -> String {
     match group_lines(r) {
         (s, Some(p)) => format!("{s} {p}"),

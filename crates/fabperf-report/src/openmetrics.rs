@@ -152,12 +152,10 @@ fn inner(pairs: &[(&str, String)]) -> String {
     inner.join(",")
 }
 
+/// A dimension's value as a label value: as the plan wrote it, empty when
+/// the cell has none.
 fn dim(dims: &serde_json::Value, k: &str) -> String {
-    match dims.get(k) {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Null) | None => String::new(),
-        Some(v) => v.to_string(),
-    }
+    fabperf_results::dims::text(dims, k).unwrap_or_default()
 }
 
 fn family(name: &'static str, unit: Option<&'static str>, help: &'static str) -> Family {

@@ -119,6 +119,8 @@ fn opt(v: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// The table's sweep column: the dimensions the other columns (test, size,
+/// path, scope) do not show: `write x4 reverse mtu 9000 @2.5G c8`, `-`.
 fn sweep(r: &Row) -> String {
     let mut parts = Vec::new();
     if let Some(op) = &r.op {

@@ -1,6 +1,8 @@
 //! Units of the figures a report and its gates talk about, and the unit
 //! suffixes a gate threshold may carry (`50us`, `90Gbps`, `64K`, `1%`).
 
+use fabperf_units::{Multiplier, SizeStyle};
+
 /// What a figure measures, which decides the units a threshold may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dim {
@@ -64,41 +66,23 @@ pub fn factor(dim: Dim, unit: &str) -> Option<f64> {
     }
 }
 
-/// A byte count the way fabperf prints sizes: `64K`, `1M`, `1472`.
+/// A byte count the way the report and its gates print sizes: `64K`,
+/// `1M`, `1G`, `1472` ([`fabperf_units::format_size`], up to G).
 pub fn size_label(b: u64) -> String {
-    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
-        format!("{}G", b >> 30)
-    } else if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
-        format!("{}M", b >> 20)
-    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
-        format!("{}K", b >> 10)
-    } else {
-        b.to_string()
-    }
+    fabperf_units::format_size(b, SizeStyle::Short, Multiplier::G)
 }
 
-/// A byte count in words for verdicts: `64 KiB`, `1472 B`.
+/// A byte count in words for verdicts: `64 KiB`, `1472 B`
+/// ([`fabperf_units::format_size`], up to MiB).
 pub fn size_words(b: u64) -> String {
-    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
-        format!("{} MiB", b >> 20)
-    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
-        format!("{} KiB", b >> 10)
-    } else {
-        format!("{b} B")
-    }
+    fabperf_units::format_size(b, SizeStyle::Words, Multiplier::M)
 }
 
-/// Parse a size such as `64K`, `1M`, `1472` into bytes.
+/// Parse a size such as `64K`, `1M`, `1472` into bytes: the command
+/// line's grammar ([`fabperf_units::parse_size`], docs/units.md), `None`
+/// for what it refuses.
 pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num.parse().ok()?;
-    let f = factor(Dim::Size, unit)?;
-    let b = v * f;
-    (b.is_finite() && b >= 0.0 && b <= u64::MAX as f64 && b.fract() == 0.0).then_some(b as u64)
+    fabperf_units::parse_size(s).ok()
 }
 
 #[cfg(test)]
@@ -128,6 +112,15 @@ mod tests {
         assert_eq!(parse_size("K"), None);
         assert_eq!(parse_size("64Q"), None);
         assert_eq!(parse_size("99999999999999999999999G"), None);
+        // The command line's grammar: its spellings are a gate's too.
+        assert_eq!(parse_size("64 KiB"), Some(65536));
+        assert_eq!(parse_size("64kib"), Some(65536));
+        assert_eq!(parse_size("1e3"), Some(1000));
+        assert_eq!(parse_size("1T"), Some(1 << 40));
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(size_label(1 << 30), "1G");
+        assert_eq!(size_label(8 << 20), "8M");
         assert_eq!(size_label(65536), "64K");
         assert_eq!(size_label(1472), "1472");
         assert_eq!(size_words(65536), "64 KiB");

@@ -15,6 +15,7 @@
 mod check;
 pub mod counters;
 pub mod csv;
+pub mod dims;
 pub mod escape;
 pub mod files;
 pub mod finding;

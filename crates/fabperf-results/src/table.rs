@@ -2,6 +2,7 @@
 //! columns, the CPU table and the per-record detail lines.
 
 use crate::{Record, Transport};
+use fabperf_units::{format_size, Multiplier, SizeStyle};
 use std::fmt::Write as _;
 
 /// A plain text table with right-aligned numeric columns.
@@ -97,7 +98,7 @@ impl Table {
             t.row([
                 name,
                 dirop,
-                human_size(r.size),
+                format_size(r.size, SizeStyle::Short, Multiplier::M),
                 r.streams.to_string(),
                 format!("{:.2}", r.duration_s),
                 f2(r.bw_gbps),
@@ -446,17 +447,6 @@ pub fn explain(records: &[Record]) -> String {
     o
 }
 
-/// 1024 -> "1K", 1048576 -> "1M", 1500 -> "1500".
-pub fn human_size(n: u64) -> String {
-    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
-        format!("{}M", n >> 20)
-    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
-        format!("{}K", n >> 10)
-    } else {
-        n.to_string()
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -654,12 +644,5 @@ pub(crate) mod tests {
         assert!(t.lines().nth(1).unwrap().ends_with(" 64"), "{t}");
         let t = Table::perftest_bw(&[r], false).render();
         assert!(t.lines().next().unwrap().ends_with("%port"), "{t}");
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(human_size(65536), "64K");
-        assert_eq!(human_size(1472), "1472");
-        assert_eq!(human_size(8 << 20), "8M");
     }
 }

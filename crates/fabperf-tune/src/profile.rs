@@ -30,12 +30,11 @@
 //! ```
 
 use crate::ethtool::{COALESCE_PARAMS, FEATURE_GROUPS};
-use fabperf_proto::text::line_col;
+use fabperf_planfile::{Diagnostics, Spanned};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::Path;
-use toml::Spanned;
 
 /// Largest profile file read.
 pub const MAX_PROFILE_BYTES: u64 = 256 << 10;
@@ -522,57 +521,43 @@ fn flatten(prefix: &str, t: &toml::Table, out: &mut Vec<(String, toml::Value)>) 
     }
 }
 
-/// Parse and check a profile's text. Errors are `FILE:LINE:COL: message`,
-/// all at once.
+/// Parse and check a profile's text on the plan-file layer
+/// (`fabperf-planfile`). Errors are `FILE:LINE:COL: message`, all at once.
 pub fn parse_profile(text: &str, file: &str) -> Result<Profile, Vec<String>> {
-    let mut errs: Vec<String> = Vec::new();
-    let at = |errs: &mut Vec<String>, span: Range<usize>, msg: String| {
-        let (l, c) = line_col(text, span.start);
-        errs.push(format!("{file}:{l}:{c}: {msg}"));
-    };
-    let raw: RawProfile = match toml::from_str(text) {
-        Ok(r) => r,
-        Err(e) => {
-            at(
-                &mut errs,
-                e.span().unwrap_or(0..0),
-                e.message().trim().to_string(),
-            );
-            return Err(errs);
-        }
-    };
+    fabperf_planfile::parse(text, file, check_raw)
+        .map_err(|e| e.0.iter().map(ToString::to_string).collect())
+}
+
+/// Every check of a profile's TOML, each problem recorded at its place.
+fn check_raw(cx: &mut Diagnostics<'_>, raw: RawProfile) -> Profile {
+    let text = cx.text();
     let mut p = Profile::default();
     match &raw.name {
         Some(n) => {
             if let Err(e) = check_profile_name(n.get_ref()) {
-                at(&mut errs, n.span(), e);
+                cx.at(n.span(), e);
             }
             p.name = n.get_ref().clone();
         }
-        None => at(
-            &mut errs,
+        None => cx.at(
             0..0,
-            "a profile needs `name = \"...\"` (what reports call it)".into(),
+            "a profile needs `name = \"...\"` (what reports call it)",
         ),
     }
     if let Some(d) = &raw.description {
         if let Err(e) = check_text(d.get_ref(), 1000, "description") {
-            at(&mut errs, d.span(), e);
+            cx.at(d.span(), e);
         }
         p.description = Some(d.get_ref().clone());
     }
     for o in &raw.outside {
         if let Err(e) = check_text(o.get_ref(), 300, "an `outside` entry") {
-            at(&mut errs, o.span(), e);
+            cx.at(o.span(), e);
         }
         p.outside.push(o.get_ref().clone());
     }
     if p.outside.len() > 64 {
-        at(
-            &mut errs,
-            raw.outside[64].span(),
-            "outside: at most 64 entries".into(),
-        );
+        cx.at(raw.outside[64].span(), "outside: at most 64 entries");
     }
     if let Some(s) = &raw.sysctl {
         let mut flat = Vec::new();
@@ -589,15 +574,14 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Profile, Vec<String>> {
                 .unwrap_or(region.clone())
         };
         if flat.len() > MAX_SYSCTLS {
-            at(
-                &mut errs,
+            cx.at(
                 region.clone(),
                 format!("{} sysctls: at most {MAX_SYSCTLS} per profile", flat.len()),
             );
         }
         for (name, v) in flat {
             if let Err(e) = check_sysctl_name(&name) {
-                at(&mut errs, locate(&name), e);
+                cx.at(locate(&name), e);
                 continue;
             }
             let text_v = match &v {
@@ -605,8 +589,7 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Profile, Vec<String>> {
                 toml::Value::String(s) => s.clone(),
                 toml::Value::Boolean(b) => u8::from(*b).to_string(),
                 other => {
-                    at(
-                        &mut errs,
+                    cx.at(
                         locate(&name),
                         format!(
                             "sysctl {name}: give a number, a string or true/false, not a {}",
@@ -617,15 +600,14 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Profile, Vec<String>> {
                 }
             };
             match check_sysctl_value(&name, &text_v) {
-                Ok(_) if p.sysctl.contains_key(&name) => at(
-                    &mut errs,
+                Ok(_) if p.sysctl.contains_key(&name) => cx.at(
                     locate(&name),
                     format!("sysctl {name} is set twice (a quoted and a dotted key)"),
                 ),
                 Ok(n) => {
                     p.sysctl.insert(name, n);
                 }
-                Err(e) => at(&mut errs, locate(&name), e),
+                Err(e) => cx.at(locate(&name), e),
             }
         }
     }
@@ -651,8 +633,7 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Profile, Vec<String>> {
                     toml::Value::Integer(i) if (0..=u32::MAX as i64).contains(i) => *i as u32,
                     toml::Value::Boolean(b) => u32::from(*b),
                     _ => {
-                        at(
-                            &mut errs,
+                        cx.at(
                             c.span(),
                             format!("coalesce.{k}: give a non-negative integer or true/false"),
                         );
@@ -677,18 +658,14 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Profile, Vec<String>> {
             } else {
                 nspan.clone()
             };
-            at(&mut errs, span, e);
+            cx.at(span, e);
         }
     }
     if let Some(l) = &raw.link {
         if let Some(m) = &l.get_ref().mtu {
             let v = *m.get_ref();
             if !(576..=65_535).contains(&v) {
-                at(
-                    &mut errs,
-                    m.span(),
-                    format!("mtu = {v} is out of range 576..=65535"),
-                );
+                cx.at(m.span(), format!("mtu = {v} is out of range 576..=65535"));
             } else {
                 p.mtu = Some(v as u32);
             }
@@ -696,23 +673,18 @@ pub fn parse_profile(text: &str, file: &str) -> Result<Profile, Vec<String>> {
     }
     if let Some(i) = &raw.irq {
         if let Err(e) = parse_cpu_spec(&i.get_ref().cpus) {
-            at(&mut errs, i.span(), e);
+            cx.at(i.span(), e);
         }
         p.irq = Some(i.get_ref().clone());
     }
-    if errs.is_empty() {
-        Ok(p)
-    } else {
-        Err(errs)
-    }
+    p
 }
 
-/// Read and check a profile file.
+/// Read and check a profile file (read as every plan file is: a regular
+/// file of at most [`MAX_PROFILE_BYTES`], UTF-8).
 pub fn load_profile(path: &Path) -> Result<Profile, Vec<String>> {
-    let shown = path.display().to_string();
-    let text = fabperf_results::files::read_text(path, MAX_PROFILE_BYTES, "profile")
-        .map_err(|e| vec![e])?;
-    parse_profile(&text, &shown)
+    let f = fabperf_planfile::read_as(path, MAX_PROFILE_BYTES, "profile").map_err(|e| vec![e])?;
+    parse_profile(&f.text, &f.name)
 }
 
 #[cfg(test)]

@@ -217,14 +217,58 @@ pub fn parse_duration(s: &str, bare: TimeUnit) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|_| format!("duration {s:?} is out of range"))
 }
 
-/// `65536` -> `64 KiB`, `1500` -> `1500 B` (for messages).
-pub fn describe_size(b: u64) -> String {
-    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if b >= 1 << shift && b.is_multiple_of(1 << shift) {
-            return format!("{} {unit}", b >> shift);
+/// How [`format_size`] writes a byte count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeStyle {
+    /// As sizes are typed and shown in tables: `64K`, `8M`, `1472`.
+    Short,
+    /// In words, for messages and verdicts: `64 KiB`, `8 MiB`, `1472 B`.
+    Words,
+}
+
+/// The largest binary multiplier [`format_size`] may use: a count that is
+/// a multiple of a larger one is written with this one (`1024M`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Multiplier {
+    /// KiB, 2^10.
+    K,
+    /// MiB, 2^20.
+    M,
+    /// GiB, 2^30.
+    G,
+    /// TiB, 2^40.
+    T,
+}
+
+/// fabperf's one size formatter: `b` bytes with the largest binary
+/// multiplier up to `largest` that divides it exactly, else in bytes.
+/// `format_size(65536, Short, M)` is `64K`, `format_size(1 << 30, Short,
+/// M)` is `1024M`, `format_size(1500, Words, T)` is `1500 B`.
+pub fn format_size(b: u64, style: SizeStyle, largest: Multiplier) -> String {
+    const UNITS: [(Multiplier, u32, &str, &str); 4] = [
+        (Multiplier::T, 40, "T", "TiB"),
+        (Multiplier::G, 30, "G", "GiB"),
+        (Multiplier::M, 20, "M", "MiB"),
+        (Multiplier::K, 10, "K", "KiB"),
+    ];
+    for (m, shift, short, words) in UNITS {
+        if m <= largest && b >= 1 << shift && b.is_multiple_of(1 << shift) {
+            return match style {
+                SizeStyle::Short => format!("{}{short}", b >> shift),
+                SizeStyle::Words => format!("{} {words}", b >> shift),
+            };
         }
     }
-    format!("{b} B")
+    match style {
+        SizeStyle::Short => b.to_string(),
+        SizeStyle::Words => format!("{b} B"),
+    }
+}
+
+/// `65536` -> `64 KiB`, `1500` -> `1500 B` (for messages): [`format_size`]
+/// in words, up to TiB.
+pub fn describe_size(b: u64) -> String {
+    format_size(b, SizeStyle::Words, Multiplier::T)
 }
 
 /// `90` -> `90 s`, `0.5` -> `0.5 s`, `604800` -> `604800 s (7 days)`.
@@ -411,6 +455,59 @@ mod tests {
         assert_eq!(o("0").unwrap(), 0.0);
         let d = duration_in(Zero::Refused, 60.0, TimeUnit::Millis);
         assert_eq!(d("200").unwrap(), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn size_formats() {
+        use Multiplier::*;
+        use SizeStyle::*;
+        // fabperf-results' tables and fabperf-report's labels (and gates).
+        for (b, up_to_m, up_to_g) in [
+            (65536, "64K", "64K"),
+            (1472, "1472", "1472"),
+            (8 << 20, "8M", "8M"),
+            (1 << 30, "1024M", "1G"),
+            (3 << 30, "3072M", "3G"),
+            (1536, "1536", "1536"),
+            (0, "0", "0"),
+            (1 << 40, "1048576M", "1024G"),
+        ] {
+            assert_eq!(format_size(b, Short, M), up_to_m, "{b}");
+            assert_eq!(format_size(b, Short, G), up_to_g, "{b}");
+        }
+        assert_eq!(format_size(1 << 40, Short, T), "1T");
+        assert_eq!(format_size(1 << 20, Short, K), "1024K");
+        // The report's verdicts (up to MiB) and messages (up to TiB).
+        assert_eq!(format_size(65536, Words, M), "64 KiB");
+        assert_eq!(format_size(64, Words, M), "64 B");
+        assert_eq!(format_size(1 << 30, Words, M), "1024 MiB");
+        assert_eq!(format_size(1 << 30, Words, T), "1 GiB");
+        assert_eq!(format_size(u64::MAX, Words, T), format!("{} B", u64::MAX));
+    }
+
+    /// fabperf-run's cell labels (`exec.rs`, `human_size`, the `size=`
+    /// of a cell's line in the run log) are `format_size(b, Short, M)`:
+    /// the values its own implementation gives, copied here.
+    #[test]
+    fn size_format_of_the_run_log() {
+        for (b, exec_rs) in [
+            (65536u64, "64K"),
+            (1472, "1472"),
+            (8 << 20, "8M"),
+            (1024, "1K"),
+            (1 << 30, "1024M"),
+            (1500, "1500"),
+            (1025, "1025"),
+            (0, "0"),
+            (u64::MAX, "18446744073709551615"),
+            ((1 << 20) + 1024, "1025K"),
+        ] {
+            assert_eq!(
+                format_size(b, SizeStyle::Short, Multiplier::M),
+                exec_rs,
+                "{b}"
+            );
+        }
     }
 
     #[test]
