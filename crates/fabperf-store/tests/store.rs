@@ -290,6 +290,79 @@ fn exports_carry_context() {
     assert!(e.to_string().contains("no run 99"), "{e}");
 }
 
+/// A latency record's histogram is stored once, in the `lat_hist` column
+/// (not again inside the record's JSON), and every reader gives it back:
+/// typed measurements, the JSON Lines export, the raw and streaming
+/// readers' column. A record of an older store that still carries it in
+/// its JSON reads the same.
+#[test]
+fn latency_histogram_stored_once_and_read_back() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let mut s = Store::open(&db).unwrap();
+    let run = new_run(&mut s, "h");
+    s.sync_cells(run.id, &[spec("c0", 0), spec("c1", 1)], false)
+        .unwrap();
+    let mut h = fabperf_results::LatencyHistogram::new(fabperf_results::LatencyKind::HalfRtt);
+    for ns in [9_000u64, 10_000, 12_000, 40_000] {
+        h.record_rtt_ns(ns);
+    }
+    let mut r = Record::new("tcp-lat", Transport::Tcp, 64, 1);
+    r.set_latency(&h);
+    let hist = r.lat_hist.clone().expect("set_latency keeps the histogram");
+    for cell in ["c0", "c1"] {
+        let m = Measurement {
+            role: Role::Total,
+            src: Some("a".into()),
+            dst: Some("b".into()),
+            record: r.clone(),
+        };
+        s.finish_cell_done(run.id, cell, &attempt(), &[m]).unwrap();
+    }
+    drop(s);
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let (json_hist, column): (Option<String>, Option<String>) = c
+        .query_row(
+            "SELECT json_extract(record, '$.lat_hist'), lat_hist FROM measurements WHERE cell_id = 'c0'",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(json_hist, None, "the record's JSON does not repeat the histogram");
+    assert_eq!(column.as_deref(), Some(hist.as_str()));
+    // c1 as an older version stored it: the histogram in the JSON too.
+    c.execute(
+        "UPDATE measurements SET record = json_set(record, '$.lat_hist', lat_hist) WHERE cell_id = 'c1'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let s = Store::open_read_only(&db).unwrap();
+    let ms = s.measurements(run.id, None).unwrap();
+    assert_eq!(ms.len(), 2);
+    for (cell, m) in &ms {
+        assert_eq!(m.record.lat_hist.as_deref(), Some(hist.as_str()), "{cell}");
+        assert_eq!(m.record, r, "{cell}: the record as written");
+    }
+    let mut j = Vec::new();
+    assert_eq!(export_jsonl(&s, None, &mut j).unwrap(), 2);
+    for l in String::from_utf8(j).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["lat_hist"], hist.as_str(), "{l}");
+    }
+    for raw in s.measurements_raw(run.id).unwrap() {
+        assert_eq!(raw.lat_hist.as_deref(), Some(hist.as_str()));
+    }
+    let mut n = 0;
+    s.each_measurement(run.id, None, &mut |m| {
+        assert_eq!(m.lat_hist.as_deref(), Some(hist.as_str()));
+        n += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(n, 2);
+}
+
 /// SIGKILL at random instants while a child process writes cells: the file
 /// stays sound and every cell marked done has its measurements.
 #[test]
