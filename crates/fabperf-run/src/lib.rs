@@ -10,6 +10,9 @@
 pub mod cells;
 pub mod ctlplane;
 pub mod drive;
+/// Executing a plan, one file per concern under `exec/`: discovery, resume
+/// (store, lease, run), batches, policy, tuning, flows, set-up watch,
+/// aggregate, retest, labels, progress, signals; `run()` in `exec/mod.rs`.
 pub mod exec;
 /// The run plan, one file per rule under `plan/` (schema, check, agents,
 /// test, pattern, sweep, env, rails, values) on the shared `fabperf_planfile` layer.
