@@ -19,6 +19,9 @@ pub mod exec;
 pub mod plan;
 pub mod rails;
 pub mod schedule;
+/// The mesh summary, one file per rule under `summary/`: rule, analyze,
+/// records, verdict, reference, confirm (re-tests), nodes (majority),
+/// rails, links, findings (the JSON), text.
 pub mod summary;
 
 pub use cells::{expand, Roster, RosterAgent};
