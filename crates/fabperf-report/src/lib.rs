@@ -13,7 +13,9 @@
 //!   self-contained HTML file with SVG charts;
 //! - [`openmetrics`]: every measurement as OpenMetrics gauges, and a
 //!   Pushgateway client;
-//! - [`gate`]: pass/fail gates with a small grammar and presets.
+//! - [`gate`]: pass/fail gates with a small grammar and presets, one file
+//!   per stage under `gate/` (lexer, parser, syntax, presets, eval) and
+//!   one per family of figures (rows, mesh, incast, bisection, failed cells).
 
 pub mod analysis;
 pub mod data;

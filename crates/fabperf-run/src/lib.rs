@@ -10,12 +10,18 @@
 pub mod cells;
 pub mod ctlplane;
 pub mod drive;
+/// Executing a plan, one file per concern under `exec/`: discovery, resume
+/// (store, lease, run), batches, policy, tuning, flows, set-up watch,
+/// aggregate, retest, labels, progress, signals; `run()` in `exec/mod.rs`.
 pub mod exec;
 /// The run plan, one file per rule under `plan/` (schema, check, agents,
 /// test, pattern, sweep, env, rails, values) on the shared `fabperf_planfile` layer.
 pub mod plan;
 pub mod rails;
 pub mod schedule;
+/// The mesh summary, one file per rule under `summary/`: rule, analyze,
+/// records, verdict, reference, confirm (re-tests), nodes (majority),
+/// rails, links, findings (the JSON), text.
 pub mod summary;
 
 pub use cells::{expand, Roster, RosterAgent};

@@ -1,0 +1,324 @@
+//! Reading a run's mesh cells, one cell and one measurement at a time,
+//! into each group's per-pair figures, re-tests and failures; then each
+//! group is judged (`verdict`).
+
+use super::findings::{MeshAnalysis, MeshGroup};
+use super::rails::on_rails;
+use super::records::{measured_pairs, no_figure_reason, planned_pairs, real_port_rate};
+use super::rule::{metric_of, Metric, Rule};
+use super::verdict::judge;
+use fabperf_store::{CellState, Store, StoreError, StoredMeasurement, RETEST};
+use std::collections::{BTreeSet, HashMap};
+
+/// Node names as small numbers.
+#[derive(Default)]
+pub(super) struct Names {
+    pub(super) ids: HashMap<String, u32>,
+    pub(super) names: Vec<String>,
+}
+
+impl Names {
+    pub(super) fn id(&mut self, n: &str) -> u32 {
+        if let Some(&i) = self.ids.get(n) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        self.ids.insert(n.to_string(), i);
+        self.names.push(n.to_string());
+        i
+    }
+}
+
+pub(super) type Pair = (u32, u32);
+
+/// Per group (path, dims): per data pair, the figures or the failures.
+#[derive(Default)]
+pub(super) struct Raw {
+    pub(super) nodes: BTreeSet<u32>,
+    /// Sum and count of the mesh's figures per pair.
+    pub(super) mesh: HashMap<Pair, (f64, u32)>,
+    pub(super) mesh_failed: HashMap<Pair, String>,
+    pub(super) retest: HashMap<Pair, Vec<(u32, f64)>>,
+    pub(super) retest_failed: HashMap<Pair, Vec<String>>,
+    pub(super) port: Option<f64>,
+    /// The mesh cell behind each pair (an index into the cell ids).
+    pub(super) templates: HashMap<Pair, u32>,
+}
+
+/// What the measurement pass needs of a finished cell.
+struct CellInfo {
+    group: usize,
+    retest: bool,
+    /// The driving agent and its peer.
+    a: u32,
+    b: u32,
+    planned: Vec<Pair>,
+    repeat: u32,
+    seen: bool,
+}
+
+/// Analyse the mesh cells of `test` in run `run_id`. The run is read one
+/// cell and one measurement at a time; what is kept is per pair (a mean,
+/// failures, re-tests), so a mesh of a thousand nodes fits in memory.
+pub fn analyze(
+    store: &Store,
+    run_id: i64,
+    test: &str,
+    rule: &Rule,
+) -> Result<MeshAnalysis, StoreError> {
+    let mut names = Names::default();
+    let mut keys: Vec<(String, String)> = Vec::new();
+    let mut groups: Vec<(MeshGroup, Raw)> = Vec::new();
+    let mut cell_ids: Vec<String> = Vec::new();
+    let mut done: HashMap<String, CellInfo> = HashMap::new();
+    let mut stale_cells: Vec<String> = Vec::new();
+    store.each_plan_cell(run_id, Some(test), &mut |c, current| {
+        // A rail cell's ends are the nodes' rails: all rails of a sweep
+        // point are one group, so a slow rail stands out against the others
+        // and is named (`n2/rail1`).
+        let on_rails = on_rails(&c.spec);
+        let s = on_rails.as_ref().unwrap_or(&c.spec);
+        let retest = s.pattern == RETEST;
+        if s.pattern != "mesh" && !retest {
+            return Ok(());
+        }
+        if !current {
+            stale_cells.push(s.cell_id.clone());
+            return Ok(());
+        }
+        let key = (s.path.clone(), s.dims.to_string());
+        let gi = match keys.iter().position(|k| *k == key) {
+            Some(i) => i,
+            None => {
+                keys.push(key);
+                groups.push((MeshGroup::empty(s, metric_of(&s.kind)), Raw::default()));
+                groups.len() - 1
+            }
+        };
+        let Some((a, b)) = s.flows.first() else {
+            return Ok(());
+        };
+        let (a, b) = (names.id(a), names.id(b));
+        let planned: Vec<Pair> = planned_pairs(s)
+            .iter()
+            .map(|(x, y)| (names.id(x), names.id(y)))
+            .collect();
+        let raw = &mut groups[gi].1;
+        raw.nodes.extend([a, b]);
+        if !retest {
+            for p in &planned {
+                if !raw.templates.contains_key(p) {
+                    raw.templates.insert(*p, cell_ids.len() as u32);
+                    cell_ids.push(s.cell_id.clone());
+                }
+            }
+        }
+        match c.state {
+            CellState::Pending => {}
+            CellState::Failed => {
+                let why = c.error.clone().unwrap_or_else(|| "failed".into());
+                for p in planned {
+                    fail(raw, retest, p, &why);
+                }
+            }
+            CellState::Done => {
+                done.insert(
+                    s.cell_id.clone(),
+                    CellInfo {
+                        group: gi,
+                        retest,
+                        a,
+                        b,
+                        planned,
+                        repeat: s.repeat,
+                        seen: false,
+                    },
+                );
+            }
+        }
+        Ok(())
+    })?;
+    // The finished cells' measurements, one cell at a time.
+    let mut cur: Vec<StoredMeasurement> = Vec::new();
+    let mut finish = |ms: &mut Vec<StoredMeasurement>, groups: &mut Vec<(MeshGroup, Raw)>| {
+        let Some(first) = ms.first() else {
+            return;
+        };
+        if let Some(info) = done.get_mut(&first.cell_id) {
+            info.seen = true;
+            let (g, raw) = &mut groups[info.group];
+            record_cell(info, g.metric, ms, raw);
+        }
+        ms.clear();
+    };
+    store.each_measurement(run_id, Some(test), &mut |m| {
+        if cur.first().is_some_and(|c| c.cell_id != m.cell_id) {
+            finish(&mut cur, &mut groups);
+        }
+        cur.push(m);
+        Ok(())
+    })?;
+    finish(&mut cur, &mut groups);
+    // Finished cells without a single record.
+    for info in done.values().filter(|i| !i.seen) {
+        let raw = &mut groups[info.group].1;
+        for p in &info.planned {
+            fail(raw, info.retest, *p, "the cell finished without a figure");
+        }
+    }
+    let mut out = Vec::new();
+    for (mut g, raw) in groups {
+        judge(&mut g, raw, rule, &names);
+        // Re-test templates only for the suspects (the runner derives
+        // re-tests from them); every pair's would be a copy of the run.
+        for s in &g.suspects {
+            let (Some(&x), Some(&y)) = (names.ids.get(&s.src), names.ids.get(&s.dst)) else {
+                continue;
+            };
+            let Some(&ci) = g.template_ids.get(&(x, y)) else {
+                continue;
+            };
+            if let Some(c) = store.cell(run_id, &cell_ids[ci as usize])? {
+                g.templates.insert((s.src.clone(), s.dst.clone()), c.spec);
+            }
+        }
+        g.template_ids = HashMap::new();
+        out.push(g);
+    }
+    // Groups in (path, dims) order.
+    out.sort_by(|x, y| (&x.path, x.dims.to_string()).cmp(&(&y.path, y.dims.to_string())));
+    Ok(MeshAnalysis {
+        run_id,
+        test: test.to_string(),
+        rule: rule.kind,
+        bw_fraction: rule.bw_fraction,
+        lat_factor: rule.lat_factor,
+        groups: out,
+        stale_cells,
+    })
+}
+
+fn fail(raw: &mut Raw, retest: bool, p: Pair, why: &str) {
+    if retest {
+        raw.retest_failed
+            .entry(p)
+            .or_default()
+            .push(why.to_string());
+    } else {
+        raw.mesh_failed.entry(p).or_insert_with(|| why.to_string());
+    }
+}
+
+/// A finished cell's records into its group's figures and failures.
+fn record_cell(info: &CellInfo, metric: Metric, ms: &[StoredMeasurement], raw: &mut Raw) {
+    let got: Vec<(Pair, f64)> = measured_pairs(ms, metric)
+        .into_iter()
+        .map(|(reversed, v)| {
+            (
+                if reversed {
+                    (info.b, info.a)
+                } else {
+                    (info.a, info.b)
+                },
+                v,
+            )
+        })
+        .collect();
+    for (p, v) in &got {
+        if info.retest {
+            raw.retest.entry(*p).or_default().push((info.repeat, *v));
+        } else {
+            let e = raw.mesh.entry(*p).or_insert((0.0, 0));
+            e.0 += v;
+            e.1 += 1;
+        }
+    }
+    if metric == Metric::BandwidthGbps {
+        for m in ms {
+            if let Some(r) = real_port_rate(m) {
+                raw.port = Some(raw.port.map_or(r, |p| p.max(r)));
+            }
+        }
+    }
+    // A planned direction without a figure is a failure, also when the
+    // cell itself finished.
+    let missing: Vec<Pair> = info
+        .planned
+        .iter()
+        .filter(|p| !got.iter().any(|(q, _)| q == *p))
+        .copied()
+        .collect();
+    if !missing.is_empty() {
+        let why = no_figure_reason(ms);
+        for p in missing {
+            fail(raw, info.retest, p, &why);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::*;
+
+    #[test]
+    fn stale_cells_are_left_out_and_listed() {
+        let mut f = fixture(
+            mesh_cells(|a, _| Ok(vec![rec(if a == "n1" { 1.0 } else { 10.0 }, "forward")])),
+            vec![retest("n1", "n2", 0, Ok(vec![rec(1.0, "forward")]))],
+        );
+        // The plan is edited (another duration: new ids) and re-run: now
+        // only n1 -> n2 is slow.
+        let edited: Vec<(CellSpec, Outcome)> = mesh_cells(|a, b| {
+            Ok(vec![rec(
+                if (a, b) == ("n1", "n2") { 1.0 } else { 10.0 },
+                "forward",
+            )])
+        })
+        .into_iter()
+        .map(|(mut c, o)| {
+            c.cell_id = format!("v2-{}", c.cell_id);
+            c.params = json!({"size": 65536, "duration_s": 2.0});
+            (c, o)
+        })
+        .collect();
+        let specs: Vec<CellSpec> = edited.iter().map(|(c, _)| c.clone()).collect();
+        f.store.sync_cells(f.run, &specs, false).unwrap();
+        for (c, o) in edited {
+            let ms: Vec<Measurement> = o
+                .unwrap()
+                .into_iter()
+                .map(|record| Measurement {
+                    role: Role::Total,
+                    src: Some(c.flows[0].0.clone()),
+                    dst: Some(c.flows[0].1.clone()),
+                    record,
+                })
+                .collect();
+            f.store
+                .finish_cell_done(f.run, &c.cell_id, &attempt(), &ms)
+                .unwrap();
+        }
+        let (a, g, text) = analyze_one(&f);
+        assert_eq!(g.repeats, 1, "the old cells are not repeats");
+        let suspects: Vec<(&str, &str)> = g
+            .suspects
+            .iter()
+            .map(|s| (s.src.as_str(), s.dst.as_str()))
+            .collect();
+        assert_eq!(
+            suspects,
+            vec![("n1", "n2")],
+            "the old slow cells do not count"
+        );
+        assert!(g
+            .cell_template("n1", "n2")
+            .unwrap()
+            .cell_id
+            .starts_with("v2-"));
+        assert_eq!(a.stale_cells.len(), 13, "12 old cells and their re-test");
+        assert!(
+            text.contains("13 stored cells are not part of the run's current plan"),
+            "{text}"
+        );
+    }
+}
