@@ -328,7 +328,10 @@ fn latency_histogram_stored_once_and_read_back() {
             |row| Ok((row.get(0)?, row.get(1)?)),
         )
         .unwrap();
-    assert_eq!(json_hist, None, "the record's JSON does not repeat the histogram");
+    assert_eq!(
+        json_hist, None,
+        "the record's JSON does not repeat the histogram"
+    );
     assert_eq!(column.as_deref(), Some(hist.as_str()));
     // c1 as an older version stored it: the histogram in the JSON too.
     c.execute(

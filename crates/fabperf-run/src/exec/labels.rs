@@ -4,23 +4,7 @@ use fabperf_store::{CellSpec, Measurement, Role};
 
 /// A one-line description of a cell.
 pub fn cell_label(c: &CellSpec) -> String {
-    let dims: Vec<String> = c
-        .dims
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .map(|(k, v)| match (k.as_str(), v.as_u64()) {
-                    ("size", Some(b)) => format!("size={}", human_size(b)),
-                    (_, _) => format!(
-                        "{k}={}",
-                        v.as_str()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| v.to_string())
-                    ),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let dims = fabperf_results::dims::label(&c.dims, fabperf_results::dims::SizeIn::Short);
     let who = match c.pattern.as_str() {
         "incast" => format!(
             "incast {} senders -> {}",
@@ -44,19 +28,9 @@ pub fn cell_label(c: &CellSpec) -> String {
         c.kind,
         c.path,
         if dims.is_empty() { "" } else { " " },
-        dims.join(" "),
+        dims,
         c.repeat + 1
     )
-}
-
-fn human_size(b: u64) -> String {
-    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
-        format!("{}M", b >> 20)
-    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
-        format!("{}K", b >> 10)
-    } else {
-        b.to_string()
-    }
 }
 
 /// The one-line result of a cell for the log.

@@ -5,27 +5,8 @@
 use super::confirm::SuspectState;
 use super::findings::{MeshAnalysis, MeshGroup, NodeFault, Reference};
 use super::rule::{Metric, RuleKind};
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-
-fn dims_label(dims: &Value) -> String {
-    dims.as_object()
-        .map(|o| {
-            o.iter()
-                .map(|(k, v)| {
-                    format!(
-                        "{k}={}",
-                        v.as_str()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| v.to_string())
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default()
-}
 
 fn list(v: &[f64]) -> String {
     v.iter()
@@ -74,7 +55,10 @@ const UNCONFIRMED_NOTE: &str = " — not confirmed: some of these pairs have no 
 fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
     // Names and errors come from a store (and agents): escaped, one line each.
     let e = fabperf_results::escape::terminal;
-    let dims = e(&dims_label(&g.dims));
+    let dims = e(&fabperf_results::dims::label(
+        &g.dims,
+        fabperf_results::dims::SizeIn::Bytes,
+    ));
     let _ = writeln!(
         o,
         "{} ({}) on path {}{}{}: {}, mean of {} repeat{}, from row to column",
