@@ -1,0 +1,302 @@
+//! Reading measurements: decoded, as stored, one at a time over a whole
+//! run, and alongside their cells in plan order.
+
+use crate::{CellRow, Measurement, RawMeasurement, Role, Store, StoreError, StoredMeasurement};
+use fabperf_results::Record;
+use rusqlite::params;
+
+impl Store {
+    /// [`Store::each_plan_cell`] over the whole run with each cell's
+    /// measurements as stored (as [`Store::measurements_raw`] reads them, in
+    /// the order stored), one cell at a time, in the same order. The cells
+    /// and the measurements are read by two cursors that advance together,
+    /// and nothing is kept but the planned cells' hashes and the cells no
+    /// longer in the plan (which come last, as in `each_plan_cell`): a run
+    /// of millions of cells is read in bounded memory. A cell that is not
+    /// part of the current plan comes without its measurements (nothing
+    /// counts them).
+    pub fn each_plan_cell_measured(
+        &self,
+        run_id: i64,
+        f: &mut dyn FnMut(CellRow, bool, Vec<RawMeasurement>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let plan = self.plan_filter(run_id, None)?;
+        let mut st = self
+            .conn
+            .prepare(
+                // The cells drive (CROSS JOIN keeps them the outer loop): in
+                // plan order by their index, each cell's measurements by
+                // theirs, sorted only among cells of one `seq` — not the
+                // whole run's records through a temporary b-tree.
+                "SELECT c.seq, m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist
+                 FROM cells c CROSS JOIN measurements m
+                   ON m.run_id = c.run_id AND m.cell_id = c.cell_id
+                 WHERE c.run_id = ?1
+                 ORDER BY c.seq, c.cell_id, m.id",
+            )
+            .map_err(self.err("reading measurements"))?;
+        let mut rows = st
+            .query([run_id])
+            .map_err(self.err("reading measurements"))?;
+        // The next measurement not yet handed out: (seq, cell id, row).
+        type Pending = (
+            i64,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            String,
+            Option<String>,
+        );
+        let mut next: Option<Pending> = None;
+        let mut done = false;
+        let mut later: Vec<(CellRow, bool, Vec<RawMeasurement>)> = Vec::new();
+        // Cells in (seq, cell id) order, as the measurements come; the cells
+        // of earlier plans (`in_plan` = 0) are handed out after the others.
+        self.each_cell_ordered(run_id, "", "seq, cell_id", &[&run_id], &mut |c, in_plan| {
+            let mut ms = Vec::new();
+            let here = (c.spec.seq, c.spec.cell_id.as_str());
+            loop {
+                if next.is_none() && !done {
+                    match rows.next().map_err(self.err("reading measurements"))? {
+                        Some(r) => {
+                            let get = |e| StoreError::sql(&self.path, "reading measurements", e);
+                            next = Some((
+                                r.get(0).map_err(get)?,
+                                r.get(1).map_err(get)?,
+                                r.get(2).map_err(get)?,
+                                r.get(3).map_err(get)?,
+                                r.get(4).map_err(get)?,
+                                r.get(5).map_err(get)?,
+                                r.get(6).map_err(get)?,
+                            ));
+                        }
+                        None => done = true,
+                    }
+                }
+                let Some(m) = next.as_ref() else { break };
+                let at = (m.0, m.1.as_str()).cmp(&here);
+                if at == std::cmp::Ordering::Greater {
+                    break;
+                }
+                let (_, cell_id, role, src, dst, rec, lat_hist) = next.take().expect("peeked");
+                // Records of a cell that could not be read are passed over.
+                if at == std::cmp::Ordering::Less {
+                    continue;
+                }
+                let Some(role) = Role::parse(&role) else {
+                    self.skip(format!(
+                        "run {run_id} cell {cell_id}: unknown role {role:?}"
+                    ));
+                    continue;
+                };
+                match serde_json::from_str(&rec) {
+                    Ok(record) => ms.push(RawMeasurement {
+                        cell_id,
+                        role,
+                        src,
+                        dst,
+                        record,
+                        lat_hist,
+                    }),
+                    Err(e) => self.skip(format!("run {run_id} cell {cell_id}: stored record: {e}")),
+                }
+            }
+            let current = plan.current(&c, in_plan);
+            if !current {
+                ms = Vec::new();
+            }
+            if in_plan {
+                f(c, current, ms)
+            } else {
+                later.push((c, current, ms));
+                Ok(())
+            }
+        })?;
+        for (c, current, ms) in later {
+            f(c, current, ms)?;
+        }
+        Ok(())
+    }
+
+    /// Measurements of a run (optionally one cell), in cell order.
+    pub fn measurements(
+        &self,
+        run_id: i64,
+        cell_id: Option<&str>,
+    ) -> Result<Vec<(String, Measurement)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist FROM measurements m
+                 JOIN cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id
+                 WHERE m.run_id = ?1 AND (?2 IS NULL OR m.cell_id = ?2)
+                 ORDER BY c.seq, m.cell_id, m.id",
+            )
+            .map_err(self.err("reading measurements"))?;
+        let rows = st
+            .query_map(params![run_id, cell_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                ))
+            })
+            .map_err(self.err("reading measurements"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (cell, role, src, dst, rec, hist) =
+                row.map_err(self.err("reading measurements"))?;
+            let Some(role) = Role::parse(&role) else {
+                self.skip(format!("run {run_id} cell {cell}: unknown role {role:?}"));
+                continue;
+            };
+            let mut record: Record = match serde_json::from_str(&rec) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.skip(format!("run {run_id} cell {cell}: stored record: {e}"));
+                    continue;
+                }
+            };
+            // The histogram is stored in its column, not in the record.
+            if record.lat_hist.is_none() {
+                record.lat_hist = hist;
+            }
+            out.push((
+                cell,
+                Measurement {
+                    role,
+                    src,
+                    dst,
+                    record,
+                },
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Every measurement of a run (of one test when `test` is given), one at
+    /// a time, grouped by cell (cells in id order, a cell's measurements in
+    /// the order stored), keeping none: the main figures from their columns,
+    /// the record's JSON text as stored and the `lat_hist` column.
+    pub fn each_measurement(
+        &self,
+        run_id: i64,
+        test: Option<&str>,
+        f: &mut dyn FnMut(StoredMeasurement) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let sql = format!(
+            "SELECT m.cell_id, m.role, m.src, m.dst, m.direction, m.bw_gbps, m.lat_p50_us, m.record, m.lat_hist
+             FROM measurements m {}
+             WHERE m.run_id = ?1 {}
+             ORDER BY m.cell_id, m.id",
+            if test.is_some() {
+                "JOIN cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id"
+            } else {
+                ""
+            },
+            if test.is_some() { "AND c.test = ?2" } else { "" }
+        );
+        let mut st = self
+            .conn
+            .prepare(&sql)
+            .map_err(self.err("reading measurements"))?;
+        let mut rows = match test {
+            Some(t) => st.query(params![run_id, t]),
+            None => st.query(params![run_id]),
+        }
+        .map_err(self.err("reading measurements"))?;
+        while let Some(r) = rows.next().map_err(self.err("reading measurements"))? {
+            let get = |e| StoreError::sql(&self.path, "reading measurements", e);
+            let cell_id: String = r.get(0).map_err(get)?;
+            let role: String = r.get(1).map_err(get)?;
+            let Some(role) = Role::parse(&role) else {
+                self.skip(format!(
+                    "run {run_id} cell {cell_id}: unknown role {role:?}"
+                ));
+                continue;
+            };
+            let record: String = r.get(7).map_err(get)?;
+            // A record that is not even JSON is damaged: skipped and counted,
+            // as every other reader does, though the indexed figures beside
+            // it may still read. (Its fields are checked by whoever decodes
+            // it; syntax alone is checked here, without building anything.)
+            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&record) {
+                self.skip(format!(
+                    "run {run_id} cell {cell_id}: the {} record is not JSON ({e})",
+                    role.as_str()
+                ));
+                continue;
+            }
+            f(StoredMeasurement {
+                role,
+                src: r.get(2).map_err(get)?,
+                dst: r.get(3).map_err(get)?,
+                direction: r.get(4).map_err(get)?,
+                bw_gbps: r.get(5).map_err(get)?,
+                lat_p50_us: r.get(6).map_err(get)?,
+                record,
+                lat_hist: r.get(8).map_err(get)?,
+                cell_id,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Measurements of a run as stored: the record JSON as written (keys
+    /// this fabperf version does not model included, so readers tolerate
+    /// records from newer writers) and the stored latency histogram.
+    pub fn measurements_raw(&self, run_id: i64) -> Result<Vec<RawMeasurement>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist FROM measurements m
+                 JOIN cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id
+                 WHERE m.run_id = ?1
+                 ORDER BY c.seq, m.cell_id, m.id",
+            )
+            .map_err(self.err("reading measurements"))?;
+        let rows = st
+            .query_map([run_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                ))
+            })
+            .map_err(self.err("reading measurements"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (cell_id, role, src, dst, rec, lat_hist) =
+                row.map_err(self.err("reading measurements"))?;
+            let Some(role) = Role::parse(&role) else {
+                self.skip(format!(
+                    "run {run_id} cell {cell_id}: unknown role {role:?}"
+                ));
+                continue;
+            };
+            let record: serde_json::Value = match serde_json::from_str(&rec) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.skip(format!("run {run_id} cell {cell_id}: stored record: {e}"));
+                    continue;
+                }
+            };
+            out.push(RawMeasurement {
+                cell_id,
+                role,
+                src,
+                dst,
+                record,
+                lat_hist,
+            });
+        }
+        Ok(out)
+    }
+}
