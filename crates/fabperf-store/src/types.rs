@@ -132,7 +132,7 @@ pub struct CellSpec {
 /// The pattern of the cells the runner adds to re-test a mesh's suspects.
 pub const RETEST: &str = "retest";
 
-/// A run's cells, split by its current plan ([`Store::plan_cells`]).
+/// A run's cells, split by its current plan ([`Store::plan_cells`](crate::Store::plan_cells)).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PlanCells {
     /// The current plan's cells and their re-tests, in plan order.
@@ -190,8 +190,9 @@ pub struct RawMeasurement {
 }
 
 /// One stored measurement for readers that go over a whole run
-/// ([`Store::each_measurement`]): the main figures as their columns hold
-/// them (written from the record), the record as stored.
+/// ([`Store::each_measurement`](crate::Store::each_measurement)): the main
+/// figures as their columns hold them (written from the record), the record
+/// as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredMeasurement {
     pub cell_id: String,
