@@ -118,7 +118,7 @@ for seed in $SEEDS; do
     fp run "$PLAN" --db "$db" --plain >"$WORK/run-$seed.log" 2>&1
     rc=$?
     wall=$((SECONDS - t))
-    grep -E "cells done|re-testing" "$WORK/run-$seed.log" | sed 's/^/      /'
+    grep -E "cells done|re-testing|wall time" "$WORK/run-$seed.log" | sed 's/^/      /'
     check "the mesh ran (exit $rc, $wall s)" test "$rc" -le 1
     fp mesh-summary --db "$db" --json >"$WORK/summary-$seed.json" 2>"$WORK/summary-$seed.err"
     fp mesh-summary --db "$db" >"$WORK/summary-$seed.txt" 2>&1
