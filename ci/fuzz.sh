@@ -2,7 +2,7 @@
 # Run every libFuzzer target (fuzz/fuzz_targets/) for a bounded time each,
 # starting from the committed seed corpus (fuzz/corpus/<target>/). New inputs
 # found go to a scratch directory, not into the repository.
-#   ./ci/fuzz.sh                        # every target, FUZZ_SECONDS (12) each
+#   ./ci/fuzz.sh                        # every target, FUZZ_SECONDS (8) each
 #   FUZZ_SECONDS=10 ./ci/fuzz.sh frame udp_datagrams
 # A crash stops the script non-zero; the input is kept in
 # fuzz/artifacts/<target>/ (reproduce: fuzz/target/x86_64-unknown-linux-gnu/release/<target> FILE,
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-SECS="${FUZZ_SECONDS:-12}"
+SECS="${FUZZ_SECONDS:-8}"
 TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
 FLAGS=(
   -Cpasses=sancov-module

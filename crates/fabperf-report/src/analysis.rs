@@ -637,18 +637,24 @@ pub struct Options {
 /// Build the report of a run.
 pub fn build(store: &Store, opts: &Options) -> Result<Report, ReportError> {
     let mut data = load_head(store, opts.run)?;
-    let (mut report, seen) = assemble(store, &mut data, opts)?;
+    // The mesh matrices are read in the same pass as the tables.
+    let mut meshes: Vec<summary::MeshFeed> = summary::mesh_tests(store, data.run.id)?
+        .iter()
+        .map(|t| summary::MeshFeed::new(t))
+        .collect();
+    let (mut report, seen) = assemble(store, &mut data, &mut meshes, opts)?;
     // The mesh matrices, with the plan's rule per test.
-    for test in summary::mesh_tests(store, data.run.id)? {
+    for feed in meshes {
+        let test = feed.test().to_string();
         let rule = data
             .mesh_rules
             .get(&test)
             .map(|r| summary::Rule::new(r.kind, r.bw_fraction, r.lat_factor))
             .unwrap_or_default();
-        match summary::analyze(store, data.run.id, &test, &rule) {
+        match feed.finish(store, data.run.id, &rule) {
             Ok(a) => report.meshes.push(a),
-            // The mesh summary reads records strictly; one it cannot read
-            // costs the matrix, not the whole report.
+            // A store that fails while the suspects' re-test templates are
+            // read costs the matrix, not the whole report.
             Err(e) => report
                 .notes
                 .push(format!("mesh test {test}: no matrix: {e}")),
@@ -1708,6 +1714,7 @@ pub(crate) struct Seen {
 pub(crate) fn assemble(
     store: &Store,
     data: &mut RunData,
+    meshes: &mut [summary::MeshFeed],
     opts: &Options,
 ) -> Result<(Report, Seen), ReportError> {
     let mut notes = Vec::new();
@@ -1722,7 +1729,7 @@ pub(crate) fn assemble(
     // Cells of concurrent flows are few: they are taken last, once every
     // record has said which links are virtual (their port rates then hold).
     let mut multis: Vec<(usize, CellRow, Vec<Sample>, Family)> = Vec::new();
-    crate::data::each_cell(store, data, &mut |_, cell, samples| {
+    crate::data::each_cell_feeding(store, data, meshes, &mut |_, cell, samples| {
         let s = &cell.spec;
         for (a, b) in &s.flows {
             for n in [a, b] {

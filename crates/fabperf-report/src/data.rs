@@ -505,6 +505,29 @@ pub fn load_head(store: &Store, run: Option<i64>) -> Result<RunData, ReportError
     })
 }
 
+/// A measurement as the mesh analysis reads it, its figures from the
+/// record (the columns it would read are written from the record).
+fn stored(m: &mut RawMeasurement) -> fabperf_store::StoredMeasurement {
+    let r = &m.record;
+    fabperf_store::StoredMeasurement {
+        cell_id: m.cell_id.clone(),
+        role: m.role,
+        src: m.src.clone(),
+        dst: m.dst.clone(),
+        direction: r
+            .get("direction")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        bw_gbps: r.get("bw_gbps").and_then(Value::as_f64),
+        lat_p50_us: r
+            .get("lat_us")
+            .and_then(|l| l.get("p50"))
+            .and_then(Value::as_f64),
+        record: std::mem::take(&mut m.json),
+        lat_hist: None,
+    }
+}
+
 /// What [`each_cell`] calls with each cell.
 pub type CellVisitor<'a> =
     dyn FnMut(&RunData, CellRow, Vec<Sample>) -> Result<(), ReportError> + 'a;
@@ -519,12 +542,30 @@ pub fn each_cell(
     data: &mut RunData,
     f: &mut CellVisitor<'_>,
 ) -> Result<(), ReportError> {
+    each_cell_feeding(store, data, &mut [], f)
+}
+
+/// [`each_cell`], also feeding every cell (current or not) and its
+/// measurements to the mesh analyses in `meshes`, so that the report reads
+/// a run once for its tables and its matrices.
+pub fn each_cell_feeding(
+    store: &Store,
+    data: &mut RunData,
+    meshes: &mut [fabperf_run::summary::MeshFeed],
+    f: &mut CellVisitor<'_>,
+) -> Result<(), ReportError> {
     let run_id = data.run.id;
     let mut stale: Vec<String> = Vec::new();
     let mut stale_n = 0usize;
     let mut err: Option<ReportError> = None;
     store
-        .each_plan_cell_measured(run_id, &mut |c, current, ms| {
+        .each_plan_cell_measured(run_id, &mut |c, current, mut ms| {
+            if let Some(feed) = meshes.iter_mut().find(|m| m.test() == c.spec.test) {
+                feed.cell(&c, current);
+                if current {
+                    feed.measured(&mut ms.iter_mut().map(stored).collect());
+                }
+            }
             if !current {
                 // Only the current plan's cells count; the others are listed.
                 if stale.len() < 10 {

@@ -136,6 +136,14 @@ fn a_large_mesh_is_listed_and_drawn_not_tabulated() {
     );
 
     let rep = build(&s, &Options::default()).unwrap();
+    // The report reads the run once, its matrix fed by the same pass as its
+    // tables: the analysis is the mesh summary's own.
+    assert_eq!(rep.meshes.len(), 1);
+    assert_eq!(
+        serde_json::to_value(&rep.meshes[0]).unwrap(),
+        serde_json::to_value(&a).unwrap()
+    );
+    assert_eq!(summary::render(&rep.meshes[0]), text);
     let html = fabperf_report::html::render(&rep);
     assert!(
         html.contains("<img src=\"data:image/png;base64,iVBORw0KGgo"),

@@ -97,6 +97,7 @@ impl Store {
                         src,
                         dst,
                         record,
+                        json: rec,
                         lat_hist,
                     }),
                     Err(e) => self.skip(format!("run {run_id} cell {cell_id}: stored record: {e}")),
@@ -294,6 +295,7 @@ impl Store {
                 src,
                 dst,
                 record,
+                json: rec,
                 lat_hist,
             });
         }

@@ -185,6 +185,8 @@ pub struct RawMeasurement {
     /// column: a record stored by this version has no `lat_hist` key (one
     /// from an older store may still have it); read `lat_hist` below.
     pub record: serde_json::Value,
+    /// The record's JSON text as stored, which `record` was read from.
+    pub json: String,
     /// The `lat_hist` column (the record's histogram, when it carried one).
     pub lat_hist: Option<String>,
 }

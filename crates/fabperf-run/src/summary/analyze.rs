@@ -7,7 +7,7 @@ use super::rails::on_rails;
 use super::records::{measured_pairs, no_figure_reason, planned_pairs, real_port_rate};
 use super::rule::{metric_of, Metric, Rule};
 use super::verdict::judge;
-use fabperf_store::{CellState, Store, StoreError, StoredMeasurement, RETEST};
+use fabperf_store::{CellRow, CellState, Store, StoreError, StoredMeasurement, RETEST};
 use std::collections::{BTreeSet, HashMap};
 
 /// Node names as small numbers.
@@ -66,13 +66,63 @@ pub fn analyze(
     test: &str,
     rule: &Rule,
 ) -> Result<MeshAnalysis, StoreError> {
-    let mut names = Names::default();
-    let mut keys: Vec<(String, String)> = Vec::new();
-    let mut groups: Vec<(MeshGroup, Raw)> = Vec::new();
-    let mut cell_ids: Vec<String> = Vec::new();
-    let mut done: HashMap<String, CellInfo> = HashMap::new();
-    let mut stale_cells: Vec<String> = Vec::new();
+    let mut feed = MeshFeed::new(test);
     store.each_plan_cell(run_id, Some(test), &mut |c, current| {
+        feed.cell(&c, current);
+        Ok(())
+    })?;
+    // The finished cells' measurements, one cell at a time.
+    let mut cur: Vec<StoredMeasurement> = Vec::new();
+    store.each_measurement(run_id, Some(test), &mut |m| {
+        if cur.first().is_some_and(|c| c.cell_id != m.cell_id) {
+            feed.measured(&mut cur);
+        }
+        cur.push(m);
+        Ok(())
+    })?;
+    feed.measured(&mut cur);
+    feed.finish(store, run_id, rule)
+}
+
+/// A mesh test's analysis fed by a reader that already goes over the run
+/// (the report reads every cell once, for its tables and its matrices):
+/// each cell of the run with [`cell`](Self::cell), before its
+/// measurements, given together with [`measured`](Self::measured); then
+/// [`finish`](Self::finish). [`analyze`] is this fed from the store.
+pub struct MeshFeed {
+    test: String,
+    names: Names,
+    keys: Vec<(String, String)>,
+    groups: Vec<(MeshGroup, Raw)>,
+    cell_ids: Vec<String>,
+    done: HashMap<String, CellInfo>,
+    stale_cells: Vec<String>,
+}
+
+impl MeshFeed {
+    pub fn new(test: &str) -> MeshFeed {
+        MeshFeed {
+            test: test.to_string(),
+            names: Names::default(),
+            keys: Vec::new(),
+            groups: Vec::new(),
+            cell_ids: Vec::new(),
+            done: HashMap::new(),
+            stale_cells: Vec::new(),
+        }
+    }
+
+    /// The test analysed.
+    pub fn test(&self) -> &str {
+        &self.test
+    }
+
+    /// One cell of the run (`current`: part of its current plan); cells of
+    /// other tests and patterns are passed over.
+    pub fn cell(&mut self, c: &CellRow, current: bool) {
+        if c.spec.test != self.test {
+            return;
+        }
         // A rail cell's ends are the nodes' rails: all rails of a sweep
         // point are one group, so a slow rail stands out against the others
         // and is named (`n2/rail1`).
@@ -80,36 +130,38 @@ pub fn analyze(
         let s = on_rails.as_ref().unwrap_or(&c.spec);
         let retest = s.pattern == RETEST;
         if s.pattern != "mesh" && !retest {
-            return Ok(());
+            return;
         }
         if !current {
-            stale_cells.push(s.cell_id.clone());
-            return Ok(());
+            self.stale_cells.push(s.cell_id.clone());
+            return;
         }
         let key = (s.path.clone(), s.dims.to_string());
-        let gi = match keys.iter().position(|k| *k == key) {
+        let gi = match self.keys.iter().position(|k| *k == key) {
             Some(i) => i,
             None => {
-                keys.push(key);
-                groups.push((MeshGroup::empty(s, metric_of(&s.kind)), Raw::default()));
-                groups.len() - 1
+                self.keys.push(key);
+                self.groups
+                    .push((MeshGroup::empty(s, metric_of(&s.kind)), Raw::default()));
+                self.groups.len() - 1
             }
         };
         let Some((a, b)) = s.flows.first() else {
-            return Ok(());
+            return;
         };
+        let names = &mut self.names;
         let (a, b) = (names.id(a), names.id(b));
         let planned: Vec<Pair> = planned_pairs(s)
             .iter()
             .map(|(x, y)| (names.id(x), names.id(y)))
             .collect();
-        let raw = &mut groups[gi].1;
+        let raw = &mut self.groups[gi].1;
         raw.nodes.extend([a, b]);
         if !retest {
             for p in &planned {
                 if !raw.templates.contains_key(p) {
-                    raw.templates.insert(*p, cell_ids.len() as u32);
-                    cell_ids.push(s.cell_id.clone());
+                    raw.templates.insert(*p, self.cell_ids.len() as u32);
+                    self.cell_ids.push(s.cell_id.clone());
                 }
             }
         }
@@ -122,7 +174,7 @@ pub fn analyze(
                 }
             }
             CellState::Done => {
-                done.insert(
+                self.done.insert(
                     s.cell_id.clone(),
                     CellInfo {
                         group: gi,
@@ -136,66 +188,77 @@ pub fn analyze(
                 );
             }
         }
-        Ok(())
-    })?;
-    // The finished cells' measurements, one cell at a time.
-    let mut cur: Vec<StoredMeasurement> = Vec::new();
-    let mut finish = |ms: &mut Vec<StoredMeasurement>, groups: &mut Vec<(MeshGroup, Raw)>| {
+    }
+
+    /// The measurements of one cell given to [`cell`](Self::cell) before
+    /// (all of them, in the order stored); `ms` is left empty.
+    pub fn measured(&mut self, ms: &mut Vec<StoredMeasurement>) {
         let Some(first) = ms.first() else {
             return;
         };
-        if let Some(info) = done.get_mut(&first.cell_id) {
+        if let Some(info) = self.done.get_mut(&first.cell_id) {
             info.seen = true;
-            let (g, raw) = &mut groups[info.group];
+            let (g, raw) = &mut self.groups[info.group];
             record_cell(info, g.metric, ms, raw);
         }
         ms.clear();
-    };
-    store.each_measurement(run_id, Some(test), &mut |m| {
-        if cur.first().is_some_and(|c| c.cell_id != m.cell_id) {
-            finish(&mut cur, &mut groups);
-        }
-        cur.push(m);
-        Ok(())
-    })?;
-    finish(&mut cur, &mut groups);
-    // Finished cells without a single record.
-    for info in done.values().filter(|i| !i.seen) {
-        let raw = &mut groups[info.group].1;
-        for p in &info.planned {
-            fail(raw, info.retest, *p, "the cell finished without a figure");
-        }
     }
-    let mut out = Vec::new();
-    for (mut g, raw) in groups {
-        judge(&mut g, raw, rule, &names);
-        // Re-test templates only for the suspects (the runner derives
-        // re-tests from them); every pair's would be a copy of the run.
-        for s in &g.suspects {
-            let (Some(&x), Some(&y)) = (names.ids.get(&s.src), names.ids.get(&s.dst)) else {
-                continue;
-            };
-            let Some(&ci) = g.template_ids.get(&(x, y)) else {
-                continue;
-            };
-            if let Some(c) = store.cell(run_id, &cell_ids[ci as usize])? {
-                g.templates.insert((s.src.clone(), s.dst.clone()), c.spec);
+
+    /// Judge every group; the suspects' re-test templates are read from
+    /// `store`.
+    pub fn finish(
+        self,
+        store: &Store,
+        run_id: i64,
+        rule: &Rule,
+    ) -> Result<MeshAnalysis, StoreError> {
+        let MeshFeed {
+            test,
+            names,
+            mut groups,
+            cell_ids,
+            done,
+            stale_cells,
+            ..
+        } = self;
+        // Finished cells without a single record.
+        for info in done.values().filter(|i| !i.seen) {
+            let raw = &mut groups[info.group].1;
+            for p in &info.planned {
+                fail(raw, info.retest, *p, "the cell finished without a figure");
             }
         }
-        g.template_ids = HashMap::new();
-        out.push(g);
+        let mut out = Vec::new();
+        for (mut g, raw) in groups {
+            judge(&mut g, raw, rule, &names);
+            // Re-test templates only for the suspects (the runner derives
+            // re-tests from them); every pair's would be a copy of the run.
+            for s in &g.suspects {
+                let (Some(&x), Some(&y)) = (names.ids.get(&s.src), names.ids.get(&s.dst)) else {
+                    continue;
+                };
+                let Some(&ci) = g.template_ids.get(&(x, y)) else {
+                    continue;
+                };
+                if let Some(c) = store.cell(run_id, &cell_ids[ci as usize])? {
+                    g.templates.insert((s.src.clone(), s.dst.clone()), c.spec);
+                }
+            }
+            g.template_ids = HashMap::new();
+            out.push(g);
+        }
+        // Groups in (path, dims) order.
+        out.sort_by(|x, y| (&x.path, x.dims.to_string()).cmp(&(&y.path, y.dims.to_string())));
+        Ok(MeshAnalysis {
+            run_id,
+            test,
+            rule: rule.kind,
+            bw_fraction: rule.bw_fraction,
+            lat_factor: rule.lat_factor,
+            groups: out,
+            stale_cells,
+        })
     }
-    // Groups in (path, dims) order.
-    out.sort_by(|x, y| (&x.path, x.dims.to_string()).cmp(&(&y.path, y.dims.to_string())));
-    Ok(MeshAnalysis {
-        run_id,
-        test: test.to_string(),
-        rule: rule.kind,
-        bw_fraction: rule.bw_fraction,
-        lat_factor: rule.lat_factor,
-        groups: out,
-        stale_cells,
-    })
 }
 
 fn fail(raw: &mut Raw, retest: bool, p: Pair, why: &str) {
