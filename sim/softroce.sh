@@ -46,7 +46,7 @@ MODULES_RECIPE=3
 ROOTFS_PACKAGES=rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod,rdmacm-utils,procps,util-linux,jq,wireguard-tools,iputils-ping
 GUEST_MODULES="virtio_pci virtio_net 9pnet_virtio 9p veth dummy crc32_generic crc32-cryptoapi crc32-pclmul
  rdma_rxe ib_uverbs ib_uverbs_support rdma_ucm ib_umad
- wireguard xfrm_user esp4 xfrm4_tunnel tunnel4 gcm ghash-generic ghash-clmulni-intel aes_generic aesni_intel
+ bridge wireguard xfrm_user esp4 xfrm4_tunnel tunnel4 gcm ghash-generic ghash-clmulni-intel aes_generic aesni_intel
  seqiv echainiv authenc geniv cryptd crypto_simd sch_netem"
 
 log() { printf 'softroce: %s\n' "$*" >&2; }
@@ -90,8 +90,9 @@ Environment:
   FABPERF_SIM_LAT_ITERS  latency iterations per comparison run (default 1000)
   FABPERF_SIM_BW_SECONDS measured seconds per bandwidth comparison run (default 4)
   FABPERF_SIM_COMPARE_ONLY=1  skip the test binaries, only compare with perftest
-  FABPERF_SIM_RAILS_SKEW  most seconds between the rails' rdma-bw starts in a round of the
-                       two-rail plan (default 1)
+  FABPERF_SIM_RAILS_SKEW  most seconds between the rails' starts (rdma-bw) or first pings
+                       (rdma-lat) in a round of the two-rail plans (default 1)
+  FABPERF_SIM_CROSS_RAILS=0  skip the cross-rail plan (rails through a routing spine)
   FABPERF_SIM_EXTRA    a script (path as seen in the guest: the repo and target dir
                        keep their host paths) run once in the first guest after the
                        test binaries; the run fails if it fails
@@ -456,7 +457,7 @@ write_env() {
         for v in $(compgen -e); do
             case $v in
                 FABPERF_SIM_CACHE|FABPERF_BIN) ;;
-                FABPERF_SIM_ROUNDS|FABPERF_SIM_REPEATS|FABPERF_SIM_ROUND_FIRST|FABPERF_SIM_AGENT|FABPERF_SIM_ENFORCE_TARGETS|FABPERF_SIM_LAT_ITERS|FABPERF_SIM_BW_SECONDS|FABPERF_SIM_COMPARE_ONLY|FABPERF_SIM_EXTRA|FABPERF_SIM_RAILS_SKEW) printf 'export %s=%q\n' "$v" "${!v}" ;;
+                FABPERF_SIM_ROUNDS|FABPERF_SIM_REPEATS|FABPERF_SIM_ROUND_FIRST|FABPERF_SIM_AGENT|FABPERF_SIM_ENFORCE_TARGETS|FABPERF_SIM_LAT_ITERS|FABPERF_SIM_BW_SECONDS|FABPERF_SIM_COMPARE_ONLY|FABPERF_SIM_EXTRA|FABPERF_SIM_RAILS_SKEW|FABPERF_SIM_CROSS_RAILS) printf 'export %s=%q\n' "$v" "${!v}" ;;
                 FABPERF_SIM_*) ;;
                 FABPERF_*|RUST_LOG|RUST_BACKTRACE|RUST_TEST_THREADS) printf 'export %s=%q\n' "$v" "${!v}" ;;
             esac

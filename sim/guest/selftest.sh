@@ -9,7 +9,9 @@
 #      finding, clean and under netem loss (two-namespace topology);
 #   1d. sim/guest/rails.sh: `fabperf run` of a two-rail plan (rdma-bw and
 #      rdma-lat, rail i with rail i) through one agent per node serving
-#      both rails, every round checked (two-namespace topology);
+#      both rails, then of a cross-rail plan (rdma-bw, rail i -> rail j) on
+#      two more rails routed through a spine namespace, every round checked
+#      (two-namespace topology);
 #   2. fabperf next to perftest on the same rxe link, FABPERF_SIM_ROUNDS rounds
 #      of FABPERF_SIM_REPEATS runs per tool in mirrored order (A B B A,
 #      which tool is A alternating by round), and a ratio table written to
@@ -87,11 +89,11 @@ fi
 
 # ------------------------------------------------------------ 1d. rails
 # Both rails of the two nodes (rxe0<->rxe1, rxe2<->rxe3, each its own veth
-# pair and subnet) in one plan: every round has a figure per rail, each
-# cell labelled with its rail, the rails started together. Once, in the
-# first guest.
+# pair and subnet) in one plan, then cross rails through a spine: every
+# round has a figure per rail, each cell labelled with its rail, the rails
+# started together. Once, in the first guest.
 if [[ $COMPARE_ONLY != 1 && $FABPERF_SIM_TOPOLOGY == netns ]]; then
-    say "two rails: fabperf run sim/plans/softroce-rails.toml"
+    say "two rails: fabperf run sim/plans/softroce-rails.toml and sim/plans/softroce-cross-rails.toml"
     "$GUEST_DIR/rails.sh" || failed "sim/guest/rails.sh exited with $?"
 fi
 

@@ -329,46 +329,41 @@ pub fn run_bw(
     on_measuring_thread(|| bw_client(addr, cfg, p, &mut |r| r.map(|()| Some(Start::now()))))
 }
 
-/// An `rdma-bw` test set up to its start — device open, buffers
-/// registered, queue pairs connected, receives posted — on its measuring
-/// thread, which waits for [`BwPrepared::run`].
-pub struct BwPrepared {
+/// A test's client set up to its start on its measuring thread, which
+/// waits for the start (or for this being dropped: the test is called off
+/// and the agent told so).
+struct Armed {
     start: std::sync::mpsc::Sender<Start>,
     done: std::sync::mpsc::Receiver<Result<Vec<Record>, RdmaError>>,
 }
 
-/// Set an `rdma-bw` test up against the agent at `addr`, up to the start of
-/// its first size (the later sizes follow at once).
-pub fn prepare_bw(
-    addr: SocketAddr,
-    cfg: &ClientConfig,
-    p: &BwParams,
-) -> Result<BwPrepared, RdmaError> {
+/// Run `client` on a measuring thread of its own up to its start: its
+/// set-up's outcome comes back here (a failure with its own class), then
+/// the thread waits for [`Armed::run`].
+fn arm<F>(client: F) -> Result<Armed, RdmaError>
+where
+    F: FnOnce(&mut ReadyFn<'_>) -> Result<Vec<Record>, RdmaError> + Send + 'static,
+{
     use std::sync::mpsc;
-    p.validate().map_err(RdmaError::BadRequest)?;
-    if p.mem.is_cuda() {
-        crate::gpu::ensure_driver()?;
-    }
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), RdmaError>>();
     let (start_tx, start_rx) = mpsc::channel::<Start>();
     let (done_tx, done_rx) = mpsc::channel();
-    let (cfg, p) = (cfg.clone(), p.clone());
     std::thread::Builder::new()
         .name("fabperf-rdma".into())
         .spawn(move || {
-            // The set-up's outcome goes to `prepare_bw` (a failure with its
-            // own class); then the start is awaited (none: called off).
+            // The set-up's outcome goes to `arm`'s caller (a failure with
+            // its own class); then the start is awaited (none: called off).
             let mut wait = |r: Result<(), RdmaError>| -> Result<Option<Start>, RdmaError> {
                 let ok = r.is_ok();
                 let _ = ready_tx.send(r);
                 Ok(if ok { start_rx.recv().ok() } else { None })
             };
-            let r = bw_client(addr, &cfg, &p, &mut wait);
+            let r = client(&mut wait);
             let _ = done_tx.send(r);
         })
         .map_err(|e| RdmaError::Setup(format!("cannot start the measuring thread: {e}")))?;
     match ready_rx.recv() {
-        Ok(Ok(())) => Ok(BwPrepared {
+        Ok(Ok(())) => Ok(Armed {
             start: start_tx,
             done: done_rx,
         }),
@@ -379,16 +374,43 @@ pub fn prepare_bw(
     }
 }
 
-impl BwPrepared {
-    /// Start at `start` (the agent's sending side too, with `--bidir`),
-    /// measure every size, and build the records.
-    pub fn run(self, start: Start) -> Result<Vec<Record>, RdmaError> {
+impl Armed {
+    fn run(self, start: Start) -> Result<Vec<Record>, RdmaError> {
         self.start
             .send(start)
             .map_err(|_| RdmaError::Setup("the measuring thread ended before the start".into()))?;
         self.done
             .recv()
             .unwrap_or_else(|_| Err(RdmaError::Setup("the measuring thread ended".into())))
+    }
+}
+
+/// An `rdma-bw` test set up to its start — device open, buffers
+/// registered, queue pairs connected, receives posted — on its measuring
+/// thread, which waits for [`BwPrepared::run`]. Dropped without a run, the
+/// test is called off: the agent is told so and the endpoint torn down.
+pub struct BwPrepared(Armed);
+
+/// Set an `rdma-bw` test up against the agent at `addr`, up to the start of
+/// its first size (the later sizes follow at once).
+pub fn prepare_bw(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &BwParams,
+) -> Result<BwPrepared, RdmaError> {
+    p.validate().map_err(RdmaError::BadRequest)?;
+    if p.mem.is_cuda() {
+        crate::gpu::ensure_driver()?;
+    }
+    let (cfg, p) = (cfg.clone(), p.clone());
+    arm(move |ready| bw_client(addr, &cfg, &p, ready)).map(BwPrepared)
+}
+
+impl BwPrepared {
+    /// Start at `start` (the agent's sending side too, with `--bidir`),
+    /// measure every size, and build the records.
+    pub fn run(self, start: Start) -> Result<Vec<Record>, RdmaError> {
+        self.0.run(start)
     }
 }
 
@@ -731,14 +753,72 @@ pub fn run_lat(
     if p.mem.is_cuda() {
         crate::gpu::ensure_driver()?;
     }
-    on_measuring_thread(|| lat_client(addr, cfg, p))
+    on_measuring_thread(|| lat_client(addr, cfg, p, &mut |r| r.map(|()| Some(Start::now()))))
 }
 
+/// An `rdma-lat` test set up to its start — device open, buffers
+/// registered, the queue pair connected, receives posted — on its
+/// measuring thread, which waits for [`LatPrepared::run`]. Dropped without
+/// a run, the test is called off: the agent is told so and the endpoint
+/// torn down.
+pub struct LatPrepared(Armed);
+
+/// Set an `rdma-lat` test up against the agent at `addr`, up to the first
+/// ping of its first size (the later sizes follow at once).
+pub fn prepare_lat(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    p: &LatParams,
+) -> Result<LatPrepared, RdmaError> {
+    p.validate().map_err(RdmaError::BadRequest)?;
+    if p.mem.is_cuda() {
+        crate::gpu::ensure_driver()?;
+    }
+    let (cfg, p) = (cfg.clone(), p.clone());
+    arm(move |ready| lat_client(addr, &cfg, &p, ready)).map(LatPrepared)
+}
+
+impl LatPrepared {
+    /// Send the first ping at `start`, measure every size, and build the
+    /// records.
+    pub fn run(self, start: Start) -> Result<Vec<Record>, RdmaError> {
+        self.0.run(start)
+    }
+}
+
+/// The client: set up, hand the outcome to `ready`, run from its start.
 fn lat_client(
     addr: SocketAddr,
     cfg: &ClientConfig,
     p: &LatParams,
+    ready: &mut ReadyFn<'_>,
 ) -> Result<Vec<Record>, RdmaError> {
+    let setup = lat_setup(addr, cfg, p);
+    let (mut t, r) = match setup {
+        Ok(t) => (Some(t), Ok(())),
+        Err(e) => (None, Err(e)),
+    };
+    match (ready(r)?, t.take()) {
+        (Some(start), Some(t)) => lat_sizes(t, cfg, p, start),
+        (None, Some(mut t)) => {
+            finish(&mut t.ctl, cfg.timeout);
+            Ok(Vec::new())
+        }
+        (_, None) => Ok(Vec::new()),
+    }
+}
+
+/// A latency client set up to its start.
+struct LatSetup {
+    ep: Endpoint,
+    ctl: Control,
+    acc: AcceptInfo,
+    here: Here,
+    pollers: Pollers,
+    _cm: Option<CmLink>,
+}
+
+fn lat_setup(addr: SocketAddr, cfg: &ClientConfig, p: &LatParams) -> Result<LatSetup, RdmaError> {
     let dev = client_device(p.device.as_deref(), p.ib_port, p.gid_index, addr)?;
     let pollers = Pollers::resolve(p.poll_priority, dev.software);
     let rx_depth = if p.op == Op::Send { LAT_RX_DEPTH } else { 0 };
@@ -764,7 +844,7 @@ fn lat_client(
         pin_errors: pinned.error.iter().cloned().collect(),
     };
     let params = serde_json::to_value(p).map_err(|e| RdmaError::Setup(e.to_string()))?;
-    let (mut ctl, acc, _cm) = start(
+    let (mut ctl, acc, cm) = start(
         addr,
         cfg,
         "rdma-lat",
@@ -777,7 +857,33 @@ fn lat_client(
     if rx_depth > 0 {
         ep.post_recvs(0, rx_depth).map_err(|e| fail(&mut ctl, e))?;
     }
+    Ok(LatSetup {
+        ep,
+        ctl,
+        acc,
+        here,
+        pollers,
+        _cm: cm,
+    })
+}
+
+/// Every size, the first from `start` (the later ones at once).
+fn lat_sizes(
+    t: LatSetup,
+    cfg: &ClientConfig,
+    p: &LatParams,
+    start: Start,
+) -> Result<Vec<Record>, RdmaError> {
+    let LatSetup {
+        mut ep,
+        mut ctl,
+        acc,
+        here,
+        pollers,
+        _cm,
+    } = t;
     let mut out = Vec::new();
+    let mut start = Some(start);
     for &size in &p.sizes {
         let r = lat_one(
             &mut ctl,
@@ -788,6 +894,7 @@ fn lat_client(
             cfg.timeout,
             pollers.idle,
             &here,
+            start.take(),
         )
         .map_err(|e| fail(&mut ctl, e))?;
         out.push(r);
@@ -812,13 +919,22 @@ fn lat_one(
     timeout: Duration,
     idle: bool,
     here: &Here,
+    start: Option<Start>,
 ) -> Result<Record, RdmaError> {
     ep.dst
         .fill_range(0, size as usize, 0)
         .map_err(RdmaError::Setup)?;
+    // A start of its own (the common start of concurrent tests, or now):
+    // the delay goes to the agent, which re-arms its clock for it. Its
+    // responder answers from its go-ahead on, so the first ping waits for
+    // nothing there; a latency test records no progress over time.
+    let delay = start
+        .map(|s| fabperf_proto::start::check_delay(s.delay_s()))
+        .transpose()
+        .map_err(RdmaError::BadRequest)?;
     ctl.send_test(&Step::Go {
         size,
-        start_in_s: None,
+        start_in_s: delay,
         progress: false,
     })?;
     expect_step(ctl, timeout, "the agent's go-ahead", "go_ack")?;
@@ -835,6 +951,7 @@ fn lat_one(
         duration: p.duration.map(Duration::from_secs_f64),
         inline: p.op != Op::Read && size <= ep.max_inline as u64 && ep.max_inline > 0,
         tx_depth: LAT_TX_DEPTH,
+        start_at: start.map(|s| s.at),
     };
     let o = with_peer(ctl, timeout, idle, |beat| {
         lat_initiator(ep, plan, beat, timeout, Some(&here.setup))

@@ -44,7 +44,7 @@ mod sys;
 mod verbs;
 
 pub use agent::{kinds, AgentRdmaOpts};
-pub use client::{prepare_bw, run_bw, run_lat, BwPrepared};
+pub use client::{prepare_bw, prepare_lat, run_bw, run_lat, BwPrepared, LatPrepared};
 pub use error::{RdmaError, RdmaUnavailable};
 pub use gpu::{GpuReg, GpuSel, MemSpec};
 pub use prio::PollPriority;

@@ -232,6 +232,7 @@ pub fn run_client(
 enum Prepared {
     TcpBw(Box<fabperf_sock::TcpBwPrepared>),
     RdmaBw(Box<fabperf_rdma::BwPrepared>),
+    RdmaLat(Box<fabperf_rdma::LatPrepared>),
     /// A kind without a separate set-up: the whole client runs at the start.
     Whole,
 }
@@ -250,6 +251,9 @@ fn prepare(
         Kind::RdmaBw => fabperf_rdma::prepare_bw(target, cfg, &decode(params)?)
             .map(|p| Prepared::RdmaBw(Box::new(p)))
             .map_err(|e| (rdma_code(&e), e.to_string())),
+        Kind::RdmaLat => fabperf_rdma::prepare_lat(target, cfg, &decode(params)?)
+            .map(|p| Prepared::RdmaLat(Box::new(p)))
+            .map_err(|e| (rdma_code(&e), e.to_string())),
         _ => Ok(Prepared::Whole),
     }
 }
@@ -267,6 +271,7 @@ impl Prepared {
         match self {
             Prepared::TcpBw(p) => p.run(start).map_err(|e| (sock_code(&e), e.to_string())),
             Prepared::RdmaBw(p) => p.run(start).map_err(|e| (rdma_code(&e), e.to_string())),
+            Prepared::RdmaLat(p) => p.run(start).map_err(|e| (rdma_code(&e), e.to_string())),
             Prepared::Whole => {
                 start.wait();
                 retry_busy(retry, || run_client(kind, target, cfg, params))
@@ -492,6 +497,42 @@ mod tests {
         });
         assert!(r.is_ok());
         assert_eq!(n, 3);
+    }
+
+    /// Both RDMA kinds are set up before the start (their own `Prepared`
+    /// arm); a bad request fails the set-up with its class, before any
+    /// device or connection, and a kind without a separate set-up waits
+    /// for the start whole.
+    #[test]
+    fn rdma_kinds_are_prepared_and_bad_requests_keep_their_class() {
+        let cfg = ClientConfig {
+            token: None,
+            timeout: Duration::from_secs(1),
+            group: None,
+        };
+        // Nothing listens there: only a request refused before connecting
+        // can come back from it.
+        let nowhere: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        for kind in [Kind::RdmaBw, Kind::RdmaLat] {
+            for (params, want) in [
+                (serde_json::json!({"sizes": [0]}), "outside"),
+                (serde_json::json!({"iterations": 0}), "at least 1"),
+                (serde_json::json!({"sizes": [2], "sl": 16}), "--sl 16"),
+            ] {
+                match prepare(kind, nowhere, &cfg, &params) {
+                    Err((ErrorCode::BadRequest, m)) => {
+                        assert!(m.contains(want), "{kind:?} {params}: {m}")
+                    }
+                    Err(e) => panic!("{kind:?} {params}: {e:?}"),
+                    Ok(_) => panic!("{kind:?} {params}: prepared"),
+                }
+            }
+            // Parameters that do not decode are a bad request too.
+            let e = prepare(kind, nowhere, &cfg, &serde_json::json!({"sizes": "x"}));
+            assert!(matches!(e, Err((ErrorCode::BadRequest, _))), "{kind:?}");
+        }
+        let whole = prepare(Kind::TcpLat, nowhere, &cfg, &serde_json::json!({}));
+        assert!(matches!(whole, Ok(Prepared::Whole)));
     }
 
     #[test]

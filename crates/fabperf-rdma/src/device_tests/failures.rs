@@ -1,6 +1,7 @@
 //! What goes wrong, and how it is told: bad requests and the agent's
 //! limits, GPU memory without a GPU, a client that dies and an agent that
-//! freezes mid-test, a remote access error, the memlock limit, rdma_cm to
+//! freezes mid-test, a prepared test called off or whose agent went away
+//! before its start, a remote access error, the memlock limit, rdma_cm to
 //! a port nobody listens on; and a clean teardown that reports nothing.
 
 use super::*;
@@ -482,4 +483,127 @@ fn rdma_cm_to_a_port_nobody_listens_on_fails_fast_with_the_reason() {
             && (e.contains("Rejected") || e.contains("did not answer") || e.contains("no ")),
         "{e}"
     );
+}
+
+/// An agent kind that sets a test up (its QP connected) and then, before
+/// the client's first step, goes away: it fails and closes the connection
+/// (`freeze` false), or destroys its QP and stops answering with the
+/// connection open, like a host that froze.
+struct GoneAfterSetup {
+    name: &'static str,
+    dev: String,
+    freeze: bool,
+    release: Mutex<mpsc::Receiver<()>>,
+}
+
+impl TestKind for GoneAfterSetup {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
+        let req: Request<serde_json::Value> = serde_json::from_value(params).unwrap();
+        let d = open_device(Some(&self.dev), None, None, None, None).unwrap();
+        let mut ep = Endpoint::new(
+            d,
+            EpConfig {
+                qps: req.client.qps.len() as u32,
+                slot: 65536,
+                tx_depth: 64,
+                rx_depth: 64,
+                inline: 0,
+                sl: 0,
+                tclass: 0,
+            },
+        )
+        .unwrap();
+        let mtu = path_mtu(ep.dev.port.active_mtu, req.client.active_mtu, None).unwrap();
+        ep.connect(&req.client, mtu).unwrap();
+        let info = serde_json::to_value(AcceptInfo {
+            agent: ep.info(),
+            path_mtu: mtu,
+            poll_idle: false,
+            poll_warning: None,
+        })
+        .unwrap();
+        ctx.ctl.send(&fabperf_proto::Msg::Accept { info })?;
+        drop(ep);
+        if self.freeze {
+            let _ = self
+                .release
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(60));
+        }
+        Err(ServeError::failed("the agent went away after the set-up"))
+    }
+}
+
+/// Between a prepared test's set-up and its start: called off (dropped),
+/// the agent is told and serves the next test; an agent that went away
+/// meanwhile (failed, or frozen with the connection open) makes the run
+/// fail with the reason, within the timeout, never hang.
+#[test]
+#[ignore = "needs an RDMA device (run in the soft-RoCE guest)"]
+fn prepared_test_called_off_or_whose_agent_went_away() {
+    use crate::{prepare_bw, prepare_lat};
+    use fabperf_proto::Start;
+    let dev = device();
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let a = agent(&dev, limits());
+    drop(prepare_lat(a.addr(), &cfg(), &lat(&dev, Op::Send)).unwrap());
+    eventually_serves(a.addr(), &dev);
+    drop(prepare_bw(a.addr(), &cfg(), &bw(&dev, Op::Write)).unwrap());
+    eventually_serves(a.addr(), &dev);
+    for (name, freeze) in [
+        ("rdma-lat", false),
+        ("rdma-lat", true),
+        ("rdma-bw", false),
+        ("rdma-bw", true),
+    ] {
+        let (tx, rx) = mpsc::channel();
+        let gone = agent_with(
+            vec![Box::new(GoneAfterSetup {
+                name,
+                dev: peer_device(&dev),
+                freeze,
+                release: Mutex::new(rx),
+            })],
+            limits(),
+        );
+        let t = Instant::now();
+        let r = if name == "rdma-lat" {
+            prepare_lat(gone.addr(), &cfg(), &lat(&dev, Op::Send))
+                .and_then(|p| p.run(Start::after(0.2, true)))
+        } else {
+            prepare_bw(gone.addr(), &cfg(), &bw(&dev, Op::Write))
+                .and_then(|p| p.run(Start::after(0.2, true)))
+        };
+        let e = match r {
+            Ok(recs) => panic!("{name} (freeze {freeze}): records from a gone agent: {recs:?}"),
+            Err(e) => e,
+        };
+        let m = e.to_string();
+        assert!(
+            t.elapsed() < TIMEOUT * 2 + Duration::from_secs(10),
+            "{name} (freeze {freeze}): {m} after {:?}",
+            t.elapsed()
+        );
+        if freeze {
+            assert!(
+                matches!(
+                    e,
+                    RdmaError::Proto(fabperf_proto::ProtoError::Timeout { .. })
+                ),
+                "{name} (freeze): {m}"
+            );
+        } else {
+            // The agent's reason, or (its frame not read) the closed connection.
+            let lost = matches!(e, RdmaError::Proto(ref p) if p.is_connection_lost());
+            assert!(
+                m.contains("went away after the set-up") || lost,
+                "{name}: {m}"
+            );
+        }
+        let _ = tx.send(());
+    }
 }

@@ -352,3 +352,56 @@ fn pollers_run_idle_on_software_devices_and_leave_the_caller_alone() {
     // The client measures on a thread of its own: this one is untouched.
     assert_eq!(thread_sched_policy().unwrap(), before);
 }
+
+/// A prepared test (`prepare_bw`, `prepare_lat`: device, buffers and queue
+/// pairs set up before the start, as the runner's concurrent flows and
+/// rails are) sends its first request or ping at the start it is given,
+/// not when it was prepared, and measures as a test run at once does.
+#[test]
+#[ignore = "needs an RDMA device (run in the soft-RoCE guest)"]
+fn prepared_tests_start_at_the_given_instant() {
+    use fabperf_proto::Start;
+    use fabperf_results::WallClock;
+    let dev = device();
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let a = agent(&dev, limits());
+    // The first request or ping at the start (not before; late by at most
+    // a loaded guest's wake-up).
+    let on_time = |what: &str, recs: &[Record], want: f64| {
+        consistent(recs);
+        let i = recs[0].interval.as_ref().expect("the measured interval");
+        let sent = i.sent_from_s.expect("when the first request went out");
+        assert!(
+            sent >= want - 0.002,
+            "{what}: started {:.3} s early",
+            want - sent
+        );
+        assert!(
+            sent < want + 1.0,
+            "{what}: started {:.3} s late",
+            sent - want
+        );
+        assert!(sent <= i.start_s && i.start_s <= i.end_s, "{what}: {i:?}");
+    };
+    for op in [Op::Send, Op::Write, Op::Read] {
+        let prepared = crate::prepare_lat(a.addr(), &cfg(), &lat(&dev, op))
+            .unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        // Set up and waiting: the start is the caller's to give.
+        std::thread::sleep(Duration::from_millis(300));
+        let start = Start::after(0.5, true);
+        let want = WallClock::now().unix(start.at);
+        let recs = prepared
+            .run(start)
+            .unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].lat_us.as_ref().unwrap().samples, 200, "{op:?}");
+        on_time(&format!("rdma-lat {op:?}"), &recs, want);
+    }
+    let prepared = crate::prepare_bw(a.addr(), &cfg(), &bw(&dev, Op::Write)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Start::after(0.5, true);
+    let want = WallClock::now().unix(start.at);
+    let recs = prepared.run(start).unwrap();
+    assert!(recs[0].bw_gbps.is_some_and(|g| g > 0.0), "{:?}", recs[0]);
+    on_time("rdma-bw write", &recs, want);
+}

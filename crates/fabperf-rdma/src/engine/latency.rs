@@ -27,6 +27,10 @@ pub(crate) struct LatPlan {
     pub duration: Option<Duration>,
     pub inline: bool,
     pub tx_depth: u32,
+    /// Send the first ping at this instant (the common start of concurrent
+    /// tests, such as the rails of a run): after the counters' snapshot,
+    /// which can take a while.
+    pub start_at: Option<Instant>,
 }
 
 pub(crate) struct LatOutcome {
@@ -96,6 +100,12 @@ pub(crate) fn lat_initiator(
     let mut idle = Idle::default();
     // Read before the clock starts: the counters' snapshot is not inside the interval.
     let mut host = meter(setup);
+    if let Some(at) = p.start_at {
+        let left = at.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            std::thread::sleep(left);
+        }
+    }
     let start = Instant::now();
     let clock = WallClock::now();
     let mut measuring = match p.duration {
