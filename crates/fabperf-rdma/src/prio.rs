@@ -154,6 +154,24 @@ impl Drop for IdleGuard {
     }
 }
 
+/// Sleep until `at` (a test's common start) at the normal policy when the
+/// calling thread runs at SCHED_IDLE and the kernel lets it back (as
+/// [`IdleGuard`] does on drop), then go back to SCHED_IDLE: an idle thread
+/// that wakes on a busy machine runs only when nothing else wants a CPU,
+/// so its start would slip by as long as the others keep it busy.
+pub(crate) fn sleep_until(at: std::time::Instant) {
+    let left = at.saturating_duration_since(std::time::Instant::now());
+    if left.is_zero() {
+        return;
+    }
+    let was_idle = sys::thread_sched_policy().is_ok_and(|p| p.is_idle());
+    let normal = was_idle && sys::set_thread_sched_policy(sys::SCHED_OTHER).is_ok();
+    std::thread::sleep(at.saturating_duration_since(std::time::Instant::now()));
+    if normal {
+        let _ = sys::set_thread_sched_policy(sys::SCHED_IDLE);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +191,35 @@ mod tests {
             .parse::<PollPriority>()
             .unwrap_err()
             .contains("auto, normal or idle"));
+    }
+
+    /// The wait for a common start runs at the normal policy (where the
+    /// kernel allows going back, as for root), the test after it idle again.
+    #[test]
+    fn the_wait_for_the_start_is_not_idle() {
+        let root = sys::is_root();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sleeper = std::thread::spawn(move || {
+            let _g = IdleGuard::enter(true);
+            // SAFETY: gettid has no arguments and cannot fail.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            let at = std::time::Instant::now() + std::time::Duration::from_millis(400);
+            sleep_until(at);
+            assert!(std::time::Instant::now() >= at);
+            sys::thread_sched_policy().unwrap().is_idle()
+        });
+        let tid = rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        // SAFETY: reads another thread's policy by its id; no memory is passed.
+        let during = unsafe { libc::sched_getscheduler(tid) };
+        assert!(sleeper.join().unwrap(), "idle again after the wait");
+        if root {
+            assert_eq!(
+                during,
+                libc::SCHED_OTHER,
+                "the wait runs at the normal policy"
+            );
+        }
     }
 
     #[test]

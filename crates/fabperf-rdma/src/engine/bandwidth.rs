@@ -245,10 +245,7 @@ pub(crate) fn bw_side(
     // Read before the clock starts: the counters' snapshot is not inside the interval.
     let mut host = meter(setup);
     if let Some(at) = plan.and_then(|p| p.start_at) {
-        let left = at.saturating_duration_since(Instant::now());
-        if !left.is_zero() {
-            std::thread::sleep(left);
-        }
+        crate::prio::sleep_until(at);
     }
     let start = Instant::now();
     let clock = WallClock::now();

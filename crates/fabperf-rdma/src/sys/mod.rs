@@ -871,6 +871,12 @@ pub fn set_thread_sched_policy(p: SchedPolicy) -> std::io::Result<()> {
     Ok(())
 }
 
+/// SCHED_OTHER: the normal time-sharing policy.
+pub const SCHED_OTHER: SchedPolicy = SchedPolicy {
+    policy: libc::SCHED_OTHER,
+    priority: 0,
+};
+
 /// SCHED_IDLE: run only when no normal task wants this CPU.
 pub const SCHED_IDLE: SchedPolicy = SchedPolicy {
     policy: libc::SCHED_IDLE,
