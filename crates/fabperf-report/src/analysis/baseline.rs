@@ -3,7 +3,9 @@
 
 use super::dims::{dim_is, dims_without};
 use super::report::{Delta, Family, Report, Row};
+use crate::data::ReportError;
 use crate::stats;
+use fabperf_results::dims::text as dim_str;
 use std::collections::BTreeSet;
 
 /// A baseline given as `KEY=VALUE` (a plan dimension and one of its
@@ -177,4 +179,117 @@ pub(super) fn delta(r: &Row, b: &Row) -> Delta {
         }
     }
     d
+}
+
+/// A baseline that names nothing measured: an error when `--baseline`
+/// gave it (`from_flag`), else a note (the plan's), and then no
+/// differences are computed.
+pub(super) fn check_measured(
+    rows: &[Row],
+    baseline: Option<&str>,
+    paths_seen: &[String],
+    run_id: i64,
+    from_flag: bool,
+    notes: &mut Vec<String>,
+) -> Result<(), ReportError> {
+    let by_dim = baseline.and_then(dim_baseline);
+    if let Some((key, val)) = by_dim {
+        if !rows.iter().any(|r| dim_is(&r.dims, key, val)) {
+            let mut seen: Vec<String> = rows.iter().filter_map(|r| dim_str(&r.dims, key)).collect();
+            seen.sort();
+            seen.dedup();
+            let msg = format!(
+                "no cell of run {} has {key} = {val}; values measured: {}",
+                run_id,
+                if seen.is_empty() {
+                    "none (no such dimension in this run)".to_string()
+                } else {
+                    seen.join(", ")
+                }
+            );
+            if from_flag {
+                return Err(ReportError::Usage(format!(
+                    "{msg}; give --baseline a path or KEY=VALUE of a measured dimension"
+                )));
+            }
+            notes.push(format!("{msg}; no differences are computed"));
+        }
+    } else if let Some(b) = baseline {
+        if !paths_seen.iter().any(|p| p == b) {
+            let msg = format!(
+                "the baseline path {b:?} has no measurement in run {}; paths measured: {}",
+                run_id,
+                if paths_seen.is_empty() {
+                    "none".to_string()
+                } else {
+                    paths_seen.join(", ")
+                }
+            );
+            if from_flag {
+                return Err(ReportError::Usage(format!(
+                    "{msg}; give one of them to --baseline"
+                )));
+            }
+            notes.push(format!("{msg}; no differences are computed"));
+        }
+    }
+    Ok(())
+}
+
+/// Each row's difference to its counterpart under the baseline `b` (a
+/// path, or `KEY=VALUE`), and in its warnings why it has none or is
+/// compared with an unlike row (`unlike_ok`: `--compare-unlike`).
+pub(super) fn set_differences(report: &mut Report, b: &str, unlike_ok: bool) {
+    let by_dim = dim_baseline(b);
+    let deltas: Vec<(Option<Delta>, Option<String>)> = report
+        .rows
+        .iter()
+        .map(|r| match by_dim {
+            Some((key, val)) => {
+                if dim_is(&r.dims, key, val) {
+                    return (None, None);
+                }
+                let Some(base) = report.counterpart_dim(r, key, val) else {
+                    return (None, None);
+                };
+                let mut d = delta(r, base);
+                d.path = b.to_string();
+                (Some(d), None)
+            }
+            None => {
+                if r.path == b {
+                    return (None, None);
+                }
+                match report.matching(r, b, true) {
+                    Some((base, unlike)) if unlike.is_empty() => (Some(delta(r, base)), None),
+                    Some((base, unlike)) if unlike_ok => {
+                        let why = format!(
+                            "compared with an unlike row on {b} ({}; --compare-unlike): the \
+                             difference mixes the path with that",
+                            unlike.join(", ")
+                        );
+                        let mut d = delta(r, base);
+                        d.unlike = unlike;
+                        // An unlike difference is shown, never judged.
+                        d.within_noise = None;
+                        d.welch = None;
+                        (Some(d), Some(why))
+                    }
+                    Some((_, unlike)) => (
+                        None,
+                        Some(format!(
+                            "no like row on {b} to compare with (the closest differs: {}); \
+                             --compare-unlike shows that difference, marked",
+                            unlike.join(", ")
+                        )),
+                    ),
+                    None => (None, None),
+                }
+            }
+        })
+        .collect();
+    for (r, (d, why)) in report.rows.iter_mut().zip(deltas) {
+        r.base = d;
+        r.warnings.extend(why);
+    }
 }

@@ -3,19 +3,16 @@
 //! the rows, the baseline differences and the verdicts.
 
 use super::accumulate::Acc;
-use super::baseline::{delta, dim_baseline};
-use super::dims::dim_is;
-use super::multi::add_multi;
-use super::report::{Delta, FailedCell, Family, Report, Row, RunMeta};
-use super::rows::{row_of, GroupKey};
+use super::baseline::{check_measured, set_differences};
+use super::multi::{add_multi, number_cuts};
+use super::report::{FailedCell, Family, Report, RunMeta};
+use super::rows::{row_of, sort_rows, GroupKey};
 use super::single::add_single;
 use super::verdicts::verdicts;
 use crate::data::{load_head, ReportError, RunData, Sample};
 use crate::flows;
-use fabperf_results::dims::text as dim_str;
 use fabperf_run::summary;
 use fabperf_store::{CellRow, CellState, Store};
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Options of a report.
@@ -162,38 +159,7 @@ pub(super) fn assemble(
         );
     }
     drop(multis);
-    // Number the cuts of each bisection test: the same flows are one cut.
-    let mut cuts: Vec<(String, String, String, String)> = Vec::new();
-    for b in &mut bisections {
-        let mut f: Vec<String> = b
-            .cell_flows
-            .iter()
-            .map(|(a, c)| format!("{a}→{c}"))
-            .collect();
-        f.sort();
-        let key = (
-            b.test.clone(),
-            b.path.clone(),
-            b.dims.to_string(),
-            f.join(", "),
-        );
-        let same =
-            |k: &(String, String, String, String)| k.0 == key.0 && k.1 == key.1 && k.2 == key.2;
-        b.cut = match cuts.iter().position(|k| *k == key) {
-            Some(_) => {
-                cuts.iter()
-                    .filter(|k| same(k))
-                    .position(|k| *k == key)
-                    .unwrap_or(0)
-                    + 1
-            }
-            None => {
-                let n = cuts.iter().filter(|k| same(k)).count() + 1;
-                cuts.push(key);
-                n
-            }
-        };
-    }
+    number_cuts(&mut bisections);
     if !unknown_kinds.is_empty() {
         notes.push(format!(
             "cells of test kinds this report does not know are left out: {}",
@@ -204,8 +170,6 @@ pub(super) fn assemble(
     for ((_, _, _, scope_key, first, _), (cell, acc)) in groups {
         rows.push(row_of(data, &cell, scope_key, first, acc));
     }
-    // Within a test: sizes ascending, then the other dims, paths in the
-    // order first seen, baseline first.
     let baseline_from = if opts.baseline.is_some() {
         Some("--baseline")
     } else if data.plan_baseline.is_some() {
@@ -223,95 +187,15 @@ pub(super) fn assemble(
         }
         v
     };
-    let by_dim = baseline.as_deref().and_then(dim_baseline);
-    if let Some((key, val)) = by_dim {
-        if !rows.iter().any(|r| dim_is(&r.dims, key, val)) {
-            let mut seen: Vec<String> = rows.iter().filter_map(|r| dim_str(&r.dims, key)).collect();
-            seen.sort();
-            seen.dedup();
-            let msg = format!(
-                "no cell of run {} has {key} = {val}; values measured: {}",
-                data.run.id,
-                if seen.is_empty() {
-                    "none (no such dimension in this run)".to_string()
-                } else {
-                    seen.join(", ")
-                }
-            );
-            if opts.baseline.is_some() {
-                return Err(ReportError::Usage(format!(
-                    "{msg}; give --baseline a path or KEY=VALUE of a measured dimension"
-                )));
-            }
-            notes.push(format!("{msg}; no differences are computed"));
-        }
-    } else if let Some(b) = &baseline {
-        if !paths_seen.contains(b) {
-            let msg = format!(
-                "the baseline path {b:?} has no measurement in run {}; paths measured: {}",
-                data.run.id,
-                if paths_seen.is_empty() {
-                    "none".to_string()
-                } else {
-                    paths_seen.join(", ")
-                }
-            );
-            if opts.baseline.is_some() {
-                return Err(ReportError::Usage(format!(
-                    "{msg}; give one of them to --baseline"
-                )));
-            }
-            notes.push(format!("{msg}; no differences are computed"));
-        }
-    }
-    let path_rank = |p: &str| {
-        if Some(p) == baseline.as_deref() {
-            0
-        } else {
-            1 + paths_seen.iter().position(|x| x == p).unwrap_or(0)
-        }
-    };
-    let test_rank: BTreeMap<String, usize> = order;
-    // Under a KEY=VALUE baseline its rows come first, then the others in
-    // the order of their dimension's values (numerically where they are
-    // numbers: 0, 50, 100, 200 rules).
-    let variant_rank = |r: &Row| {
-        let first = by_dim.is_some_and(|(k, v)| dim_is(&r.dims, k, v));
-        let key = by_dim.map(|(k, _)| k);
-        let num = key
-            .and_then(|k| r.dims.get(k))
-            .and_then(Value::as_f64)
-            .map(|x| (x * 1000.0) as i64);
-        (!first, num, r.variant.clone())
-    };
-    rows.sort_by(|a, b| {
-        (
-            a.family,
-            test_rank.get(&a.test),
-            a.size,
-            a.op.clone(),
-            a.streams,
-            a.direction.clone(),
-            a.rate.clone(),
-            a.mtu,
-            a.scope_key.clone(),
-            path_rank(&a.path),
-            variant_rank(a),
-        )
-            .cmp(&(
-                b.family,
-                test_rank.get(&b.test),
-                b.size,
-                b.op.clone(),
-                b.streams,
-                b.direction.clone(),
-                b.rate.clone(),
-                b.mtu,
-                b.scope_key.clone(),
-                path_rank(&b.path),
-                variant_rank(b),
-            ))
-    });
+    check_measured(
+        &rows,
+        baseline.as_deref(),
+        &paths_seen,
+        data.run.id,
+        opts.baseline.is_some(),
+        &mut notes,
+    )?;
+    sort_rows(&mut rows, &order, baseline.as_deref(), &paths_seen);
     let description = toml::from_str::<toml::Value>(&data.run.plan_text)
         .ok()
         .and_then(|v| v.get("description")?.as_str().map(str::to_string));
@@ -342,57 +226,7 @@ pub(super) fn assemble(
         gates: Vec::new(),
     };
     if let Some(b) = &baseline {
-        let deltas: Vec<(Option<Delta>, Option<String>)> = report
-            .rows
-            .iter()
-            .map(|r| match by_dim {
-                Some((key, val)) => {
-                    if dim_is(&r.dims, key, val) {
-                        return (None, None);
-                    }
-                    let Some(base) = report.counterpart_dim(r, key, val) else {
-                        return (None, None);
-                    };
-                    let mut d = delta(r, base);
-                    d.path = b.clone();
-                    (Some(d), None)
-                }
-                None => {
-                    if &r.path == b {
-                        return (None, None);
-                    }
-                    match report.matching(r, b, true) {
-                        Some((base, unlike)) if unlike.is_empty() => (Some(delta(r, base)), None),
-                        Some((base, unlike)) if opts.unlike => {
-                            let why = format!(
-                                "compared with an unlike row on {b} ({}; --compare-unlike): the \
-                                 difference mixes the path with that",
-                                unlike.join(", ")
-                            );
-                            let mut d = delta(r, base);
-                            d.unlike = unlike;
-                            // An unlike difference is shown, never judged.
-                            d.within_noise = None;
-                            d.welch = None;
-                            (Some(d), Some(why))
-                        }
-                        Some((_, unlike)) => (
-                            None,
-                            Some(format!(
-                                "no like row on {b} to compare with (the closest differs: {}); \
-                                 --compare-unlike shows that difference, marked",
-                                unlike.join(", ")
-                            )),
-                        ),
-                        None => (None, None),
-                    }
-                }
-            })
-            .collect();
-        for (r, (d, why)) in report.rows.iter_mut().zip(deltas) {
-            r.base = d;
-            r.warnings.extend(why);
-        }
+        set_differences(&mut report, b, opts.unlike);
     }
     Ok((report, seen))
 }

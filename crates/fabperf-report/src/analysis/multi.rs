@@ -135,3 +135,38 @@ pub(super) fn add_multi(
         }
     }
 }
+
+/// Number the cuts of each bisection test: the same flows are one cut.
+pub(super) fn number_cuts(bisections: &mut [Bisection]) {
+    let mut cuts: Vec<(String, String, String, String)> = Vec::new();
+    for b in bisections {
+        let mut f: Vec<String> = b
+            .cell_flows
+            .iter()
+            .map(|(a, c)| format!("{a}→{c}"))
+            .collect();
+        f.sort();
+        let key = (
+            b.test.clone(),
+            b.path.clone(),
+            b.dims.to_string(),
+            f.join(", "),
+        );
+        let same =
+            |k: &(String, String, String, String)| k.0 == key.0 && k.1 == key.1 && k.2 == key.2;
+        b.cut = match cuts.iter().position(|k| *k == key) {
+            Some(_) => {
+                cuts.iter()
+                    .filter(|k| same(k))
+                    .position(|k| *k == key)
+                    .unwrap_or(0)
+                    + 1
+            }
+            None => {
+                let n = cuts.iter().filter(|k| same(k)).count() + 1;
+                cuts.push(key);
+                n
+            }
+        };
+    }
+}

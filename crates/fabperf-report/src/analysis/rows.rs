@@ -3,7 +3,8 @@
 //! the warnings in words.
 
 use super::accumulate::{Acc, InstAcc};
-use super::dims::{rate_label, variant_label};
+use super::baseline::dim_baseline;
+use super::dims::{dim_is, rate_label, variant_label};
 use super::format::fmt_num;
 use super::latency::lat_figures;
 use super::ports::{above_port, flows_port, port_finding_text, PortOf};
@@ -13,7 +14,8 @@ use super::report::{
 use crate::data::RunData;
 use crate::stats::{self, Stats};
 use fabperf_store::CellRow;
-use std::collections::HashMap;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
 
 /// Test order, dims, path, pattern instance key, its words, method (mtu).
 pub(super) type GroupKey = (usize, String, String, String, String, String);
@@ -382,4 +384,63 @@ pub(super) fn row_of(
         failed: acc.failed.clone(),
         base: None,
     }
+}
+
+/// The order of the rows: by family and test (in the plan's order), then
+/// within a test sizes ascending, then the other dims, paths in the order
+/// first seen, baseline first.
+pub(super) fn sort_rows(
+    rows: &mut [Row],
+    test_rank: &BTreeMap<String, usize>,
+    baseline: Option<&str>,
+    paths_seen: &[String],
+) {
+    let by_dim = baseline.and_then(dim_baseline);
+    let path_rank = |p: &str| {
+        if Some(p) == baseline {
+            0
+        } else {
+            1 + paths_seen.iter().position(|x| x == p).unwrap_or(0)
+        }
+    };
+    // Under a KEY=VALUE baseline its rows come first, then the others in
+    // the order of their dimension's values (numerically where they are
+    // numbers: 0, 50, 100, 200 rules).
+    let variant_rank = |r: &Row| {
+        let first = by_dim.is_some_and(|(k, v)| dim_is(&r.dims, k, v));
+        let key = by_dim.map(|(k, _)| k);
+        let num = key
+            .and_then(|k| r.dims.get(k))
+            .and_then(Value::as_f64)
+            .map(|x| (x * 1000.0) as i64);
+        (!first, num, r.variant.clone())
+    };
+    rows.sort_by(|a, b| {
+        (
+            a.family,
+            test_rank.get(&a.test),
+            a.size,
+            a.op.clone(),
+            a.streams,
+            a.direction.clone(),
+            a.rate.clone(),
+            a.mtu,
+            a.scope_key.clone(),
+            path_rank(&a.path),
+            variant_rank(a),
+        )
+            .cmp(&(
+                b.family,
+                test_rank.get(&b.test),
+                b.size,
+                b.op.clone(),
+                b.streams,
+                b.direction.clone(),
+                b.rate.clone(),
+                b.mtu,
+                b.scope_key.clone(),
+                path_rank(&b.path),
+                variant_rank(b),
+            ))
+    });
 }
