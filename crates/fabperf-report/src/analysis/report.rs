@@ -143,7 +143,8 @@ pub struct Delta {
     pub within_noise: Option<bool>,
     /// How the baseline row differs from this one (rate, streams, op, MTU,
     /// kind); empty for a like-with-like comparison. Only with
-    /// [`Options::unlike`]: without it an unlike row is never compared.
+    /// [`Options::unlike`](super::Options::unlike): without it an unlike
+    /// row is never compared.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unlike: Vec<String>,
 }
