@@ -26,7 +26,18 @@ pub(super) fn where_(r: &Row) -> String {
     s.trim().to_string()
 }
 
+/// The verdicts: one per path measured, then one per node (every agent
+/// and every node a flow names).
 pub(super) fn verdicts(rep: &Report, data: &RunData, seen: &Seen) -> Vec<Verdict> {
+    let mut out = path_verdicts(rep, seen);
+    out.extend(node_verdicts(rep, data, seen));
+    out
+}
+
+/// Per path: its figures against the baseline (bandwidth, latency, HTTP
+/// load, UDP loss), the path MTU, the share of the port rate, incast and
+/// bisection, the cells that failed, and its nodes' findings.
+fn path_verdicts(rep: &Report, seen: &Seen) -> Vec<Verdict> {
     let mut out = Vec::new();
     let base = rep.baseline.as_deref();
     let doctor: Vec<&FindingView> = rep
@@ -382,7 +393,14 @@ pub(super) fn verdicts(rep: &Report, data: &RunData, seen: &Seen) -> Vec<Verdict
             text: parts.join("; "),
         });
     }
-    // Nodes.
+    out
+}
+
+/// Per node: its findings, what the mesh summary says of it, incast shares
+/// below half the fair one, an unreachable agent, and a port rate or MTU
+/// unlike the rest of its path's nodes.
+fn node_verdicts(rep: &Report, data: &RunData, seen: &Seen) -> Vec<Verdict> {
+    let mut out = Vec::new();
     let mut nodes: BTreeSet<String> = data.agents.iter().map(|a| a.name.clone()).collect();
     nodes.extend(seen.nodes.iter().cloned());
     for n in nodes {
