@@ -6,12 +6,12 @@
 //!
 //! One concern per file: `report` the types a report holds; `build`
 //! the one pass over the run's cells; `rows` the grouping of cells into
-//! rows and a row's figures; `accumulate` what is kept per row while the
-//! cells are read; `single` and `multi` cells of one flow and of
-//! concurrent flows (incast, bisection); `latency` merged histograms;
-//! `ports` port rates; `dims` plan dimensions; `baseline` the row a
-//! row is compared with and the difference; `verdicts` the verdicts in
-//! words; `format` numbers in words.
+//! rows, a row's figures and the order of the rows; `accumulate` what is
+//! kept per row while the cells are read; `single` and `multi` cells of
+//! one flow and of concurrent flows (incast, bisection cuts); `latency`
+//! merged histograms; `ports` port rates; `dims` plan dimensions;
+//! `baseline` the row a row is compared with and the difference;
+//! `verdicts` the verdicts in words; `format` numbers in words.
 
 mod accumulate;
 mod baseline;
