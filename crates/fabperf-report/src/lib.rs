@@ -6,6 +6,9 @@
 //!   %, µs added at p50 and p99 from merged histograms, loss change), the
 //!   share of the port rate, CPU per Gbit/s; incast fairness, bisection
 //!   bandwidth, the mesh matrices; verdicts in words per path and node;
+//!   one file per concern under `analysis/` (`build` the one pass over the
+//!   cells, `rows`, `accumulate`, `single`, `multi`, `latency`, `ports`,
+//!   `dims`, `baseline`, `verdicts`, `format`; `report` the types);
 //! - [`flows`]: concurrent flows (incast, bisection) one direction at a
 //!   time: each direction's aggregate, shares and Jain's index, or why it
 //!   has none;

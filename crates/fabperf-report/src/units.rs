@@ -78,13 +78,6 @@ pub fn size_words(b: u64) -> String {
     fabperf_units::format_size(b, SizeStyle::Words, Multiplier::M)
 }
 
-/// Parse a size such as `64K`, `1M`, `1472` into bytes: the command
-/// line's grammar ([`fabperf_units::parse_size`], docs/units.md), `None`
-/// for what it refuses.
-pub fn parse_size(s: &str) -> Option<u64> {
-    fabperf_units::parse_size(s).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,21 +97,6 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(parse_size("64K"), Some(65536));
-        assert_eq!(parse_size("1M"), Some(1 << 20));
-        assert_eq!(parse_size("1472"), Some(1472));
-        assert_eq!(parse_size("1.5K"), Some(1536));
-        assert_eq!(parse_size("0.3"), None);
-        assert_eq!(parse_size("K"), None);
-        assert_eq!(parse_size("64Q"), None);
-        assert_eq!(parse_size("99999999999999999999999G"), None);
-        // The command line's grammar: its spellings are a gate's too.
-        assert_eq!(parse_size("64 KiB"), Some(65536));
-        assert_eq!(parse_size("64kib"), Some(65536));
-        assert_eq!(parse_size("1e3"), Some(1000));
-        assert_eq!(parse_size("1T"), Some(1 << 40));
-        assert_eq!(parse_size("-1"), None);
-        assert_eq!(parse_size(""), None);
         assert_eq!(size_label(1 << 30), "1G");
         assert_eq!(size_label(8 << 20), "8M");
         assert_eq!(size_label(65536), "64K");

@@ -5,7 +5,7 @@
 use super::error::GateError;
 use super::lexer::{lex, Tok};
 use super::syntax::{Gate, Metric, Reference, Rhs, Selectors, Stat};
-use crate::units::{factor, parse_size, Dim};
+use crate::units::{factor, Dim};
 
 const SELECTORS: &str = "path:, test:, kind:, op:, size:, node:, direction:";
 const METRICS: &str = "tcp-bw, udp-bw, rdma-bw, bw, tcp-lat, udp-lat, rdma-lat, lat, udp-loss, \
@@ -111,7 +111,7 @@ impl P<'_> {
                     if sel.size.is_some() {
                         return Err(self.err(col, "`size:` given twice"));
                     }
-                    sel.size = Some(parse_size(&v).ok_or_else(|| {
+                    sel.size = Some(fabperf_units::parse_size(&v).map_err(|_| {
                         self.err(vcol, format!("`{v}` is not a size (64, 1472, 64K, 1M)"))
                     })?);
                     continue;
@@ -489,6 +489,27 @@ mod tests {
                 assert!(e.col >= 1 && e.col <= s.chars().count() + 1, "{s:?}: {e}");
                 let _ = e.to_string();
             }
+        }
+    }
+
+    #[test]
+    fn size_selectors_take_the_command_lines_sizes() {
+        let size = |s: &str| parse(&format!("size:{s} tcp-bw >= 5")).map(|g| g.selectors.size);
+        for (s, b) in [
+            ("64K", 65536),
+            ("1M", 1 << 20),
+            ("1472", 1472),
+            ("1.5K", 1536),
+            ("64kib", 65536),
+            ("1e3", 1000),
+            ("1T", 1 << 40),
+        ] {
+            assert_eq!(size(s).unwrap(), Some(b), "{s}");
+        }
+        for s in ["0.3", "K", "64Q", "99999999999999999999999G"] {
+            let e = size(s).unwrap_err();
+            assert_eq!(e.col, 6, "{s}");
+            assert!(e.msg.contains("is not a size"), "{s}: {}", e.msg);
         }
     }
 }
