@@ -126,57 +126,25 @@ impl Store {
         run_id: i64,
         cell_id: Option<&str>,
     ) -> Result<Vec<(String, Measurement)>, StoreError> {
-        let mut st = self
-            .conn
-            .prepare(
-                "SELECT m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist FROM measurements m
-                 JOIN cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id
-                 WHERE m.run_id = ?1 AND (?2 IS NULL OR m.cell_id = ?2)
-                 ORDER BY c.seq, m.cell_id, m.id",
-            )
-            .map_err(self.err("reading measurements"))?;
-        let rows = st
-            .query_map(params![run_id, cell_id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Option<String>>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                ))
-            })
-            .map_err(self.err("reading measurements"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (cell, role, src, dst, rec, hist) =
-                row.map_err(self.err("reading measurements"))?;
-            let Some(role) = Role::parse(&role) else {
-                self.skip(format!("run {run_id} cell {cell}: unknown role {role:?}"));
-                continue;
-            };
-            let mut record: Record = match serde_json::from_str(&rec) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.skip(format!("run {run_id} cell {cell}: stored record: {e}"));
-                    continue;
+        Ok(self
+            .stored_rows::<Record>(run_id, cell_id)?
+            .into_iter()
+            .map(|mut r| {
+                // The histogram is stored in its column, not in the record.
+                if r.record.lat_hist.is_none() {
+                    r.record.lat_hist = r.lat_hist;
                 }
-            };
-            // The histogram is stored in its column, not in the record.
-            if record.lat_hist.is_none() {
-                record.lat_hist = hist;
-            }
-            out.push((
-                cell,
-                Measurement {
-                    role,
-                    src,
-                    dst,
-                    record,
-                },
-            ));
-        }
-        Ok(out)
+                (
+                    r.cell_id,
+                    Measurement {
+                        role: r.role,
+                        src: r.src,
+                        dst: r.dst,
+                        record: r.record,
+                    },
+                )
+            })
+            .collect())
     }
 
     /// Every measurement of a run (of one test when `test` is given), one at
@@ -251,17 +219,40 @@ impl Store {
     /// this fabperf version does not model included, so readers tolerate
     /// records from newer writers) and the stored latency histogram.
     pub fn measurements_raw(&self, run_id: i64) -> Result<Vec<RawMeasurement>, StoreError> {
+        Ok(self
+            .stored_rows::<serde_json::Value>(run_id, None)?
+            .into_iter()
+            .map(|r| RawMeasurement {
+                cell_id: r.cell_id,
+                role: r.role,
+                src: r.src,
+                dst: r.dst,
+                record: r.record,
+                json: r.json,
+                lat_hist: r.lat_hist,
+            })
+            .collect())
+    }
+
+    /// The measurements of a run (optionally one cell) in cell order, each
+    /// record read as `T`; rows with an unknown role or a record that does
+    /// not read are skipped and counted.
+    fn stored_rows<T: serde::de::DeserializeOwned>(
+        &self,
+        run_id: i64,
+        cell_id: Option<&str>,
+    ) -> Result<Vec<StoredRow<T>>, StoreError> {
         let mut st = self
             .conn
             .prepare(
                 "SELECT m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist FROM measurements m
                  JOIN cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id
-                 WHERE m.run_id = ?1
+                 WHERE m.run_id = ?1 AND (?2 IS NULL OR m.cell_id = ?2)
                  ORDER BY c.seq, m.cell_id, m.id",
             )
             .map_err(self.err("reading measurements"))?;
         let rows = st
-            .query_map([run_id], |r| {
+            .query_map(params![run_id, cell_id], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, String>(1)?,
@@ -274,7 +265,7 @@ impl Store {
             .map_err(self.err("reading measurements"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (cell_id, role, src, dst, rec, lat_hist) =
+            let (cell_id, role, src, dst, json, lat_hist) =
                 row.map_err(self.err("reading measurements"))?;
             let Some(role) = Role::parse(&role) else {
                 self.skip(format!(
@@ -282,23 +273,34 @@ impl Store {
                 ));
                 continue;
             };
-            let record: serde_json::Value = match serde_json::from_str(&rec) {
+            let record: T = match serde_json::from_str(&json) {
                 Ok(r) => r,
                 Err(e) => {
                     self.skip(format!("run {run_id} cell {cell_id}: stored record: {e}"));
                     continue;
                 }
             };
-            out.push(RawMeasurement {
+            out.push(StoredRow {
                 cell_id,
                 role,
                 src,
                 dst,
                 record,
-                json: rec,
+                json,
                 lat_hist,
             });
         }
         Ok(out)
     }
+}
+
+/// One row of the measurements table, its record read as `T`.
+struct StoredRow<T> {
+    cell_id: String,
+    role: Role,
+    src: Option<String>,
+    dst: Option<String>,
+    record: T,
+    json: String,
+    lat_hist: Option<String>,
 }
