@@ -247,6 +247,46 @@ fn client_that_dies_mid_test_does_not_hang_the_agent() {
     }
 }
 
+/// A fake agent's side of a set-up: an endpoint of `qps` QPs on `dev`
+/// (`recvs` receives posted on QP 0 first), connected to the client's, and
+/// the `Accept` sent; the endpoint is the caller's to keep or drop.
+fn accept_connected(
+    ctx: &mut ServeCtx<'_>,
+    dev: &str,
+    client: &crate::msg::EndpointInfo,
+    qps: u32,
+    recvs: u32,
+) -> Result<Endpoint, ServeError> {
+    let d = open_device(Some(dev), None, None, None, None).unwrap();
+    let mut ep = Endpoint::new(
+        d,
+        EpConfig {
+            qps,
+            slot: 65536,
+            tx_depth: 64,
+            rx_depth: 64,
+            inline: 0,
+            sl: 0,
+            tclass: 0,
+        },
+    )
+    .unwrap();
+    if recvs > 0 {
+        ep.post_recvs(0, recvs).unwrap();
+    }
+    let mtu = path_mtu(ep.dev.port.active_mtu, client.active_mtu, None).unwrap();
+    ep.connect(client, mtu).unwrap();
+    let info = serde_json::to_value(AcceptInfo {
+        agent: ep.info(),
+        path_mtu: mtu,
+        poll_idle: false,
+        poll_warning: None,
+    })
+    .unwrap();
+    ctx.ctl.send(&fabperf_proto::Msg::Accept { info })?;
+    Ok(ep)
+}
+
 /// An agent kind that sets up correctly, says go, then stops answering
 /// (its QPs are destroyed) while keeping the control connection open, like
 /// a host that froze.
@@ -261,31 +301,7 @@ impl TestKind for FrozenAgent {
     }
     fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
         let req: Request<LatParams> = serde_json::from_value(params).unwrap();
-        let d = open_device(Some(&self.dev), None, None, None, None).unwrap();
-        let mut ep = Endpoint::new(
-            d,
-            EpConfig {
-                qps: 1,
-                slot: 65536,
-                tx_depth: 64,
-                rx_depth: 64,
-                inline: 0,
-                sl: 0,
-                tclass: 0,
-            },
-        )
-        .unwrap();
-        ep.post_recvs(0, 64).unwrap();
-        let mtu = path_mtu(ep.dev.port.active_mtu, req.client.active_mtu, None).unwrap();
-        ep.connect(&req.client, mtu).unwrap();
-        let info = serde_json::to_value(AcceptInfo {
-            agent: ep.info(),
-            path_mtu: mtu,
-            poll_idle: false,
-            poll_warning: None,
-        })
-        .unwrap();
-        ctx.ctl.send(&fabperf_proto::Msg::Accept { info })?;
+        let ep = accept_connected(ctx, &self.dev, &req.client, 1, 64)?;
         let _ = ctx.ctl.recv_test::<Step>("go")?;
         ctx.ctl.send_test(&Step::GoAck)?;
         drop(ep);
@@ -502,30 +518,7 @@ impl TestKind for GoneAfterSetup {
     }
     fn serve(&self, ctx: &mut ServeCtx<'_>, params: serde_json::Value) -> Result<(), ServeError> {
         let req: Request<serde_json::Value> = serde_json::from_value(params).unwrap();
-        let d = open_device(Some(&self.dev), None, None, None, None).unwrap();
-        let mut ep = Endpoint::new(
-            d,
-            EpConfig {
-                qps: req.client.qps.len() as u32,
-                slot: 65536,
-                tx_depth: 64,
-                rx_depth: 64,
-                inline: 0,
-                sl: 0,
-                tclass: 0,
-            },
-        )
-        .unwrap();
-        let mtu = path_mtu(ep.dev.port.active_mtu, req.client.active_mtu, None).unwrap();
-        ep.connect(&req.client, mtu).unwrap();
-        let info = serde_json::to_value(AcceptInfo {
-            agent: ep.info(),
-            path_mtu: mtu,
-            poll_idle: false,
-            poll_warning: None,
-        })
-        .unwrap();
-        ctx.ctl.send(&fabperf_proto::Msg::Accept { info })?;
+        let ep = accept_connected(ctx, &self.dev, &req.client, req.client.qps.len() as u32, 0)?;
         drop(ep);
         if self.freeze {
             let _ = self
