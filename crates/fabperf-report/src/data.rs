@@ -221,6 +221,15 @@ pub struct Sample {
     pub rec: RecView,
 }
 
+impl fabperf_store::figure::CellRecord for Sample {
+    fn role(&self) -> Role {
+        self.role
+    }
+    fn direction(&self) -> Option<&str> {
+        self.rec.direction.as_deref()
+    }
+}
+
 /// What an agent said about its node's link (from its hello's
 /// `agent.inventory`; every key optional).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

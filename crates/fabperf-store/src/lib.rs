@@ -19,13 +19,15 @@
 //!
 //! Where things live: the [`Store`] handle in `store.rs`, opening it in `open.rs`, what it hands
 //! out in `types.rs` and `error.rs`; then one file per job: `runs`, `agents`, `cells` (writing),
-//! `cell_readers`, `measurement_readers`, `insert` (the measurement INSERT), `findings`, `export`.
+//! `cell_readers`, `measurement_readers`, `insert` (the measurement INSERT), `findings`, `export`; `figure` is the rule for which of
+//! a cell's records stand for it.
 
 mod agents;
 mod cell_readers;
 mod cells;
 mod error;
 mod export;
+pub mod figure;
 mod findings;
 mod insert;
 mod lease;

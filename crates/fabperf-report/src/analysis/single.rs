@@ -8,13 +8,14 @@ use super::report::Family;
 use super::rows::{instance_of, GroupKey};
 use crate::data::{RecView, Sample};
 use fabperf_results::dims::text as dim_str;
-use fabperf_store::{CellRow, Role};
+use fabperf_store::CellRow;
 use std::collections::BTreeMap;
 
-/// The record that stands for a single-flow cell: its total (cells of
-/// concurrent flows go by direction, [`flows::legs_of`]).
+/// The record that stands for a single-flow cell: its first total, by the
+/// store's rule ([`fabperf_store::figure`]; cells of concurrent flows go by
+/// direction, [`flows::legs_of`]).
 pub(super) fn main_sample(samples: &[Sample]) -> Option<&Sample> {
-    samples.iter().find(|s| s.role == Role::Total)
+    fabperf_store::figure::main_record(samples)
 }
 
 pub(super) fn cpu_per_gbps(rec: &RecView, host: bool) -> (Option<f64>, Option<f64>) {
@@ -71,10 +72,10 @@ pub(super) fn add_single(
     notes: &mut Vec<String>,
 ) {
     let s = &cell.spec;
-    // An mtu cell stores one record per method that measured; every
-    // other cell one record that stands for it.
+    // An mtu cell stores one record per method that measured, each of
+    // which stands for it; every other cell is one record.
     let recs: Vec<&Sample> = if family == Family::Mtu {
-        samples.iter().filter(|m| m.role == Role::Total).collect()
+        fabperf_store::figure::standing(samples)
     } else {
         main_sample(samples).into_iter().collect()
     };

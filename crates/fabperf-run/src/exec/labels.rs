@@ -44,25 +44,24 @@ pub(super) fn headline(ms: &[Measurement]) -> String {
     if !mtus.is_empty() {
         return format!("MTU {}", mtus.join(", "));
     }
-    // Concurrent flows: one aggregate per direction.
-    let aggs: Vec<String> = ms
-        .iter()
-        .filter(|m| m.role == Role::Aggregate)
-        .filter_map(|m| {
-            let bw = m.record.bw_gbps?;
-            Some(match &m.record.direction {
-                Some(d) => format!("{d} {bw:.2} Gbit/s"),
-                None => format!("{bw:.2} Gbit/s"),
+    // Concurrent flows: one aggregate per direction, all of them.
+    let stand = fabperf_store::figure::standing(ms);
+    if stand.len() > 1 && stand.iter().all(|m| m.role == Role::Aggregate) {
+        let aggs: Vec<String> = stand
+            .iter()
+            .filter_map(|m| {
+                let bw = m.record.bw_gbps?;
+                Some(match &m.record.direction {
+                    Some(d) => format!("{d} {bw:.2} Gbit/s"),
+                    None => format!("{bw:.2} Gbit/s"),
+                })
             })
-        })
-        .collect();
-    if aggs.len() > 1 {
-        return aggs.join(", ");
+            .collect();
+        if aggs.len() > 1 {
+            return aggs.join(", ");
+        }
     }
-    let main = ms
-        .iter()
-        .find(|m| m.role == Role::Aggregate)
-        .or_else(|| ms.iter().find(|m| m.role == Role::Total));
+    let main = stand.first();
     match main {
         Some(m) => {
             let r = &m.record;

@@ -3,7 +3,7 @@
 //! finished cell gave no figure.
 
 use super::rule::{metric_of, Metric};
-use fabperf_store::{CellSpec, Role, StoredMeasurement};
+use fabperf_store::{CellSpec, StoredMeasurement};
 use serde_json::Value;
 
 /// The directions a cell's data moves in, as (from, to) node names: the
@@ -47,28 +47,10 @@ fn figure(metric: Metric, m: &StoredMeasurement) -> Option<f64> {
 /// = (0, 1) for the driving agent `a` to `b` and (1, 0) back. A record's
 /// `direction` says where its data went (`forward`: from the client `a`;
 /// `reverse`: to it — RDMA `read` records are `reverse`); a `bidir` total
-/// sums both and is left out when the directions have records of their own.
+/// sums both and is left out when the directions have records of their own
+/// (the store's one rule for a cell's figure, [`fabperf_store::figure`]).
 pub(super) fn measured_pairs(ms: &[StoredMeasurement], metric: Metric) -> Vec<(bool, f64)> {
-    let totals: Vec<&StoredMeasurement> = ms.iter().filter(|m| m.role == Role::Total).collect();
-    let directed = totals
-        .iter()
-        .any(|m| matches!(m.direction.as_deref(), Some("forward" | "reverse")));
-    // (reversed, figure)
-    let mut out: Vec<(bool, f64)> = Vec::new();
-    for m in totals {
-        let reversed = match m.direction.as_deref() {
-            Some("reverse") => true,
-            Some("bidir") if directed => continue,
-            _ => false,
-        };
-        if out.iter().any(|(r, _)| *r == reversed) {
-            continue;
-        }
-        if let Some(v) = figure(metric, m) {
-            out.push((reversed, v));
-        }
-    }
-    out
+    fabperf_store::figure::per_direction(ms, |m| figure(metric, m))
 }
 
 /// The parts of a stored record the summary reads beyond the columns
@@ -89,9 +71,8 @@ fn extras(m: &StoredMeasurement) -> RecordExtras {
 
 /// Why a finished cell gave no figure: its records' warnings, if any.
 pub(super) fn no_figure_reason(ms: &[StoredMeasurement]) -> String {
-    let why: Vec<String> = ms
-        .iter()
-        .filter(|m| m.role == Role::Total)
+    let why: Vec<String> = fabperf_store::figure::standing(ms)
+        .into_iter()
         .flat_map(|m| extras(m).warnings.into_iter().map(|w| w.message))
         .take(2)
         .collect();
