@@ -133,6 +133,11 @@ struct Plan {
     pacing: Option<u64>,
     /// Receivers record the bytes received over time.
     progress: bool,
+    /// The common start of concurrent flows (given with `progress`): every
+    /// stream of every flow measures from omit after it to duration later,
+    /// whenever its thread got to run, so the flows' intervals line up
+    /// (`streams.rs`).
+    together: Option<Instant>,
     /// A peer that moves no byte for this long is dead.
     timeout: Duration,
 }
@@ -165,6 +170,7 @@ fn plan_of(p: &TcpBwParams, timeout: Duration) -> Plan {
         copy: p.copy,
         pacing: p.rate_bps.map(|r| (r / 8).max(1)),
         progress: false,
+        together: None,
         timeout,
     }
 }
@@ -279,6 +285,7 @@ impl TcpBwPrepared {
         let started_at = fabperf_results::now_rfc3339();
         let plan = Plan {
             progress: start.progress,
+            together: start.progress.then_some(start.at),
             ..plan_of(&p, timeout)
         };
         let mine = match run_streams(&conns, &plan, &setup) {
@@ -394,11 +401,13 @@ impl TestKind for TcpBw {
             }
         };
         let start = Start::after(in_s, progress);
+        let at = start.at;
         // The agent's clock counts from the start.
         ctx.limit_duration(in_s + p.duration_s + p.omit_s)?;
         start.wait();
         let plan = Plan {
             progress,
+            together: progress.then_some(at),
             ..plan_of(&p, io)
         };
         let mine = run_streams(&conns, &plan, &setup)?;
@@ -435,18 +444,27 @@ mod tests {
             copy,
             pacing: None,
             progress: false,
+            together: None,
             timeout: Duration::from_secs(10),
         }
     }
 
     /// A receiver on one end of a loopback connection whose other end
-    /// writes `bytes` in `chunk`-byte writes, pausing `pause` between
-    /// bursts of `burst` writes, then closes.
+    /// writes `bytes` in `chunk`-byte writes, pausing `pause` after each,
+    /// then closes.
     fn receive(p: &Plan, bytes: usize, chunk: usize, pause: Duration) -> StreamReport {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let tx = std::thread::spawn(move || {
-            let mut s = TcpStream::connect(addr).unwrap();
+        receive_then(p, bytes, chunk, pause, Duration::ZERO)
+    }
+
+    /// [`receive`], with the writer waiting `linger` before it closes.
+    fn receive_then(
+        p: &Plan,
+        bytes: usize,
+        chunk: usize,
+        pause: Duration,
+        linger: Duration,
+    ) -> StreamReport {
+        receive_with(p, move |mut s| {
             let buf = vec![7u8; chunk];
             let mut left = bytes;
             while left > 0 {
@@ -457,7 +475,16 @@ mod tests {
                     std::thread::sleep(pause);
                 }
             }
-        });
+            std::thread::sleep(linger);
+        })
+    }
+
+    /// A receiver on one end of a loopback connection whose other end
+    /// `write` writes to, then closes.
+    fn receive_with(p: &Plan, write: impl FnOnce(TcpStream) + Send + 'static) -> StreamReport {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let tx = std::thread::spawn(move || write(TcpStream::connect(addr).unwrap()));
         let (s, _) = l.accept().unwrap();
         s.set_read_timeout(Some(p.timeout)).unwrap();
         let c = Conn {
@@ -498,6 +525,88 @@ mod tests {
         let r = receive(&p, 64 << 20, 256 << 10, Duration::ZERO);
         assert_eq!(r.total_bytes, 64 << 20);
         assert!(r.bytes / r.calls.max(1) <= size as u64, "{r:?}");
+    }
+
+    /// A stream of concurrent flows measures on their common schedule: what
+    /// arrives after omit + duration from the common start (a queue
+    /// draining after the senders stopped) is read but not counted, and its
+    /// interval ends with its last receive inside the schedule.
+    #[test]
+    fn concurrent_flows_measure_on_their_common_schedule() {
+        // 32 KiB every 10 ms for about 0.8 s; the schedule ends at 0.4 s.
+        let chunk = 32 << 10;
+        let together = Instant::now();
+        let p = Plan {
+            omit: Duration::from_millis(100),
+            duration: Duration::from_millis(300),
+            together: Some(together),
+            progress: true,
+            ..plan(128 << 10, false)
+        };
+        let clock = WallClock::now();
+        let r = receive(&p, 80 * chunk, chunk, Duration::from_millis(10));
+        assert_eq!(r.total_bytes, 80 * chunk as u64);
+        assert!(r.bytes < r.total_bytes / 2, "{r:?}");
+        let (from, to) = (r.from_s.unwrap(), r.to_s.unwrap());
+        let t0 = clock.unix(together);
+        // Its first counted receive is counted from the receive before it
+        // (a few ms before the boundary at 0.1 s, more on a loaded machine).
+        assert!(
+            from >= t0 + 0.05 && to <= t0 + 0.4 + 1e-3,
+            "{from} {to} {t0}"
+        );
+        assert!((r.secs - 0.3).abs() < 0.08, "{r:?}");
+        // ~3.3 MB/s, as written.
+        let rate = r.bytes as f64 / r.secs;
+        assert!(rate > 2.6e6 && rate < 4.2e6, "{rate:.0} B/s: {r:?}");
+        // A stream that stops moving before the schedule's end (stalled,
+        // or its sender late to close) is in the test until the end.
+        let together = Instant::now();
+        let p = Plan {
+            together: Some(together),
+            ..p
+        };
+        let clock = WallClock::now();
+        let r = receive_then(
+            &p,
+            20 * chunk,
+            chunk,
+            Duration::from_millis(10),
+            Duration::from_millis(600),
+        );
+        let to = r.to_s.unwrap() - clock.unix(together);
+        assert!(
+            to > 0.35 && to <= 0.4 + 1e-3,
+            "interval ends {to} s after the start: {r:?}"
+        );
+        // One stalled across the boundary starts its interval there, at
+        // the first wait that found nothing, not at its next byte.
+        let together = Instant::now();
+        let p = Plan {
+            together: Some(together),
+            ..p
+        };
+        let clock = WallClock::now();
+        let r = receive_with(&p, move |mut s| {
+            let buf = vec![7u8; chunk];
+            for pause in [0, 0, 0, 250, 0, 0] {
+                s.write_all(&buf).unwrap();
+                std::thread::sleep(Duration::from_millis(10 + pause));
+            }
+        });
+        let from = r.from_s.unwrap() - clock.unix(together);
+        assert!(
+            (0.09..0.2).contains(&from),
+            "interval starts {from} s after the start: {r:?}"
+        );
+        // The same stream on its own measures until its last byte.
+        let r = receive(
+            &plan(128 << 10, false),
+            80 * chunk,
+            chunk,
+            Duration::from_millis(10),
+        );
+        assert!(r.bytes > r.total_bytes / 2 && r.secs > 0.5, "{r:?}");
     }
 
     /// A slow stream (far below the low-water mark per wake-up) is still

@@ -48,7 +48,10 @@ pub(super) fn run_sender(
                 .map_err(|e| SockError::data("creating the in-memory send file (memfd)", e))?,
         )
     };
-    let start = Instant::now();
+    // Concurrent flows keep their common schedule, however late this
+    // thread got to run; a test on its own starts now.
+    let began = Instant::now();
+    let start = plan.together.unwrap_or(began);
     let boundary = start + plan.omit;
     let end = boundary + plan.duration;
     let mut total: u64 = 0;
@@ -56,7 +59,7 @@ pub(super) fn run_sender(
     let mut measuring = false;
     let mut calls: u64 = 0;
     let (mut m_bytes, mut m_msgs, mut m_calls, mut m_t0, mut m_cpu0, mut m_retr0) =
-        (0u64, 0u64, 0u64, start, ThreadCpu::start(), None);
+        (0u64, 0u64, 0u64, began, ThreadCpu::start(), None);
     let mut off = 0usize;
     let mut since_drain = 0u32;
     loop {
@@ -133,7 +136,7 @@ pub(super) fn run_sender(
         pin_error: None,
         from_s: None,
         to_s: None,
-        sent_from_s: Some(clock.unix(start)),
+        sent_from_s: Some(clock.unix(began)),
         progress: None,
     })
 }
@@ -165,6 +168,16 @@ pub(super) const DISCARD_READ: usize = 1 << 20;
 /// arrived after the previous receive (which took everything queued) or
 /// the previous empty wait, so the interval of the first counted receive
 /// starts there, not at its own return.
+///
+/// A stream of concurrent flows (`plan.together`) measures on the flows'
+/// common schedule instead: its warm-up ends `omit` after the common start
+/// (or at its first byte, if that comes later). Its interval starts at the
+/// first receive after that boundary, or at the first wait after it that
+/// found nothing queued, and ends with its last receive or empty wait at or
+/// before `duration` after the boundary: a stream stalled on a retransmit
+/// timeout is still in the test. What arrives later is the senders' queues draining after
+/// they stopped (at a shared bottleneck, and after losses, that drain ends
+/// at different times for each flow): read, not counted.
 pub(super) fn run_receiver(
     c: &Conn,
     plan: &Plan,
@@ -193,6 +206,15 @@ pub(super) fn run_receiver(
     let mut reads: u64 = 0;
     let mut first: Option<Instant> = None;
     let mut boundary = Instant::now();
+    // Concurrent flows: the end of the common interval, and the totals
+    // when a receive first came after it.
+    let common_end = plan.together.map(|t| t + plan.omit + plan.duration);
+    let mut at_end: Option<(u64, u64)> = None;
+    let mut cpu_at_end = None;
+    // ... and the latest wait inside it that found nothing queued: a
+    // stream that is stalled (a lost segment's retransmit timeout) is still
+    // in the test until then.
+    let mut quiet: Option<Instant> = None;
     let mut measuring = false;
     let (mut m_bytes, mut m_reads, mut m_t0) = (0u64, 0u64, boundary);
     let mut m_cpu0 = ThreadCpu::start();
@@ -201,6 +223,8 @@ pub(super) fn run_receiver(
     // Counted from the end's start (common to its streams).
     let mut progress = plan.progress.then(|| ProgressRecorder::new(clock.origin()));
     let mut drained = boundary;
+    // The last byte, counted or not.
+    let mut heard = boundary;
     loop {
         let got = net::recv(fd, &mut buf, rflags);
         let now = Instant::now();
@@ -211,23 +235,52 @@ pub(super) fn run_receiver(
             Err(e) if discard && net::is_timeout(&e) => {
                 // A short wait that found nothing: the peer is dead only
                 // after the whole timeout without a byte.
-                if now.duration_since(last) >= plan.timeout {
+                if now.duration_since(heard) >= plan.timeout {
                     return Err(SockError::data(
                         format!("stream {} receive", c.idx),
                         net::timed_out(),
                     ));
                 }
                 drained = now;
+                if plan.together.is_some() && first.is_some() && at_end.is_none() {
+                    if !measuring && now >= boundary {
+                        // Nothing queued at the boundary (a stream stalled
+                        // there): its interval starts now, exactly.
+                        measuring = true;
+                        m_bytes = total;
+                        m_reads = reads;
+                        m_t0 = now;
+                        m_cpu0 = ThreadCpu::start();
+                    }
+                    if measuring && common_end.is_some_and(|e| now <= e) {
+                        quiet = Some(now);
+                    }
+                }
                 continue;
             }
             Err(e) => return Err(SockError::data(format!("stream {} receive", c.idx), e)),
         };
+        heard = now;
         if let Some(p) = progress.as_mut() {
             p.at(now, total, total + n as u64);
         }
         if first.is_none() {
             first = Some(now);
-            boundary = now + plan.omit;
+            boundary = match plan.together {
+                Some(t) => (t + plan.omit).max(now),
+                None => now + plan.omit,
+            };
+        }
+        if at_end.is_none() && common_end.is_some_and(|e| now > e) {
+            at_end = Some((total, reads));
+            cpu_at_end = Some(m_cpu0.used_secs());
+        }
+        if at_end.is_some() {
+            // After the common interval: drained, not counted.
+            total += n as u64;
+            reads += 1;
+            drained = now;
+            continue;
         }
         if !measuring && now >= boundary {
             measuring = true;
@@ -242,12 +295,14 @@ pub(super) fn run_receiver(
         drained = now;
     }
     let cpu = if measuring {
-        m_cpu0.used_secs()
+        cpu_at_end.unwrap_or_else(|| m_cpu0.used_secs())
     } else {
         Some(0.0)
     };
+    let (counted, counted_reads) = at_end.unwrap_or((total, reads));
+    let last = quiet.map_or(last, |q| q.max(last));
     let (bytes, secs) = if measuring {
-        (total - m_bytes, last.duration_since(m_t0).as_secs_f64())
+        (counted - m_bytes, last.duration_since(m_t0).as_secs_f64())
     } else {
         (0, 0.0)
     };
@@ -262,9 +317,9 @@ pub(super) fn run_receiver(
         messages: if measuring {
             bytes / size
         } else {
-            reads - m_reads
+            counted_reads - m_reads
         },
-        calls: reads - m_reads,
+        calls: counted_reads - m_reads,
         secs,
         cpu_s: cpu,
         retrans: None,
