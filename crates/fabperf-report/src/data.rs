@@ -533,7 +533,6 @@ fn stored(m: &mut RawMeasurement) -> fabperf_store::StoredMeasurement {
             .and_then(|l| l.get("p50"))
             .and_then(Value::as_f64),
         record: std::mem::take(&mut m.json),
-        lat_hist: None,
     }
 }
 

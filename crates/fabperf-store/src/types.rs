@@ -211,8 +211,6 @@ pub struct StoredMeasurement {
     /// column, a record stored by this version has no `lat_hist` key (one
     /// from an older store may still have it).
     pub record: String,
-    /// The `lat_hist` column.
-    pub lat_hist: Option<String>,
 }
 
 /// How the cells of a plan met the cells already stored for its run.

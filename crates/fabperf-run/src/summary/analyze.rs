@@ -196,7 +196,10 @@ impl MeshFeed {
         let Some(first) = ms.first() else {
             return;
         };
-        if let Some(info) = self.done.get_mut(&first.cell_id) {
+        // A cell's rows come together (the store writes each cell in one
+        // transaction); rows of a cell already read could only come from a
+        // damaged store, and are not counted twice.
+        if let Some(info) = self.done.get_mut(&first.cell_id).filter(|i| !i.seen) {
             info.seen = true;
             let (g, raw) = &mut self.groups[info.group];
             record_cell(info, g.metric, ms, raw);
