@@ -235,6 +235,31 @@ impl Store {
                 .unwrap_or_else(|_| t.to_string())
         };
         if plan.retests {
+            // A re-test repeats a planned cell of its own pair: only the
+            // planned cells of the re-tests' pairs can be one (at 1024
+            // nodes, tens of thousands of the six million), so only they
+            // are made canonical and hashed.
+            let mut pairs: std::collections::HashSet<String> = std::collections::HashSet::new();
+            let sql = format!(
+                "SELECT flows FROM cells WHERE run_id = ?1 AND pattern = '{RETEST}' {}",
+                if test.is_some() { "AND test = ?2" } else { "" }
+            );
+            let mut st = self.conn.prepare(&sql).map_err(self.err("reading cells"))?;
+            let mut rows = match test {
+                Some(t) => st.query(params![run_id, t]),
+                None => st.query(params![run_id]),
+            }
+            .map_err(self.err("reading cells"))?;
+            while let Some(r) = rows.next().map_err(self.err("reading cells"))? {
+                let flows = r
+                    .get_ref(0)
+                    .ok()
+                    .and_then(|v| v.as_str().ok())
+                    .unwrap_or("");
+                pairs.insert(canon(flows));
+            }
+            drop(rows);
+            drop(st);
             let sql = format!(
                 "SELECT test, kind, path, params, dims, flows FROM cells
                  WHERE run_id = ?1 AND in_plan = 1 AND pattern <> '{RETEST}' {}",
@@ -253,7 +278,11 @@ impl Store {
                         .and_then(|v| v.as_str().ok())
                         .unwrap_or("")
                 };
-                let (params, dims, flows) = (canon(t(3)), canon(t(4)), canon(t(5)));
+                let flows = canon(t(5));
+                if !pairs.contains(&flows) {
+                    continue;
+                }
+                let (params, dims) = (canon(t(3)), canon(t(4)));
                 let k = plan.key([t(0), t(1), t(2), &params, &dims, &flows]);
                 plan.planned.insert(k);
             }

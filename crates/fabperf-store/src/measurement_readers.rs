@@ -153,7 +153,7 @@ impl Store {
     ///
     /// Rows come in the order they were stored, which reads the file front
     /// to back (in cell-id order, a large run's rows are read from all over
-    /// the file: 43 s instead of 18 s for a 1024-node mesh read from disk).
+    /// the file: 43 s instead of 16 s for a 1024-node mesh read from disk).
     /// A cell's rows are together: each finished cell is stored in one
     /// transaction that first deletes its earlier rows.
     pub fn each_measurement(
