@@ -45,6 +45,14 @@ impl PlanFilter {
     }
 }
 
+/// A row's text column `i` ("" when it is not text).
+fn text<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> &'r str {
+    r.get_ref(i)
+        .ok()
+        .and_then(|v| v.as_str().ok())
+        .unwrap_or("")
+}
+
 impl Store {
     /// Every cell of the run, in plan order (cells no longer in the plan
     /// last). Readers that judge a run use [`Store::plan_cells`]: this list
@@ -240,54 +248,60 @@ impl Store {
             // nodes, tens of thousands of the six million), so only they
             // are made canonical and hashed.
             let mut pairs: std::collections::HashSet<String> = std::collections::HashSet::new();
-            let sql = format!(
-                "SELECT flows FROM cells WHERE run_id = ?1 AND pattern = '{RETEST}' {}",
-                if test.is_some() { "AND test = ?2" } else { "" }
-            );
-            let mut st = self.conn.prepare(&sql).map_err(self.err("reading cells"))?;
-            let mut rows = match test {
-                Some(t) => st.query(params![run_id, t]),
-                None => st.query(params![run_id]),
-            }
-            .map_err(self.err("reading cells"))?;
-            while let Some(r) = rows.next().map_err(self.err("reading cells"))? {
-                let flows = r
-                    .get_ref(0)
-                    .ok()
-                    .and_then(|v| v.as_str().ok())
-                    .unwrap_or("");
-                pairs.insert(canon(flows));
-            }
-            drop(rows);
-            drop(st);
-            let sql = format!(
-                "SELECT test, kind, path, params, dims, flows FROM cells
-                 WHERE run_id = ?1 AND in_plan = 1 AND pattern <> '{RETEST}' {}",
-                if test.is_some() { "AND test = ?2" } else { "" }
-            );
-            let mut st = self.conn.prepare(&sql).map_err(self.err("reading cells"))?;
-            let mut rows = match test {
-                Some(t) => st.query(params![run_id, t]),
-                None => st.query(params![run_id]),
-            }
-            .map_err(self.err("reading cells"))?;
-            while let Some(r) = rows.next().map_err(self.err("reading cells"))? {
-                let t = |i: usize| {
-                    r.get_ref(i)
-                        .ok()
-                        .and_then(|v| v.as_str().ok())
-                        .unwrap_or("")
-                };
-                let flows = canon(t(5));
-                if !pairs.contains(&flows) {
-                    continue;
-                }
-                let (params, dims) = (canon(t(3)), canon(t(4)));
-                let k = plan.key([t(0), t(1), t(2), &params, &dims, &flows]);
-                plan.planned.insert(k);
-            }
+            self.each_cell_text(
+                "flows",
+                &format!("pattern = '{RETEST}'"),
+                run_id,
+                test,
+                &mut |r| {
+                    pairs.insert(canon(text(r, 0)));
+                },
+            )?;
+            self.each_cell_text(
+                "test, kind, path, params, dims, flows",
+                &format!("in_plan = 1 AND pattern <> '{RETEST}'"),
+                run_id,
+                test,
+                &mut |r| {
+                    let t = |i| text(r, i);
+                    let flows = canon(t(5));
+                    if !pairs.contains(&flows) {
+                        return;
+                    }
+                    let (params, dims) = (canon(t(3)), canon(t(4)));
+                    let k = plan.key([t(0), t(1), t(2), &params, &dims, &flows]);
+                    plan.planned.insert(k);
+                },
+            )?;
         }
         Ok(plan)
+    }
+
+    /// `SELECT columns FROM cells` of the run where `filter` holds (and, with
+    /// `test`, of that test), each row given to `f` (read its columns with
+    /// [`text`]).
+    fn each_cell_text(
+        &self,
+        columns: &str,
+        filter: &str,
+        run_id: i64,
+        test: Option<&str>,
+        f: &mut dyn FnMut(&rusqlite::Row<'_>),
+    ) -> Result<(), StoreError> {
+        let sql = format!(
+            "SELECT {columns} FROM cells WHERE run_id = ?1 AND {filter} {}",
+            if test.is_some() { "AND test = ?2" } else { "" }
+        );
+        let mut st = self.conn.prepare(&sql).map_err(self.err("reading cells"))?;
+        let mut rows = match test {
+            Some(t) => st.query(params![run_id, t]),
+            None => st.query(params![run_id]),
+        }
+        .map_err(self.err("reading cells"))?;
+        while let Some(r) = rows.next().map_err(self.err("reading cells"))? {
+            f(r);
+        }
+        Ok(())
     }
 
     /// The tests with cells of `pattern` in the run's current plan, in plan

@@ -178,20 +178,13 @@ impl Store {
         // A run of one test needs no look-up of each row's cell.
         let test = match test {
             Some(t) => {
-                let others: bool = self
+                let (any, others): (bool, bool) = self
                     .conn
                     .query_row(
-                        "SELECT EXISTS (SELECT 1 FROM cells WHERE run_id = ?1 AND test <> ?2)",
+                        "SELECT EXISTS (SELECT 1 FROM cells WHERE run_id = ?1 AND test = ?2),
+                                EXISTS (SELECT 1 FROM cells WHERE run_id = ?1 AND test <> ?2)",
                         params![run_id, t],
-                        |r| r.get(0),
-                    )
-                    .map_err(self.err("reading measurements"))?;
-                let any: bool = self
-                    .conn
-                    .query_row(
-                        "SELECT EXISTS (SELECT 1 FROM cells WHERE run_id = ?1 AND test = ?2)",
-                        params![run_id, t],
-                        |r| r.get(0),
+                        |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .map_err(self.err("reading measurements"))?;
                 if !any {

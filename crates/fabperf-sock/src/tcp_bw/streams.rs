@@ -275,14 +275,9 @@ pub(super) fn run_receiver(
             at_end = Some((total, reads));
             cpu_at_end = Some(m_cpu0.used_secs());
         }
-        if at_end.is_some() {
-            // After the common interval: drained, not counted.
-            total += n as u64;
-            reads += 1;
-            drained = now;
-            continue;
-        }
-        if !measuring && now >= boundary {
+        // After the common interval: read, not counted.
+        let counted = at_end.is_none();
+        if counted && !measuring && now >= boundary {
             measuring = true;
             m_bytes = total;
             m_reads = reads;
@@ -291,7 +286,9 @@ pub(super) fn run_receiver(
         }
         total += n as u64;
         reads += 1;
-        last = now;
+        if counted {
+            last = now;
+        }
         drained = now;
     }
     let cpu = if measuring {
