@@ -165,18 +165,14 @@ fn gpu_memory_without_a_gpu_is_explained() {
     }
 }
 
-/// Set up a real endpoint against `addr` and stop after the go-ahead.
-fn half_client(
-    addr: SocketAddr,
-    dev: &str,
-    test: &str,
-    params: serde_json::Value,
-) -> (fabperf_proto::Control, Endpoint, AcceptInfo) {
+/// An endpoint on `dev` with `qps` queue pairs of 64 KiB slots, for the
+/// hand-driven clients and fake agents below.
+fn small_endpoint(dev: &str, qps: u32) -> Endpoint {
     let d = open_device(Some(dev), None, None, None, None).unwrap();
-    let mut ep = Endpoint::new(
+    Endpoint::new(
         d,
         EpConfig {
-            qps: 1,
+            qps,
             slot: 65536,
             tx_depth: 64,
             rx_depth: 64,
@@ -185,7 +181,17 @@ fn half_client(
             tclass: 0,
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// Set up a real endpoint against `addr` and stop after the go-ahead.
+fn half_client(
+    addr: SocketAddr,
+    dev: &str,
+    test: &str,
+    params: serde_json::Value,
+) -> (fabperf_proto::Control, Endpoint, AcceptInfo) {
+    let mut ep = small_endpoint(dev, 1);
     let req = serde_json::to_value(Request {
         params,
         client: ep.info(),
@@ -257,20 +263,7 @@ fn accept_connected(
     qps: u32,
     recvs: u32,
 ) -> Result<Endpoint, ServeError> {
-    let d = open_device(Some(dev), None, None, None, None).unwrap();
-    let mut ep = Endpoint::new(
-        d,
-        EpConfig {
-            qps,
-            slot: 65536,
-            tx_depth: 64,
-            rx_depth: 64,
-            inline: 0,
-            sl: 0,
-            tclass: 0,
-        },
-    )
-    .unwrap();
+    let mut ep = small_endpoint(dev, qps);
     if recvs > 0 {
         ep.post_recvs(0, recvs).unwrap();
     }
