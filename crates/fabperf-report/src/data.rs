@@ -219,6 +219,29 @@ pub struct Sample {
     pub src: Option<String>,
     pub dst: Option<String>,
     pub rec: RecView,
+    /// The record's latency histogram as its non-empty buckets
+    /// ([`hist::decode_counts`](crate::hist::decode_counts)), decoded as
+    /// the store was read when the reader asked for it; `None` then also
+    /// when the record has no histogram.
+    pub hist: Option<Result<Vec<(u64, u64)>, crate::hist::HistError>>,
+}
+
+impl Sample {
+    /// A stored measurement read; its histogram decoded when `hists`.
+    pub fn of(m: RawMeasurement, hists: bool) -> Sample {
+        let rec = RecView::from_json(&m.record, m.lat_hist.as_deref());
+        let hist = match (&rec.lat_hist, hists) {
+            (Some(h), true) => Some(crate::hist::decode_counts(h)),
+            _ => None,
+        };
+        Sample {
+            role: m.role,
+            src: m.src,
+            dst: m.dst,
+            rec,
+            hist,
+        }
+    }
 }
 
 impl fabperf_store::figure::CellRecord for Sample {
@@ -538,7 +561,7 @@ fn stored(m: &mut RawMeasurement) -> fabperf_store::StoredMeasurement {
 
 /// What [`each_cell`] calls with each cell.
 pub type CellVisitor<'a> =
-    dyn FnMut(&RunData, CellRow, Vec<Sample>) -> Result<(), ReportError> + 'a;
+    dyn FnMut(&RunData, CellRow, Vec<Sample>) -> Result<(), ReportError> + Send + 'a;
 
 /// The current plan's cells of `data`'s run (from [`load_head`]), each with
 /// its measurements, one at a time in plan order, keeping none: `f` gets
@@ -550,14 +573,93 @@ pub fn each_cell(
     data: &mut RunData,
     f: &mut CellVisitor<'_>,
 ) -> Result<(), ReportError> {
-    each_cell_feeding(store, data, &mut [], f)
+    each_cell_reading(store, data, &mut [], false, f)
 }
 
 /// [`each_cell`], also feeding every cell (current or not) and its
 /// measurements to the mesh analyses in `meshes`, so that the report reads
-/// a run once for its tables and its matrices.
+/// a run once for its tables and its matrices, and with each sample's
+/// latency histogram decoded ([`Sample::hist`]).
 pub fn each_cell_feeding(
     store: &Store,
+    data: &mut RunData,
+    meshes: &mut [fabperf_run::summary::MeshFeed],
+    f: &mut CellVisitor<'_>,
+) -> Result<(), ReportError> {
+    each_cell_reading(store, data, meshes, true, f)
+}
+
+/// A cell as the reading thread hands it over: the cell, whether it is
+/// part of the current plan, its measurements as the mesh analysis reads
+/// them (only for a mesh test's cells) and its samples (only when current).
+type Read = (
+    CellRow,
+    bool,
+    Option<Vec<fabperf_store::StoredMeasurement>>,
+    Vec<Sample>,
+);
+
+/// Cells handed over at a time, and batches in flight: what is read ahead
+/// of the analysis stays a few thousand cells, whatever the run's size.
+const BATCH: usize = 256;
+const IN_FLIGHT: usize = 8;
+
+/// Reading and analysing a run take two threads: this one reads the store,
+/// parses each record and decodes its histogram (`hists`); a second one
+/// feeds the mesh analyses and calls `f`, in the order read.
+fn each_cell_reading(
+    store: &Store,
+    data: &mut RunData,
+    meshes: &mut [fabperf_run::summary::MeshFeed],
+    hists: bool,
+    f: &mut CellVisitor<'_>,
+) -> Result<(), ReportError> {
+    let run_id = data.run.id;
+    let mesh_tests: Vec<String> = meshes.iter().map(|m| m.test().to_string()).collect();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Read>>(IN_FLIGHT);
+    std::thread::scope(|scope| {
+        let analysis = scope.spawn(move || analyse(rx, data, meshes, f));
+        let mut batch: Vec<Read> = Vec::with_capacity(BATCH);
+        let mut stopped = false;
+        let read = store.each_plan_cell_measured(run_id, &mut |c, current, mut ms| {
+            let stored_ms = mesh_tests
+                .contains(&c.spec.test)
+                .then(|| ms.iter_mut().map(stored).collect());
+            let samples: Vec<Sample> = if current {
+                ms.into_iter().map(|m| Sample::of(m, hists)).collect()
+            } else {
+                Vec::new()
+            };
+            batch.push((c, current, stored_ms, samples));
+            if batch.len() == BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                if tx.send(full).is_err() {
+                    // The analysis stopped (its error is returned below).
+                    stopped = true;
+                    return Err(StoreError::Invalid {
+                        path: store.path().to_path_buf(),
+                        msg: "report stopped".into(),
+                    });
+                }
+            }
+            Ok(())
+        });
+        if !batch.is_empty() && !stopped {
+            let _ = tx.send(batch);
+        }
+        drop(tx);
+        let analysed = analysis
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        // The analysis's own error first: it is why the reading stopped.
+        analysed?;
+        read.map_err(ReportError::from)
+    })
+}
+
+/// The analysing side of [`each_cell_reading`].
+fn analyse(
+    rx: std::sync::mpsc::Receiver<Vec<Read>>,
     data: &mut RunData,
     meshes: &mut [fabperf_run::summary::MeshFeed],
     f: &mut CellVisitor<'_>,
@@ -565,13 +667,12 @@ pub fn each_cell_feeding(
     let run_id = data.run.id;
     let mut stale: Vec<String> = Vec::new();
     let mut stale_n = 0usize;
-    let mut err: Option<ReportError> = None;
-    store
-        .each_plan_cell_measured(run_id, &mut |c, current, mut ms| {
+    for batch in rx {
+        for (c, current, stored_ms, samples) in batch {
             if let Some(feed) = meshes.iter_mut().find(|m| m.test() == c.spec.test) {
                 feed.cell(&c, current);
-                if current {
-                    feed.measured(&mut ms.iter_mut().map(stored).collect());
+                if let (true, Some(mut ms)) = (current, stored_ms) {
+                    feed.measured(&mut ms);
                 }
             }
             if !current {
@@ -584,26 +685,8 @@ pub fn each_cell_feeding(
                     ));
                 }
                 stale_n += 1;
-                return Ok(());
+                continue;
             }
-            let samples: Vec<Sample> = ms
-                .into_iter()
-                .map(
-                    |RawMeasurement {
-                         role,
-                         src,
-                         dst,
-                         record,
-                         lat_hist,
-                         ..
-                     }| Sample {
-                        role,
-                        rec: RecView::from_json(&record, lat_hist.as_deref()),
-                        src,
-                        dst,
-                    },
-                )
-                .collect();
             // What the records say about the links: a virtual end's speed is a label.
             for m in &samples {
                 for (node, virt, cap) in [
@@ -618,18 +701,9 @@ pub fn each_cell_feeding(
                     }
                 }
             }
-            match f(data, c, samples) {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    err = Some(e);
-                    Err(StoreError::Invalid {
-                        path: store.path().to_path_buf(),
-                        msg: "report stopped".into(),
-                    })
-                }
-            }
-        })
-        .map_err(|e| err.take().unwrap_or(ReportError::from(e)))?;
+            f(data, c, samples)?;
+        }
+    }
     if stale_n > 0 {
         data.notes.push(format!(
             "{} stored cell{} of run {} {} not part of its current plan (the plan was edited since they ran) and {} not counted: {}{}",

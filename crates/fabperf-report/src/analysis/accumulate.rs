@@ -5,7 +5,8 @@ use super::latency::StoredLat;
 use super::ports::PortOf;
 use super::report::FailedRepeat;
 use crate::hist::Merged;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeMap;
 
 /// A mean kept as it goes: the same sum in the same order as over a list
 /// of the values (`Iterator::sum` starts at −0), so the figure is the same
@@ -70,11 +71,11 @@ pub(super) struct Acc {
     /// The figure of each cell with one, in run order.
     pub(super) values: Vec<f64>,
     /// The instances, by key.
-    pub(super) inst_at: HashMap<String, usize>,
+    pub(super) inst_at: FxHashMap<String, usize>,
     pub(super) insts: Vec<InstAcc>,
     /// Nodes by number, and the (sender, receiver) pairs measured.
-    pub(super) node_ids: HashMap<String, u32>,
-    pub(super) pairs: HashSet<(u32, u32)>,
+    pub(super) node_ids: FxHashMap<String, u32>,
+    pub(super) pairs: FxHashSet<(u32, u32)>,
     pub(super) size: Option<u64>,
     pub(super) streams: Option<u64>,
     pub(super) op: Option<String>,
@@ -149,11 +150,29 @@ impl Acc {
         }
     }
 
+    /// [`add_port`](Self::add_port) of `PortOf::Flows(flows, bidir)`, the
+    /// flows copied only when the instance does not have them yet (a mesh
+    /// pair's repeats all have the same).
+    pub(super) fn add_port_flows(&mut self, inst: &str, flows: &[(String, String)], bidir: bool) {
+        let x = self.inst(inst);
+        let known = x
+            .ports
+            .iter()
+            .any(|p| matches!(p, PortOf::Flows(f, b) if f == flows && *b == bidir));
+        if !known {
+            x.ports.push(PortOf::Flows(flows.to_vec(), bidir));
+        }
+    }
+
     pub(super) fn add_flows(&mut self, flows: &[(String, String)]) {
         for (a, b) in flows {
-            let mut id = |n: &String| {
-                let k = self.node_ids.len() as u32;
-                *self.node_ids.entry(n.clone()).or_insert(k)
+            let mut id = |n: &String| match self.node_ids.get(n) {
+                Some(&k) => k,
+                None => {
+                    let k = self.node_ids.len() as u32;
+                    self.node_ids.insert(n.clone(), k);
+                    k
+                }
             };
             let p = (id(a), id(b));
             self.pairs.insert(p);

@@ -15,7 +15,7 @@ use crate::data::RunData;
 use crate::stats::{self, Stats};
 use fabperf_store::CellRow;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Test order, dims, path, pattern instance key, its words, method (mtu).
 pub(super) type GroupKey = (usize, String, String, String, String, String);
@@ -129,7 +129,7 @@ pub(super) fn row_of(
         PortOf::Known(p) => *p,
         PortOf::Flows(flows, bidir) => flows_port(data, &s.path, flows, *bidir),
     };
-    acc.inst_at = HashMap::new();
+    acc.inst_at = Default::default();
     let insts = instances(std::mem::take(&mut acc.insts), &port_of);
     let multi = insts.len() > 1;
     let unit = family.unit();

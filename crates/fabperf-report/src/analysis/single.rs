@@ -3,7 +3,6 @@
 use super::accumulate::Acc;
 use super::dims::dim_u64;
 use super::latency::add_latency;
-use super::ports::PortOf;
 use super::report::Family;
 use super::rows::{instance_of, GroupKey};
 use crate::data::{RecView, Sample};
@@ -121,7 +120,7 @@ pub(super) fn add_single(
         // Looked up at the end, once every record has said which links
         // are virtual.
         let bidir = acc.direction.as_deref() == Some("bidir");
-        acc.add_port(&inst, PortOf::Flows(s.flows.clone(), bidir));
+        acc.add_port_flows(&inst, &s.flows, bidir);
         if let Some(r) = rec.retransmits {
             acc.retrans.push(r as f64);
         }
@@ -147,7 +146,7 @@ pub(super) fn add_single(
                 }
             }
             Family::Latency | Family::Http => {
-                let p50 = add_latency(acc, rec, &s.cell_id, notes);
+                let p50 = add_latency(acc, rec, main.hist.as_ref(), &s.cell_id, notes);
                 if family == Family::Latency {
                     push(acc, p50);
                 } else {
