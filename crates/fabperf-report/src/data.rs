@@ -219,27 +219,16 @@ pub struct Sample {
     pub src: Option<String>,
     pub dst: Option<String>,
     pub rec: RecView,
-    /// The record's latency histogram as its non-empty buckets
-    /// ([`hist::decode_counts`](crate::hist::decode_counts)), decoded as
-    /// the store was read when the reader asked for it; `None` then also
-    /// when the record has no histogram.
-    pub hist: Option<Result<Vec<(u64, u64)>, crate::hist::HistError>>,
 }
 
 impl Sample {
-    /// A stored measurement read; its histogram decoded when `hists`.
-    pub fn of(m: RawMeasurement, hists: bool) -> Sample {
-        let rec = RecView::from_json(&m.record, m.lat_hist.as_deref());
-        let hist = match (&rec.lat_hist, hists) {
-            (Some(h), true) => Some(crate::hist::decode_counts(h)),
-            _ => None,
-        };
+    /// A stored measurement read.
+    pub fn of(m: RawMeasurement) -> Sample {
         Sample {
             role: m.role,
+            rec: RecView::from_json(&m.record, m.lat_hist.as_deref()),
             src: m.src,
             dst: m.dst,
-            rec,
-            hist,
         }
     }
 }
@@ -573,20 +562,19 @@ pub fn each_cell(
     data: &mut RunData,
     f: &mut CellVisitor<'_>,
 ) -> Result<(), ReportError> {
-    each_cell_reading(store, data, &mut [], false, f)
+    each_cell_reading(store, data, &mut [], f)
 }
 
 /// [`each_cell`], also feeding every cell (current or not) and its
 /// measurements to the mesh analyses in `meshes`, so that the report reads
-/// a run once for its tables and its matrices, and with each sample's
-/// latency histogram decoded ([`Sample::hist`]).
+/// a run once for its tables and its matrices.
 pub fn each_cell_feeding(
     store: &Store,
     data: &mut RunData,
     meshes: &mut [fabperf_run::summary::MeshFeed],
     f: &mut CellVisitor<'_>,
 ) -> Result<(), ReportError> {
-    each_cell_reading(store, data, meshes, true, f)
+    each_cell_reading(store, data, meshes, f)
 }
 
 /// A cell as the reading thread hands it over: the cell, whether it is
@@ -604,14 +592,14 @@ type Read = (
 const BATCH: usize = 256;
 const IN_FLIGHT: usize = 8;
 
-/// Reading and analysing a run take two threads: this one reads the store,
-/// parses each record and decodes its histogram (`hists`); a second one
-/// feeds the mesh analyses and calls `f`, in the order read.
+/// Reading and analysing a run take two threads: this one reads the store
+/// and parses each record; a second one feeds the mesh analyses and calls
+/// `f` (which decodes and merges histograms: that keeps the two about even
+/// on a latency mesh), in the order read.
 fn each_cell_reading(
     store: &Store,
     data: &mut RunData,
     meshes: &mut [fabperf_run::summary::MeshFeed],
-    hists: bool,
     f: &mut CellVisitor<'_>,
 ) -> Result<(), ReportError> {
     let run_id = data.run.id;
@@ -626,7 +614,7 @@ fn each_cell_reading(
                 .contains(&c.spec.test)
                 .then(|| ms.iter_mut().map(stored).collect());
             let samples: Vec<Sample> = if current {
-                ms.into_iter().map(|m| Sample::of(m, hists)).collect()
+                ms.into_iter().map(Sample::of).collect()
             } else {
                 Vec::new()
             };

@@ -44,12 +44,10 @@ impl StoredLat {
 }
 
 /// Merge a record's histogram into the row's; the repeat's p50 (from its
-/// histogram, else its stored percentile). `decoded` is its histogram when
-/// the reader decoded it already ([`crate::data::Sample::hist`]).
+/// histogram, else its stored percentile).
 pub(super) fn add_latency(
     acc: &mut Acc,
     rec: &RecView,
-    decoded: Option<&Result<Vec<(u64, u64)>, hist::HistError>>,
     cell: &str,
     notes: &mut Vec<String>,
 ) -> Option<f64> {
@@ -59,19 +57,12 @@ pub(super) fn add_latency(
         .or(rec.lat.as_ref().and_then(|l| l.kind.clone()));
     // Read sparsely (a mesh report merges a histogram per pair), each
     // repeat's p50 from its own buckets in the merged histogram's layout.
-    let own;
-    let decoded = match decoded {
-        Some(d) => Some(d),
-        None => {
-            own = rec.lat_hist.as_deref().map(hist::decode_counts);
-            own.as_ref()
-        }
-    };
+    let decoded = rec.lat_hist.as_deref().map(hist::decode_counts);
     let mut hp50 = None;
     match decoded {
         Some(Ok(c)) if c.iter().any(|&(_, n)| n > 0) => {
-            hp50 = acc.hists.quantile_of_counts_us(c, 0.5);
-            if let Err(e) = acc.hists.add_counts(c) {
+            hp50 = acc.hists.quantile_of_counts_us(&c, 0.5);
+            if let Err(e) = acc.hists.add_counts(&c) {
                 notes.push(format!("cell {cell}: {e}"));
                 acc.hist_missing += 1;
             }

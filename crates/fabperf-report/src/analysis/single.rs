@@ -146,7 +146,7 @@ pub(super) fn add_single(
                 }
             }
             Family::Latency | Family::Http => {
-                let p50 = add_latency(acc, rec, main.hist.as_ref(), &s.cell_id, notes);
+                let p50 = add_latency(acc, rec, &s.cell_id, notes);
                 if family == Family::Latency {
                     push(acc, p50);
                 } else {
