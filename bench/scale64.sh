@@ -8,6 +8,7 @@
 # down. Exits 1 when a check fails.
 #
 #   sudo flock /run/fabperf-testbed.shared.lock bench/scale64.sh [OUT_DIR]   (default /tmp/scale64)
+#   MESH_DURATION=4.5s RECV_RATE=10gbit bench/scale64.sh ...   (the mesh cells' measured time, the incast's port)
 #
 # Needs root and what sim/testbed.sh needs, and a release build (cargo build --release -p fabperf).
 set -euo pipefail
@@ -49,7 +50,8 @@ PY
 run() {
     local name=$1 plan=$2
     local s=$(date +%s.%N)
-    tb exec switch fabperf run "$REPO/sim/plans/$plan" --db "$OUT/$name.db" --plain --json \
+    [[ $plan == /* ]] || plan=$REPO/sim/plans/$plan
+    tb exec switch fabperf run "$plan" --db "$OUT/$name.db" --plain --json \
         >"$OUT/$name.json" 2>"$OUT/$name.log" || echo "$name: fabperf run exited with $?"
     echo "$name: $(echo "$(date +%s.%N) - $s" | bc) s; $(grep -E 'agents .* reachable|inside tests|wall time:|failed' "$OUT/$name.log" | tr '\n' ' ')"
 }
@@ -80,7 +82,16 @@ for pattern, rec in c.execute(
     print(line + ("" if ok else "  <- FAILED")); bad |= not ok
 sys.exit(bad)
 PY
-run mesh scale64-mesh.toml
+# MESH_DURATION (default the plan's 2s) sets the mesh cells' measured time: the share of the
+# wall time inside the intervals grows with it (each round costs about 0.26 s besides them).
+if [[ -n ${MESH_DURATION:-} ]]; then
+    [[ $MESH_DURATION =~ ^[0-9]+(\.[0-9]+)?s$ ]] || { echo "MESH_DURATION wants seconds like 4.5s, got '$MESH_DURATION'" >&2; exit 2; }
+    sed "s/^duration = \"2s\"$/duration = \"$MESH_DURATION\"/" "$REPO/sim/plans/scale64-mesh.toml" >"$OUT/scale64-mesh.toml"
+    grep -q "^duration = \"$MESH_DURATION\"$" "$OUT/scale64-mesh.toml" || { echo "scale64-mesh.toml has no duration = \"2s\" line to change" >&2; exit 2; }
+    run mesh "$OUT/scale64-mesh.toml"
+else
+    run mesh scale64-mesh.toml
+fi
 tb exec switch fabperf mesh-summary --db "$OUT/mesh.db" >"$OUT/mesh-summary.txt" 2>&1 || true
 
 t2=$(date +%s.%N)

@@ -477,9 +477,9 @@ pub fn load(store: &Store, run: Option<i64>) -> Result<RunData, ReportError> {
     let (mut cells, mut samples) = (Vec::new(), HashMap::new());
     each_cell(store, &mut data, &mut |_, c, ms| {
         if !ms.is_empty() {
-            samples.insert(c.spec.cell_id.clone(), ms);
+            samples.insert(c.spec.cell_id.clone(), ms.to_vec());
         }
-        cells.push(c);
+        cells.push(c.clone());
         Ok(())
     })?;
     data.cells = cells;
@@ -550,7 +550,7 @@ fn stored(m: &mut RawMeasurement) -> fabperf_store::StoredMeasurement {
 
 /// What [`each_cell`] calls with each cell.
 pub type CellVisitor<'a> =
-    dyn FnMut(&RunData, CellRow, Vec<Sample>) -> Result<(), ReportError> + Send + 'a;
+    dyn FnMut(&RunData, &CellRow, &[Sample]) -> Result<(), ReportError> + Send + 'a;
 
 /// The current plan's cells of `data`'s run (from [`load_head`]), each with
 /// its measurements, one at a time in plan order, keeping none: `f` gets
@@ -595,7 +595,10 @@ const IN_FLIGHT: usize = 8;
 /// Reading and analysing a run take two threads: this one reads the store
 /// and parses each record; a second one feeds the mesh analyses and calls
 /// `f` (which decodes and merges histograms: that keeps the two about even
-/// on a latency mesh), in the order read.
+/// on a latency mesh), in the order read. Each batch goes back to this
+/// thread to be freed: the allocator (glibc's) frees memory of another
+/// thread's arena under that arena's lock, which cost more than the second
+/// core saved.
 fn each_cell_reading(
     store: &Store,
     data: &mut RunData,
@@ -605,8 +608,10 @@ fn each_cell_reading(
     let run_id = data.run.id;
     let mesh_tests: Vec<String> = meshes.iter().map(|m| m.test().to_string()).collect();
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Read>>(IN_FLIGHT);
+    // Batches analysed, back to be freed where they were made.
+    let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<Read>>();
     std::thread::scope(|scope| {
-        let analysis = scope.spawn(move || analyse(rx, data, meshes, f));
+        let analysis = scope.spawn(move || analyse(rx, back_tx, data, meshes, f));
         let mut batch: Vec<Read> = Vec::with_capacity(BATCH);
         let mut stopped = false;
         let read = store.each_plan_cell_measured(run_id, &mut |c, current, mut ms| {
@@ -620,6 +625,9 @@ fn each_cell_reading(
             };
             batch.push((c, current, stored_ms, samples));
             if batch.len() == BATCH {
+                while let Ok(done) = back_rx.try_recv() {
+                    drop(done);
+                }
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                 if tx.send(full).is_err() {
                     // The analysis stopped (its error is returned below).
@@ -639,6 +647,7 @@ fn each_cell_reading(
         let analysed = analysis
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        drop(back_rx);
         // The analysis's own error first: it is why the reading stopped.
         analysed?;
         read.map_err(ReportError::from)
@@ -648,6 +657,7 @@ fn each_cell_reading(
 /// The analysing side of [`each_cell_reading`].
 fn analyse(
     rx: std::sync::mpsc::Receiver<Vec<Read>>,
+    back: std::sync::mpsc::Sender<Vec<Read>>,
     data: &mut RunData,
     meshes: &mut [fabperf_run::summary::MeshFeed],
     f: &mut CellVisitor<'_>,
@@ -656,11 +666,12 @@ fn analyse(
     let mut stale: Vec<String> = Vec::new();
     let mut stale_n = 0usize;
     for batch in rx {
-        for (c, current, stored_ms, samples) in batch {
+        for (c, current, stored_ms, samples) in &batch {
+            let current = *current;
             if let Some(feed) = meshes.iter_mut().find(|m| m.test() == c.spec.test) {
-                feed.cell(&c, current);
-                if let (true, Some(mut ms)) = (current, stored_ms) {
-                    feed.measured(&mut ms);
+                feed.cell(c, current);
+                if let (true, Some(ms)) = (current, stored_ms) {
+                    feed.measured(ms);
                 }
             }
             if !current {
@@ -676,7 +687,7 @@ fn analyse(
                 continue;
             }
             // What the records say about the links: a virtual end's speed is a label.
-            for m in &samples {
+            for m in samples {
                 for (node, virt, cap) in [
                     (&m.src, m.rec.virtual_local, m.rec.port_local_gbps),
                     (&m.dst, m.rec.virtual_remote, m.rec.port_remote_gbps),
@@ -691,6 +702,8 @@ fn analyse(
             }
             f(data, c, samples)?;
         }
+        // The reading side stopped only after an error of its own.
+        let _ = back.send(batch);
     }
     if stale_n > 0 {
         data.notes.push(format!(

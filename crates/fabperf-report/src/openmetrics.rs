@@ -539,7 +539,7 @@ impl Exposer {
         let mut states = [0usize; 3];
         crate::data::each_cell(store, &mut data, &mut |data, c, samples| {
             states[state_index(c.state)] += 1;
-            self.cell(data, &c, &samples);
+            self.cell(data, c, samples);
             Ok(())
         })?;
         self.run_end(&data, states);

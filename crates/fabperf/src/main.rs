@@ -2,11 +2,6 @@
 
 mod cmd;
 
-/// See Cargo.toml: records handed from the reading thread to the analysing
-/// one are freed there.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

@@ -140,10 +140,10 @@ pub(super) fn assemble(
             }
             let n = order.len();
             let idx = *order.entry(s.test.clone()).or_insert(n);
-            multis.push((idx, cell, samples, family));
+            multis.push((idx, cell.clone(), samples.to_vec(), family));
             return Ok(());
         }
-        add_single(&cell, &samples, family, &mut order, &mut groups, &mut notes);
+        add_single(cell, samples, family, &mut order, &mut groups, &mut notes);
         Ok(())
     })?;
     for (idx, cell, samples, family) in &multis {

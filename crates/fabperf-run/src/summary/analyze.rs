@@ -76,12 +76,13 @@ pub fn analyze(
     let mut cur: Vec<StoredMeasurement> = Vec::new();
     store.each_measurement(run_id, Some(test), &mut |m| {
         if cur.first().is_some_and(|c| c.cell_id != m.cell_id) {
-            feed.measured(&mut cur);
+            feed.measured(&cur);
+            cur.clear();
         }
         cur.push(m);
         Ok(())
     })?;
-    feed.measured(&mut cur);
+    feed.measured(&cur);
     feed.finish(store, run_id, rule)
 }
 
@@ -198,8 +199,8 @@ impl MeshFeed {
     }
 
     /// The measurements of one cell given to [`cell`](Self::cell) before
-    /// (all of them, in the order stored); `ms` is left empty.
-    pub fn measured(&mut self, ms: &mut Vec<StoredMeasurement>) {
+    /// (all of them, in the order stored).
+    pub fn measured(&mut self, ms: &[StoredMeasurement]) {
         let Some(first) = ms.first() else {
             return;
         };
@@ -211,7 +212,6 @@ impl MeshFeed {
             let (g, raw) = &mut self.groups[info.group];
             record_cell(info, g.metric, ms, raw);
         }
-        ms.clear();
     }
 
     /// Judge every group; the suspects' re-test templates are read from
