@@ -562,24 +562,12 @@ pub fn each_cell(
     data: &mut RunData,
     f: &mut CellVisitor<'_>,
 ) -> Result<(), ReportError> {
-    each_cell_reading(store, data, &mut [], f)
-}
-
-/// [`each_cell`], also feeding every cell (current or not) and its
-/// measurements to the mesh analyses in `meshes`, so that the report reads
-/// a run once for its tables and its matrices.
-pub fn each_cell_feeding(
-    store: &Store,
-    data: &mut RunData,
-    meshes: &mut [fabperf_run::summary::MeshFeed],
-    f: &mut CellVisitor<'_>,
-) -> Result<(), ReportError> {
-    each_cell_reading(store, data, meshes, f)
+    each_cell_feeding(store, data, &mut [], f)
 }
 
 /// A cell as the reading thread hands it over: the cell, whether it is
-/// part of the current plan, its measurements as the mesh analysis reads
-/// them (only for a mesh test's cells) and its samples (only when current).
+/// part of the current plan, and when it is, its measurements as the mesh
+/// analysis reads them (only for a mesh test's cells) and its samples.
 type Read = (
     CellRow,
     bool,
@@ -592,6 +580,10 @@ type Read = (
 const BATCH: usize = 256;
 const IN_FLIGHT: usize = 8;
 
+/// [`each_cell`], also feeding every cell (current or not) and its
+/// measurements to the mesh analyses in `meshes`, so that the report reads
+/// a run once for its tables and its matrices.
+///
 /// Reading and analysing a run take two threads: this one reads the store
 /// and parses each record; a second one feeds the mesh analyses and calls
 /// `f` (which decodes and merges histograms: that keeps the two about even
@@ -599,7 +591,7 @@ const IN_FLIGHT: usize = 8;
 /// thread to be freed: the allocator (glibc's) frees memory of another
 /// thread's arena under that arena's lock, which cost more than the second
 /// core saved.
-fn each_cell_reading(
+pub fn each_cell_feeding(
     store: &Store,
     data: &mut RunData,
     meshes: &mut [fabperf_run::summary::MeshFeed],
@@ -613,10 +605,8 @@ fn each_cell_reading(
     std::thread::scope(|scope| {
         let analysis = scope.spawn(move || analyse(rx, back_tx, data, meshes, f));
         let mut batch: Vec<Read> = Vec::with_capacity(BATCH);
-        let mut stopped = false;
         let read = store.each_plan_cell_measured(run_id, &mut |c, current, mut ms| {
-            let stored_ms = mesh_tests
-                .contains(&c.spec.test)
+            let stored_ms = (current && mesh_tests.contains(&c.spec.test))
                 .then(|| ms.iter_mut().map(stored).collect());
             let samples: Vec<Sample> = if current {
                 ms.into_iter().map(Sample::of).collect()
@@ -631,7 +621,6 @@ fn each_cell_reading(
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                 if tx.send(full).is_err() {
                     // The analysis stopped (its error is returned below).
-                    stopped = true;
                     return Err(StoreError::Invalid {
                         path: store.path().to_path_buf(),
                         msg: "report stopped".into(),
@@ -640,7 +629,8 @@ fn each_cell_reading(
             }
             Ok(())
         });
-        if !batch.is_empty() && !stopped {
+        // After a failed send the batch is a new, empty one.
+        if !batch.is_empty() {
             let _ = tx.send(batch);
         }
         drop(tx);
@@ -654,7 +644,7 @@ fn each_cell_reading(
     })
 }
 
-/// The analysing side of [`each_cell_reading`].
+/// The analysing side of [`each_cell_feeding`].
 fn analyse(
     rx: std::sync::mpsc::Receiver<Vec<Read>>,
     back: std::sync::mpsc::Sender<Vec<Read>>,
@@ -669,10 +659,7 @@ fn analyse(
         for (c, current, stored_ms, samples) in &batch {
             let current = *current;
             if let Some(feed) = meshes.iter_mut().find(|m| m.test() == c.spec.test) {
-                feed.cell(c, current);
-                if let (true, Some(ms)) = (current, stored_ms) {
-                    feed.measured(ms);
-                }
+                feed.cell_measured(c, current, stored_ms.as_deref().unwrap_or_default());
             }
             if !current {
                 // Only the current plan's cells count; the others are listed.

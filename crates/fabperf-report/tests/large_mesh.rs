@@ -25,6 +25,12 @@ fn lat(us: u64) -> Record {
 }
 
 fn store() -> (tempfile::TempDir, std::path::PathBuf) {
+    store_with(&[])
+}
+
+/// The mesh, its cells of `no_records` (sender, receiver) finished without
+/// a single record.
+fn store_with(no_records: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("big.db");
     let mut s = Store::open(&db).unwrap();
@@ -67,6 +73,10 @@ fn store() -> (tempfile::TempDir, std::path::PathBuf) {
                 dims: json!({"size": 64}),
                 repeat: 0,
             });
+            if no_records.contains(&(a.as_str(), b.as_str())) {
+                ms.push(Vec::new());
+                continue;
+            }
             let slow = a == SLOW || b == SLOW;
             ms.push(vec![Measurement {
                 role: Role::Total,
@@ -162,10 +172,35 @@ fn a_large_mesh_is_listed_and_drawn_not_tabulated() {
     assert!(html.len() < 2_000_000, "{} bytes", html.len());
 }
 
+/// The report feeds the mesh analysis each cell with its records at once,
+/// keeping nothing per finished cell: a cell that finished without a record
+/// is still a failure of its pair, the same as `mesh-summary` finds.
+#[test]
+fn a_finished_cell_without_records_fails_its_pair_in_the_report_too() {
+    let gone = [("n002", "n005"), ("n040", "n001"), (SLOW, "n003")];
+    let (_d, db) = store_with(&gone);
+    let s = Store::open_read_only(&db).unwrap();
+    let a = summary::analyze(&s, 1, "lat", &Rule::default()).unwrap();
+    let rep = build(&s, &Options::default()).unwrap();
+    assert_eq!(
+        serde_json::to_value(&rep.meshes[0]).unwrap(),
+        serde_json::to_value(&a).unwrap()
+    );
+    let failed = serde_json::to_string(&a.groups[0]).unwrap();
+    assert_eq!(
+        failed.matches("the cell finished without a figure").count(),
+        gone.len(),
+        "{failed}"
+    );
+    assert_eq!(
+        a.groups[0].values.values().map(|r| r.len()).sum::<usize>(),
+        NODES * (NODES - 1) - gone.len()
+    );
+}
+
 /// The store is read on one thread and analysed on another: every cell comes
-/// once, in plan order, with its records; an error
-/// of the analysis stops the reading and is the one returned, however many
-/// cells were read ahead.
+/// once, in plan order, with its records; an error of the analysis stops the
+/// reading and is the one returned, however many cells were read ahead.
 #[test]
 fn cells_come_in_plan_order_and_an_analysis_error_stops_the_reading() {
     use fabperf_report::data::{each_cell, each_cell_feeding, load_head, ReportError};

@@ -24,6 +24,7 @@
 
 mod agents;
 mod cell_readers;
+mod cellids;
 mod cells;
 mod error;
 mod export;
@@ -38,6 +39,7 @@ mod schema;
 mod store;
 mod types;
 
+pub use cellids::CellIds;
 pub use error::StoreError;
 pub use export::{export_csv, export_jsonl, ExportRow};
 pub use lease::{Lease, LeaseHolder};

@@ -5,8 +5,10 @@ use super::latency::StoredLat;
 use super::ports::PortOf;
 use super::report::FailedRepeat;
 use crate::hist::Merged;
-use rustc_hash::{FxHashMap, FxHashSet};
+use fabperf_store::CellIds;
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
+use std::hash::BuildHasher;
 
 /// A mean kept as it goes: the same sum in the same order as over a list
 /// of the values (`Iterator::sum` starts at −0), so the figure is the same
@@ -58,23 +60,37 @@ impl Mean {
 /// cells are read.
 pub(super) struct InstAcc {
     pub(super) key: String,
-    pub(super) cells: Vec<String>,
+    pub(super) cells: CellIds,
     pub(super) values: Vec<f64>,
     pub(super) ports: Vec<PortOf>,
     /// When its first cell came (instances are listed in that order).
     pub(super) first: Option<usize>,
 }
 
+impl InstAcc {
+    /// Most instances have one port bound: room for one, not the four a
+    /// vector starts with (a million instances in a mesh row).
+    fn push_port(&mut self, p: PortOf) {
+        if self.ports.is_empty() {
+            self.ports.reserve_exact(1);
+        }
+        self.ports.push(p);
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Acc {
-    pub(super) cells: Vec<String>,
+    pub(super) cells: CellIds,
     /// The figure of each cell with one, in run order.
     pub(super) values: Vec<f64>,
-    /// The instances, by key.
-    pub(super) inst_at: FxHashMap<String, usize>,
+    /// The instances (indices into `insts`) by the hash of their key: a
+    /// mesh row has a million, whose keys are not kept twice.
+    pub(super) inst_at: hashbrown::HashTable<u32>,
     pub(super) insts: Vec<InstAcc>,
-    /// Nodes by number, and the (sender, receiver) pairs measured.
+    /// Nodes by number (and their names by number), and the (sender,
+    /// receiver) pairs measured.
     pub(super) node_ids: FxHashMap<String, u32>,
+    pub(super) node_names: Vec<String>,
     pub(super) pairs: FxHashSet<(u32, u32)>,
     pub(super) size: Option<u64>,
     pub(super) streams: Option<u64>,
@@ -110,31 +126,37 @@ pub(super) struct Acc {
 
 impl Acc {
     pub(super) fn inst(&mut self, key: &str) -> &mut InstAcc {
-        let i = match self.inst_at.get(key) {
-            Some(&i) => i,
+        let hash = FxBuildHasher.hash_one(key);
+        let insts = &mut self.insts;
+        let i = match self.inst_at.find(hash, |&i| insts[i as usize].key == key) {
+            Some(&i) => i as usize,
             None => {
-                self.inst_at.insert(key.to_string(), self.insts.len());
-                self.insts.push(InstAcc {
+                let i = insts.len();
+                insts.push(InstAcc {
                     key: key.to_string(),
-                    cells: Vec::new(),
+                    cells: CellIds::new(),
                     values: Vec::new(),
                     ports: Vec::new(),
                     first: None,
                 });
-                self.insts.len() - 1
+                let n = u32::try_from(i).expect("fewer than 2^32 instances in a row");
+                self.inst_at.insert_unique(hash, n, |&j| {
+                    FxBuildHasher.hash_one(insts[j as usize].key.as_str())
+                });
+                i
             }
         };
-        &mut self.insts[i]
+        &mut insts[i]
     }
 
     /// A cell of instance `inst` counted in the row.
     pub(super) fn add_cell(&mut self, inst: &str, cell: &str) {
-        self.cells.push(cell.to_string());
+        self.cells.push(cell);
         let n = self.cells.len();
         let x = self.inst(inst);
         x.first.get_or_insert(n);
-        if !x.cells.iter().any(|c| c == cell) {
-            x.cells.push(cell.to_string());
+        if !x.cells.contains(cell) {
+            x.cells.push(cell);
         }
     }
 
@@ -146,35 +168,43 @@ impl Acc {
     pub(super) fn add_port(&mut self, inst: &str, p: PortOf) {
         let x = self.inst(inst);
         if !x.ports.contains(&p) {
-            x.ports.push(p);
+            x.push_port(p);
         }
     }
 
-    /// [`add_port`](Self::add_port) of `PortOf::Flows(flows, bidir)`, the
-    /// flows copied only when the instance does not have them yet (a mesh
-    /// pair's repeats all have the same).
+    /// [`add_port`](Self::add_port) of a cell's flows, kept as node
+    /// numbers (a mesh pair's repeats all have the same: kept once).
     pub(super) fn add_port_flows(&mut self, inst: &str, flows: &[(String, String)], bidir: bool) {
+        let ids: Vec<(u32, u32)> = flows
+            .iter()
+            .map(|(a, b)| (self.node_id(a), self.node_id(b)))
+            .collect();
         let x = self.inst(inst);
         let known = x
             .ports
             .iter()
-            .any(|p| matches!(p, PortOf::Flows(f, b) if f == flows && *b == bidir));
+            .any(|p| matches!(p, PortOf::Flows(f, b) if **f == *ids && *b == bidir));
         if !known {
-            x.ports.push(PortOf::Flows(flows.to_vec(), bidir));
+            x.push_port(PortOf::Flows(ids.into_boxed_slice(), bidir));
+        }
+    }
+
+    /// A node's number in this row.
+    pub(super) fn node_id(&mut self, n: &str) -> u32 {
+        match self.node_ids.get(n) {
+            Some(&k) => k,
+            None => {
+                let k = u32::try_from(self.node_names.len()).expect("fewer than 2^32 nodes");
+                self.node_ids.insert(n.to_string(), k);
+                self.node_names.push(n.to_string());
+                k
+            }
         }
     }
 
     pub(super) fn add_flows(&mut self, flows: &[(String, String)]) {
         for (a, b) in flows {
-            let mut id = |n: &String| match self.node_ids.get(n) {
-                Some(&k) => k,
-                None => {
-                    let k = self.node_ids.len() as u32;
-                    self.node_ids.insert(n.clone(), k);
-                    k
-                }
-            };
-            let p = (id(a), id(b));
+            let p = (self.node_id(a), self.node_id(b));
             self.pairs.insert(p);
         }
     }

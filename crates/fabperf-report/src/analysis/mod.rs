@@ -31,7 +31,7 @@ pub use build::{build, Options};
 pub use format::{fmt_num, signed};
 pub use ports::port_finding_text;
 pub use report::{
-    Bisection, Concurrency, CpuPerGbps, Delta, FailedCell, FailedRepeat, Family, HttpFigures,
-    Incast, Instance, LatFigures, LatSource, Level, MtuFigures, Report, Row, RunMeta, Spread,
-    Verdict,
+    Bisection, CellIds, Concurrency, CpuPerGbps, Delta, FailedCell, FailedRepeat, Family,
+    HttpFigures, Incast, Instance, LatFigures, LatSource, Level, MtuFigures, Report, Row, RunMeta,
+    Spread, Verdict,
 };

@@ -12,7 +12,9 @@ use fabperf_store::CellRow;
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum PortOf {
     Known(Option<f64>),
-    Flows(Vec<(String, String)>, bool),
+    /// The flows' ends as the row's node numbers, and whether the cell
+    /// was `bidir`.
+    Flows(Box<[(u32, u32)]>, bool),
 }
 
 /// Port rate of a flow: the slower end's.
@@ -59,14 +61,14 @@ pub(super) fn cell_port(data: &RunData, cell: &CellRow, direction: Option<&str>)
 
 /// The port rate the flows of a pair or mesh cell are bounded by (the
 /// slowest flow's; twice that for `bidir`), as [`cell_port`] gives it.
-pub(super) fn flows_port(
+pub(super) fn flows_port<'a>(
     data: &RunData,
     path: &str,
-    flows: &[(String, String)],
+    flows: impl IntoIterator<Item = (&'a str, &'a str)>,
     bidir: bool,
 ) -> Option<f64> {
     let ports: Option<Vec<f64>> = flows
-        .iter()
+        .into_iter()
         .map(|(a, b)| flow_port(data, path, a, b))
         .collect();
     let one_way = ports?.iter().copied().fold(f64::INFINITY, f64::min);

@@ -6,6 +6,7 @@ use crate::flows::Leg;
 use crate::stats::{self, Stats};
 use crate::units::size_label;
 use fabperf_run::summary::MeshAnalysis;
+pub use fabperf_store::CellIds;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -154,7 +155,7 @@ pub struct Delta {
 pub struct Instance {
     /// `n1 -> n2` (a pair), `n1→n3, n2→n4` (a cut's flows).
     pub key: String,
-    pub cells: Vec<String>,
+    pub cells: CellIds,
     pub values: Vec<f64>,
     /// Over this instance's repeats only.
     pub stats: Option<Stats>,
@@ -239,7 +240,7 @@ pub struct Row {
     /// `c1000`.
     pub variant: Option<String>,
     pub nodes: Vec<String>,
-    pub cells: Vec<String>,
+    pub cells: CellIds,
     /// One figure per cell in run order: Gbit/s, p50 µs for latency,
     /// requests/s for http-load, bytes for mtu.
     pub values: Vec<f64>,

@@ -125,9 +125,17 @@ pub(super) fn row_of(
     let s = &cell.spec;
     let family = Family::of_kind(&s.kind).expect("grouped by known kinds");
     let values: Vec<f64> = std::mem::take(&mut acc.values);
+    let names = std::mem::take(&mut acc.node_names);
     let port_of = |p: &PortOf| match p {
         PortOf::Known(p) => *p,
-        PortOf::Flows(flows, bidir) => flows_port(data, &s.path, flows, *bidir),
+        PortOf::Flows(flows, bidir) => flows_port(
+            data,
+            &s.path,
+            flows
+                .iter()
+                .map(|&(a, b)| (names[a as usize].as_str(), names[b as usize].as_str())),
+            *bidir,
+        ),
     };
     acc.inst_at = Default::default();
     let insts = instances(std::mem::take(&mut acc.insts), &port_of);

@@ -81,7 +81,7 @@ pub(super) fn check(c: &Check<'_>, rep: &Report, out: &mut GateOutcome) {
         c.check(
             out,
             subject,
-            b.cells.clone(),
+            b.cells.to_vec(),
             b.mean().ok_or_else(|| "no figure".to_string()),
             req,
         );

@@ -49,7 +49,7 @@ pub(super) fn check(c: &Check<'_>, rep: &Report, out: &mut GateOutcome) {
             "" => r.label(),
             s => format!("{} [{s}]", r.label()),
         };
-        c.check(out, label, r.cells.clone(), row_figure(g, r), required);
+        c.check(out, label, r.cells.to_vec(), row_figure(g, r), required);
     }
 }
 

@@ -7,7 +7,7 @@ use super::rails::on_rails;
 use super::records::{measured_pairs, no_figure_reason, planned_pairs, real_port_rate};
 use super::rule::{metric_of, Metric, Rule};
 use super::verdict::judge;
-use fabperf_store::{CellRow, CellState, Store, StoreError, StoredMeasurement, RETEST};
+use fabperf_store::{CellIds, CellRow, CellState, Store, StoreError, StoredMeasurement, RETEST};
 use std::collections::{BTreeSet, HashMap};
 
 /// Node names as small numbers.
@@ -97,10 +97,14 @@ pub struct MeshFeed {
     /// Each group's (path, dims), in the order first met.
     keys: Vec<(String, serde_json::Value)>,
     groups: Vec<(MeshGroup, Raw)>,
-    cell_ids: Vec<String>,
+    /// The cells behind the pairs (`Raw::templates` index them).
+    cell_ids: CellIds,
     /// The finished cells by id (a fast hash: one insert and one look-up
     /// per cell, millions at 1024 nodes).
     done: rustc_hash::FxHashMap<String, CellInfo>,
+    /// Finished cells given with [`cell_measured`](MeshFeed::cell_measured)
+    /// without a single record.
+    unrecorded: Vec<CellInfo>,
     stale_cells: Vec<String>,
 }
 
@@ -111,8 +115,9 @@ impl MeshFeed {
             names: Names::default(),
             keys: Vec::new(),
             groups: Vec::new(),
-            cell_ids: Vec::new(),
+            cell_ids: CellIds::new(),
             done: Default::default(),
+            unrecorded: Vec::new(),
             stale_cells: Vec::new(),
         }
     }
@@ -125,8 +130,34 @@ impl MeshFeed {
     /// One cell of the run (`current`: part of its current plan); cells of
     /// other tests and patterns are passed over.
     pub fn cell(&mut self, c: &CellRow, current: bool) {
-        if c.spec.test != self.test {
+        if let Some(info) = self.enter(c, current) {
+            self.done.insert(c.spec.cell_id.clone(), info);
+        }
+    }
+
+    /// One cell of the run with all its measurements (in the order
+    /// stored), for a reader that has both at once: nothing is kept per
+    /// finished cell until its records come, which at a thousand nodes is
+    /// most of the memory [`cell`](Self::cell) and
+    /// [`measured`](Self::measured) need.
+    pub fn cell_measured(&mut self, c: &CellRow, current: bool, ms: &[StoredMeasurement]) {
+        let Some(mut info) = self.enter(c, current) else {
             return;
+        };
+        if ms.is_empty() {
+            // Judged with the others without a record, in `finish`.
+            self.unrecorded.push(info);
+            return;
+        }
+        info.seen = true;
+        let (g, raw) = &mut self.groups[info.group];
+        record_cell(&info, g.metric, ms, raw);
+    }
+
+    /// A cell into its group; a finished one's figures are still to come.
+    fn enter(&mut self, c: &CellRow, current: bool) -> Option<CellInfo> {
+        if c.spec.test != self.test {
+            return None;
         }
         // A rail cell's ends are the nodes' rails: all rails of a sweep
         // point are one group, so a slow rail stands out against the others
@@ -135,11 +166,11 @@ impl MeshFeed {
         let s = on_rails.as_ref().unwrap_or(&c.spec);
         let retest = s.pattern == RETEST;
         if s.pattern != "mesh" && !retest {
-            return;
+            return None;
         }
         if !current {
             self.stale_cells.push(s.cell_id.clone());
-            return;
+            return None;
         }
         let gi = match self
             .keys
@@ -154,9 +185,7 @@ impl MeshFeed {
                 self.groups.len() - 1
             }
         };
-        let Some((a, b)) = s.flows.first() else {
-            return;
-        };
+        let (a, b) = s.flows.first()?;
         let names = &mut self.names;
         let (a, b) = (names.id(a), names.id(b));
         let planned: Vec<Pair> = planned_pairs(s)
@@ -169,32 +198,28 @@ impl MeshFeed {
             for p in &planned {
                 if !raw.templates.contains_key(p) {
                     raw.templates.insert(*p, self.cell_ids.len() as u32);
-                    self.cell_ids.push(s.cell_id.clone());
+                    self.cell_ids.push(&s.cell_id);
                 }
             }
         }
         match c.state {
-            CellState::Pending => {}
+            CellState::Pending => None,
             CellState::Failed => {
                 let why = c.error.clone().unwrap_or_else(|| "failed".into());
                 for p in planned {
                     fail(raw, retest, p, &why);
                 }
+                None
             }
-            CellState::Done => {
-                self.done.insert(
-                    s.cell_id.clone(),
-                    CellInfo {
-                        group: gi,
-                        retest,
-                        a,
-                        b,
-                        planned,
-                        repeat: s.repeat,
-                        seen: false,
-                    },
-                );
-            }
+            CellState::Done => Some(CellInfo {
+                group: gi,
+                retest,
+                a,
+                b,
+                planned,
+                repeat: s.repeat,
+                seen: false,
+            }),
         }
     }
 
@@ -228,11 +253,12 @@ impl MeshFeed {
             mut groups,
             cell_ids,
             done,
+            unrecorded,
             stale_cells,
             ..
         } = self;
         // Finished cells without a single record.
-        for info in done.values().filter(|i| !i.seen) {
+        for info in done.values().filter(|i| !i.seen).chain(&unrecorded) {
             let raw = &mut groups[info.group].1;
             for p in &info.planned {
                 fail(raw, info.retest, *p, "the cell finished without a figure");
@@ -250,7 +276,10 @@ impl MeshFeed {
                 let Some(&ci) = g.template_ids.get(&(x, y)) else {
                     continue;
                 };
-                if let Some(c) = store.cell(run_id, &cell_ids[ci as usize])? {
+                let Some(id) = cell_ids.get(ci as usize) else {
+                    continue;
+                };
+                if let Some(c) = store.cell(run_id, id)? {
                     g.templates.insert((s.src.clone(), s.dst.clone()), c.spec);
                 }
             }
