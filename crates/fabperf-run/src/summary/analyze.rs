@@ -4,7 +4,7 @@
 
 use super::findings::{MeshAnalysis, MeshGroup};
 use super::rails::on_rails;
-use super::records::{measured_pairs, no_figure_reason, planned_pairs, real_port_rate};
+use super::records::{measured_pairs, no_figure_reason, planned_dirs, real_port_rate};
 use super::rule::{metric_of, Metric, Rule};
 use super::verdict::judge;
 use fabperf_store::{CellIds, CellRow, CellState, Store, StoreError, StoredMeasurement, RETEST};
@@ -46,16 +46,69 @@ pub(super) struct Raw {
     pub(super) templates: HashMap<Pair, u32>,
 }
 
-/// What the measurement pass needs of a finished cell.
+/// What the measurement pass needs of a finished cell (20 bytes: a run
+/// of a thousand nodes has millions).
+#[derive(Clone, Copy)]
 struct CellInfo {
-    group: usize,
-    retest: bool,
+    group: u32,
     /// The driving agent and its peer.
     a: u32,
     b: u32,
-    planned: Vec<Pair>,
     repeat: u32,
+    retest: bool,
+    /// The directions its data moves in: `a` to `b`, `b` to `a`.
+    forward: bool,
+    back: bool,
     seen: bool,
+}
+
+impl CellInfo {
+    /// The (from, to) pairs its data moves between.
+    fn planned(&self) -> impl Iterator<Item = Pair> {
+        let (a, b) = (self.a, self.b);
+        [(self.forward, (a, b)), (self.back, (b, a))]
+            .into_iter()
+            .filter_map(|(on, p)| on.then_some(p))
+    }
+}
+
+/// The finished cells by id, kept small: an id of 16 lowercase hex digits
+/// (every id fabperf makes) as the number it spells, any other as text.
+#[derive(Default)]
+struct DoneCells {
+    hex: rustc_hash::FxHashMap<u64, CellInfo>,
+    other: rustc_hash::FxHashMap<String, CellInfo>,
+}
+
+impl DoneCells {
+    fn hex(id: &str) -> Option<u64> {
+        let lower_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        (id.len() == 16 && id.bytes().all(lower_hex))
+            .then(|| u64::from_str_radix(id, 16).ok())
+            .flatten()
+    }
+
+    fn insert(&mut self, id: &str, info: CellInfo) {
+        match Self::hex(id) {
+            Some(k) => {
+                self.hex.insert(k, info);
+            }
+            None => {
+                self.other.insert(id.to_string(), info);
+            }
+        }
+    }
+
+    fn get_mut(&mut self, id: &str) -> Option<&mut CellInfo> {
+        match Self::hex(id) {
+            Some(k) => self.hex.get_mut(&k),
+            None => self.other.get_mut(id),
+        }
+    }
+
+    fn values(&self) -> impl Iterator<Item = &CellInfo> {
+        self.hex.values().chain(self.other.values())
+    }
 }
 
 /// Analyse the mesh cells of `test` in run `run_id`. The run is read one
@@ -101,7 +154,7 @@ pub struct MeshFeed {
     cell_ids: CellIds,
     /// The finished cells by id (a fast hash: one insert and one look-up
     /// per cell, millions at 1024 nodes).
-    done: rustc_hash::FxHashMap<String, CellInfo>,
+    done: DoneCells,
     /// Finished cells given with [`cell_measured`](MeshFeed::cell_measured)
     /// without a single record.
     unrecorded: Vec<CellInfo>,
@@ -131,7 +184,7 @@ impl MeshFeed {
     /// other tests and patterns are passed over.
     pub fn cell(&mut self, c: &CellRow, current: bool) {
         if let Some(info) = self.enter(c, current) {
-            self.done.insert(c.spec.cell_id.clone(), info);
+            self.done.insert(&c.spec.cell_id, info);
         }
     }
 
@@ -150,7 +203,7 @@ impl MeshFeed {
             return;
         }
         info.seen = true;
-        let (g, raw) = &mut self.groups[info.group];
+        let (g, raw) = &mut self.groups[info.group as usize];
         record_cell(&info, g.metric, ms, raw);
     }
 
@@ -188,16 +241,23 @@ impl MeshFeed {
         let (a, b) = s.flows.first()?;
         let names = &mut self.names;
         let (a, b) = (names.id(a), names.id(b));
-        let planned: Vec<Pair> = planned_pairs(s)
-            .iter()
-            .map(|(x, y)| (names.id(x), names.id(y)))
-            .collect();
+        let (forward, back) = planned_dirs(s);
+        let info = CellInfo {
+            group: u32::try_from(gi).expect("fewer than 2^32 groups"),
+            a,
+            b,
+            repeat: s.repeat,
+            retest,
+            forward,
+            back,
+            seen: false,
+        };
         let raw = &mut self.groups[gi].1;
         raw.nodes.extend([a, b]);
         if !retest {
-            for p in &planned {
-                if !raw.templates.contains_key(p) {
-                    raw.templates.insert(*p, self.cell_ids.len() as u32);
+            for p in info.planned() {
+                if let std::collections::hash_map::Entry::Vacant(e) = raw.templates.entry(p) {
+                    e.insert(self.cell_ids.len() as u32);
                     self.cell_ids.push(&s.cell_id);
                 }
             }
@@ -206,20 +266,12 @@ impl MeshFeed {
             CellState::Pending => None,
             CellState::Failed => {
                 let why = c.error.clone().unwrap_or_else(|| "failed".into());
-                for p in planned {
+                for p in info.planned() {
                     fail(raw, retest, p, &why);
                 }
                 None
             }
-            CellState::Done => Some(CellInfo {
-                group: gi,
-                retest,
-                a,
-                b,
-                planned,
-                repeat: s.repeat,
-                seen: false,
-            }),
+            CellState::Done => Some(info),
         }
     }
 
@@ -234,7 +286,7 @@ impl MeshFeed {
         // damaged store, and are not counted twice.
         if let Some(info) = self.done.get_mut(&first.cell_id).filter(|i| !i.seen) {
             info.seen = true;
-            let (g, raw) = &mut self.groups[info.group];
+            let (g, raw) = &mut self.groups[info.group as usize];
             record_cell(info, g.metric, ms, raw);
         }
     }
@@ -259,9 +311,9 @@ impl MeshFeed {
         } = self;
         // Finished cells without a single record.
         for info in done.values().filter(|i| !i.seen).chain(&unrecorded) {
-            let raw = &mut groups[info.group].1;
-            for p in &info.planned {
-                fail(raw, info.retest, *p, "the cell finished without a figure");
+            let raw = &mut groups[info.group as usize].1;
+            for p in info.planned() {
+                fail(raw, info.retest, p, "the cell finished without a figure");
             }
         }
         let mut out = Vec::new();
@@ -345,10 +397,8 @@ fn record_cell(info: &CellInfo, metric: Metric, ms: &[StoredMeasurement], raw: &
     // A planned direction without a figure is a failure, also when the
     // cell itself finished.
     let missing: Vec<Pair> = info
-        .planned
-        .iter()
-        .filter(|p| !got.iter().any(|(q, _)| q == *p))
-        .copied()
+        .planned()
+        .filter(|p| !got.iter().any(|(q, _)| q == p))
         .collect();
     if !missing.is_empty() {
         let why = no_figure_reason(ms);
@@ -361,6 +411,7 @@ fn record_cell(info: &CellInfo, metric: Metric, ms: &[StoredMeasurement], raw: &
 #[cfg(test)]
 mod tests {
     use super::super::fixture::*;
+    use super::{CellInfo, DoneCells};
 
     #[test]
     fn stale_cells_are_left_out_and_listed() {
@@ -422,5 +473,48 @@ mod tests {
             text.contains("13 stored cells are not part of the run's current plan"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn finished_cells_are_found_by_any_id() {
+        let info = |a| CellInfo {
+            group: 0,
+            a,
+            b: 0,
+            repeat: 0,
+            retest: false,
+            forward: true,
+            back: false,
+            seen: false,
+        };
+        let mut d = DoneCells::default();
+        let ids = [
+            "0123456789abcdef",
+            "0123456789ABCDEF",
+            "0123456789abcde",
+            "0123456789abcdef0",
+            "+123456789abcdef",
+            "",
+            "ffffffffffffffff",
+        ];
+        for (i, id) in ids.iter().enumerate() {
+            d.insert(id, info(i as u32));
+        }
+        assert_eq!((d.hex.len(), d.other.len()), (2, 5));
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(d.get_mut(id).map(|c| c.a), Some(i as u32), "{id:?}");
+        }
+        assert!(d.get_mut("0000000000000000").is_none());
+        assert_eq!(d.values().count(), ids.len());
+        let both = CellInfo {
+            back: true,
+            ..info(3)
+        };
+        assert_eq!(both.planned().collect::<Vec<_>>(), [(3, 0), (0, 3)]);
+        let back = CellInfo {
+            forward: false,
+            ..both
+        };
+        assert_eq!(back.planned().collect::<Vec<_>>(), [(0, 3)]);
     }
 }

@@ -6,15 +6,16 @@ use super::rule::{metric_of, Metric};
 use fabperf_store::{CellSpec, StoredMeasurement};
 use serde_json::Value;
 
-/// The directions a cell's data moves in, as (from, to) node names: the
-/// driving agent `a` runs the client against `b`; `reverse` and RDMA `read`
-/// move data from `b` to `a`, `bidir` both ways. Latency is one pair.
-pub(super) fn planned_pairs(s: &CellSpec) -> Vec<(String, String)> {
-    let Some((a, b)) = s.flows.first().cloned() else {
-        return Vec::new();
-    };
+/// The directions a cell's data moves in: (`a` to `b`, `b` to `a`) for
+/// the driving agent `a`, which runs the client against `b`; `reverse` and
+/// RDMA `read` move data from `b` to `a`, `bidir` both ways. Latency is one
+/// pair, `a` to `b`. A cell without flows has none.
+pub(super) fn planned_dirs(s: &CellSpec) -> (bool, bool) {
+    if s.flows.is_empty() {
+        return (false, false);
+    }
     if metric_of(&s.kind) == Metric::LatencyP50Us {
-        return vec![(a, b)];
+        return (true, false);
     }
     let dir = s
         .params
@@ -25,11 +26,11 @@ pub(super) fn planned_pairs(s: &CellSpec) -> Vec<(String, String)> {
     let bidir = dir == "bidir" || s.params.get("bidir").and_then(Value::as_bool) == Some(true);
     let read = s.params.get("op").and_then(Value::as_str) == Some("read");
     if bidir {
-        vec![(a.clone(), b.clone()), (b, a)]
+        (true, true)
     } else if (dir == "reverse") != read {
-        vec![(b, a)]
+        (false, true)
     } else {
-        vec![(a, b)]
+        (true, false)
     }
 }
 
