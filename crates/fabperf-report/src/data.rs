@@ -224,9 +224,15 @@ pub struct Sample {
 impl Sample {
     /// A stored measurement read.
     pub fn of(m: RawMeasurement) -> Sample {
+        let mut rec = RecView::from_json(&m.record, None);
+        // The store's column, moved rather than copied (a histogram is
+        // most of a latency record).
+        if rec.lat_hist.is_none() {
+            rec.lat_hist = m.lat_hist;
+        }
         Sample {
             role: m.role,
-            rec: RecView::from_json(&m.record, m.lat_hist.as_deref()),
+            rec,
             src: m.src,
             dst: m.dst,
         }
