@@ -114,8 +114,9 @@ fn text(v: &Value, k: &str) -> Option<String> {
 }
 
 impl RecView {
-    /// Read a stored record; `lat_hist` falls back to the store's column.
-    pub fn from_json(v: &Value, hist_column: Option<&str>) -> RecView {
+    /// Read a stored record; `lat_hist` falls back to the store's column
+    /// (taken, not copied: a histogram is most of a latency record).
+    pub fn from_json(v: &Value, hist_column: Option<String>) -> RecView {
         let lat = v.get("lat_us").filter(|l| l.is_object()).map(|l| LatView {
             min: num(l, "min"),
             p50: num(l, "p50"),
@@ -180,7 +181,7 @@ impl RecView {
             bw_gbps: num(v, "bw_gbps"),
             msg_rate_mpps: num(v, "msg_rate_mpps"),
             lat,
-            lat_hist: text(v, "lat_hist").or_else(|| hist_column.map(str::to_string)),
+            lat_hist: text(v, "lat_hist").or(hist_column),
             cpu_local_pct: num(v, "cpu_local_pct"),
             cpu_remote_pct: num(v, "cpu_remote_pct"),
             host_cpu_local: host("host_cpu_local"),
@@ -224,15 +225,9 @@ pub struct Sample {
 impl Sample {
     /// A stored measurement read.
     pub fn of(m: RawMeasurement) -> Sample {
-        let mut rec = RecView::from_json(&m.record, None);
-        // The store's column, moved rather than copied (a histogram is
-        // most of a latency record).
-        if rec.lat_hist.is_none() {
-            rec.lat_hist = m.lat_hist;
-        }
         Sample {
             role: m.role,
-            rec,
+            rec: RecView::from_json(&m.record, m.lat_hist),
             src: m.src,
             dst: m.dst,
         }
@@ -732,7 +727,7 @@ mod tests {
             "warnings": ["old style", {"id": "x", "message": "new style"}, 7],
             "lat_hist": "HISTfromrecord"
         });
-        let r = RecView::from_json(&v, Some("column"));
+        let r = RecView::from_json(&v, Some("column".into()));
         assert_eq!(r.test, "tcp-lat");
         assert_eq!(r.bw_gbps, None);
         assert_eq!(r.size, Some(64));
@@ -763,7 +758,7 @@ mod tests {
         assert!(r.virtual_remote && r.port_remote_gbps == Some(2.5));
         let r = RecView::from_json(&json!({"errors": [1], "placement_local": 7}), None);
         assert!(r.errors.is_none() && !r.virtual_local);
-        let r = RecView::from_json(&json!({"test": 5}), Some("column"));
+        let r = RecView::from_json(&json!({"test": 5}), Some("column".into()));
         assert_eq!(r.test, "");
         assert_eq!(r.lat_hist.as_deref(), Some("column"));
         assert_eq!(RecView::from_json(&json!([]), None), RecView::default());

@@ -5,8 +5,9 @@ use super::latency::StoredLat;
 use super::ports::PortOf;
 use super::report::FailedRepeat;
 use crate::hist::Merged;
+use fabperf_run::summary::Names;
 use fabperf_store::CellIds;
-use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+use rustc_hash::{FxBuildHasher, FxHashSet};
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 
@@ -87,10 +88,8 @@ pub(super) struct Acc {
     /// mesh row has a million, whose keys are not kept twice.
     pub(super) inst_at: hashbrown::HashTable<u32>,
     pub(super) insts: Vec<InstAcc>,
-    /// Nodes by number (and their names by number), and the (sender,
-    /// receiver) pairs measured.
-    pub(super) node_ids: FxHashMap<String, u32>,
-    pub(super) node_names: Vec<String>,
+    /// Nodes by number, and the (sender, receiver) pairs measured.
+    pub(super) nodes: Names,
     pub(super) pairs: FxHashSet<(u32, u32)>,
     pub(super) size: Option<u64>,
     pub(super) streams: Option<u64>,
@@ -177,7 +176,7 @@ impl Acc {
     pub(super) fn add_port_flows(&mut self, inst: &str, flows: &[(String, String)], bidir: bool) {
         let ids: Vec<(u32, u32)> = flows
             .iter()
-            .map(|(a, b)| (self.node_id(a), self.node_id(b)))
+            .map(|(a, b)| (self.nodes.id(a), self.nodes.id(b)))
             .collect();
         let x = self.inst(inst);
         let known = x
@@ -189,22 +188,9 @@ impl Acc {
         }
     }
 
-    /// A node's number in this row.
-    pub(super) fn node_id(&mut self, n: &str) -> u32 {
-        match self.node_ids.get(n) {
-            Some(&k) => k,
-            None => {
-                let k = u32::try_from(self.node_names.len()).expect("fewer than 2^32 nodes");
-                self.node_ids.insert(n.to_string(), k);
-                self.node_names.push(n.to_string());
-                k
-            }
-        }
-    }
-
     pub(super) fn add_flows(&mut self, flows: &[(String, String)]) {
         for (a, b) in flows {
-            let p = (self.node_id(a), self.node_id(b));
+            let p = (self.nodes.id(a), self.nodes.id(b));
             self.pairs.insert(p);
         }
     }

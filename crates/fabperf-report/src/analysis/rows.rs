@@ -125,15 +125,13 @@ pub(super) fn row_of(
     let s = &cell.spec;
     let family = Family::of_kind(&s.kind).expect("grouped by known kinds");
     let values: Vec<f64> = std::mem::take(&mut acc.values);
-    let names = std::mem::take(&mut acc.node_names);
+    let nodes = std::mem::take(&mut acc.nodes);
     let port_of = |p: &PortOf| match p {
         PortOf::Known(p) => *p,
         PortOf::Flows(flows, bidir) => flows_port(
             data,
             &s.path,
-            flows
-                .iter()
-                .map(|&(a, b)| (names[a as usize].as_str(), names[b as usize].as_str())),
+            flows.iter().map(|&(a, b)| (nodes.name(a), nodes.name(b))),
             *bidir,
         ),
     };
@@ -368,7 +366,7 @@ pub(super) fn row_of(
         rate: rate_label(&s.dims),
         variant: variant_label(&s.dims),
         nodes: {
-            let mut n: Vec<String> = acc.node_ids.keys().cloned().collect();
+            let mut n: Vec<String> = nodes.all().to_vec();
             n.sort();
             n
         },

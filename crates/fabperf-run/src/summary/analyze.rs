@@ -10,16 +10,17 @@ use super::verdict::judge;
 use fabperf_store::{CellIds, CellRow, CellState, Store, StoreError, StoredMeasurement, RETEST};
 use std::collections::{BTreeSet, HashMap};
 
-/// Node names as small numbers.
+/// Node names as small numbers, in the order first met.
 #[derive(Default)]
-pub(super) struct Names {
+pub struct Names {
     /// Node name to id (a fast hash: looked up for every cell).
     pub(super) ids: rustc_hash::FxHashMap<String, u32>,
     pub(super) names: Vec<String>,
 }
 
 impl Names {
-    pub(super) fn id(&mut self, n: &str) -> u32 {
+    /// The number of node `n` (a new one when it is not known yet).
+    pub fn id(&mut self, n: &str) -> u32 {
         if let Some(&i) = self.ids.get(n) {
             return i;
         }
@@ -27,6 +28,16 @@ impl Names {
         self.ids.insert(n.to_string(), i);
         self.names.push(n.to_string());
         i
+    }
+
+    /// The node numbered `i` (by [`id`](Self::id)).
+    pub fn name(&self, i: u32) -> &str {
+        &self.names[i as usize]
+    }
+
+    /// Every node, by number.
+    pub fn all(&self) -> &[String] {
+        &self.names
     }
 }
 

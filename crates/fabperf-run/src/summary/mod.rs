@@ -45,7 +45,7 @@ mod rule;
 mod text;
 mod verdict;
 
-pub use analyze::{analyze, MeshFeed};
+pub use analyze::{analyze, MeshFeed, Names};
 pub use confirm::SuspectState;
 pub use findings::{
     MeshAnalysis, MeshGroup, NodeFault, NodeFinding, RailFinding, Reference, Suspect,
