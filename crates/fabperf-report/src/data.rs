@@ -99,64 +99,56 @@ pub struct RecView {
     pub flows: Option<FlowsView>,
 }
 
-/// A figure of a stored record: finite and not negative (no figure a
-/// record holds can be below zero: a negative one is not data).
-fn num(v: &Value, k: &str) -> Option<f64> {
-    v.get(k)?.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
-}
+mod record;
+pub use record::RecordRead;
+use value_fields::{num, text, uint};
 
-fn uint(v: &Value, k: &str) -> Option<u64> {
-    v.get(k)?.as_u64()
-}
+/// The keys of a record with structures of their own, read from the small
+/// `Value` of just that key ([`record`] reads the others in place).
+mod value_fields {
+    use super::{FlowsView, HostCpuView};
+    use serde_json::Value;
+    use std::collections::BTreeMap;
 
-fn text(v: &Value, k: &str) -> Option<String> {
-    v.get(k)?.as_str().map(str::to_string)
-}
+    /// A figure of a stored record: finite and not negative (no figure a
+    /// record holds can be below zero: a negative one is not data).
+    pub(super) fn num(v: &Value, k: &str) -> Option<f64> {
+        v.get(k)?.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
+    }
 
-impl RecView {
-    /// Read a stored record; `lat_hist` falls back to the store's column
-    /// (taken, not copied: a histogram is most of a latency record).
-    pub fn from_json(v: &Value, hist_column: Option<String>) -> RecView {
-        let lat = v.get("lat_us").filter(|l| l.is_object()).map(|l| LatView {
-            min: num(l, "min"),
-            p50: num(l, "p50"),
-            p90: num(l, "p90"),
-            p99: num(l, "p99"),
-            p999: num(l, "p999"),
-            max: num(l, "max"),
-            mean: num(l, "mean"),
-            samples: uint(l, "samples"),
-            kind: text(l, "kind"),
-        });
-        let host = |k: &str| {
-            let h = v.get(k).filter(|h| h.is_object())?;
-            let parts = ["user_pct", "system_pct", "irq_pct", "softirq_pct"];
-            let vals: Vec<f64> = parts.iter().filter_map(|p| num(h, p)).collect();
-            if vals.is_empty() {
-                return None;
-            }
-            Some(HostCpuView {
-                total_pct: vals.iter().sum(),
-                cpus: uint(h, "cpus").and_then(|c| u32::try_from(c).ok()),
-            })
-        };
-        let udp = v.get("udp");
-        let placement = |k: &str| v.get(k).filter(|p| p.is_object());
-        let is_virtual =
-            |k: &str| placement(k).and_then(|p| p.get("virtual_link")?.as_bool()) == Some(true);
-        let port = |k: &str| {
-            placement(k)
-                .and_then(|p| num(p, "port_rate_gbps"))
-                .filter(|r| *r > 0.0)
-        };
-        let errors = v.get("errors").and_then(Value::as_object).map(|o| {
+    pub(super) fn uint(v: &Value, k: &str) -> Option<u64> {
+        v.get(k)?.as_u64()
+    }
+
+    pub(super) fn text(v: &Value, k: &str) -> Option<String> {
+        v.get(k)?.as_str().map(str::to_string)
+    }
+
+    pub(super) fn host_cpu(h: &Value) -> Option<HostCpuView> {
+        if !h.is_object() {
+            return None;
+        }
+        let parts = ["user_pct", "system_pct", "irq_pct", "softirq_pct"];
+        let vals: Vec<f64> = parts.iter().filter_map(|p| num(h, p)).collect();
+        if vals.is_empty() {
+            return None;
+        }
+        Some(HostCpuView {
+            total_pct: vals.iter().sum(),
+            cpus: uint(h, "cpus").and_then(|c| u32::try_from(c).ok()),
+        })
+    }
+
+    pub(super) fn errors(v: &Value) -> Option<BTreeMap<String, u64>> {
+        v.as_object().map(|o| {
             o.iter()
                 .filter_map(|(k, x)| Some((k.clone(), x.as_u64()?)))
-                .collect::<BTreeMap<String, u64>>()
-        });
-        let warnings = v
-            .get("warnings")
-            .and_then(Value::as_array)
+                .collect()
+        })
+    }
+
+    pub(super) fn warnings(v: &Value) -> Vec<String> {
+        v.as_array()
             .map(|a| {
                 a.iter()
                     .filter_map(|w| match w {
@@ -168,48 +160,24 @@ impl RecView {
                     })
                     .collect()
             })
-            .unwrap_or_default();
-        RecView {
-            test: text(v, "test").unwrap_or_default(),
-            transport: text(v, "transport"),
-            op: text(v, "op"),
-            direction: text(v, "direction"),
-            stream: uint(v, "stream"),
-            size: uint(v, "size"),
-            streams: uint(v, "streams"),
-            duration_s: num(v, "duration_s"),
-            bw_gbps: num(v, "bw_gbps"),
-            msg_rate_mpps: num(v, "msg_rate_mpps"),
-            lat,
-            lat_hist: text(v, "lat_hist").or(hist_column),
-            cpu_local_pct: num(v, "cpu_local_pct"),
-            cpu_remote_pct: num(v, "cpu_remote_pct"),
-            host_cpu_local: host("host_cpu_local"),
-            host_cpu_remote: host("host_cpu_remote"),
-            retransmits: uint(v, "retransmits"),
-            udp_sent: udp.and_then(|u| uint(u, "sent")),
-            udp_lost: udp.and_then(|u| uint(u, "lost")),
-            udp_loss_pct: udp.and_then(|u| num(u, "loss_pct")),
-            mtu: uint(v, "mtu"),
-            requests_per_s: num(v, "requests_per_s"),
-            errors,
-            virtual_local: is_virtual("placement_local"),
-            virtual_remote: is_virtual("placement_remote"),
-            port_local_gbps: port("placement_local"),
-            port_remote_gbps: port("placement_remote"),
-            warnings,
-            started_at: text(v, "started_at"),
-            interval: v
-                .get("interval")
-                .filter(|i| i.is_object())
-                .and_then(|i| serde_json::from_value::<fabperf_results::Interval>(i.clone()).ok())
-                .filter(|i| i.check().is_empty()),
-            flows: v.get("flows").filter(|f| f.is_object()).map(|f| FlowsView {
-                count: uint(f, "count"),
-                overlap_pct: num(f, "overlap_pct").filter(|p| *p <= 100.0),
-                start_skew_s: num(f, "start_skew_s"),
-            }),
+            .unwrap_or_default()
+    }
+
+    pub(super) fn interval(v: Value) -> Option<fabperf_results::Interval> {
+        if !v.is_object() {
+            return None;
         }
+        serde_json::from_value::<fabperf_results::Interval>(v)
+            .ok()
+            .filter(|i| i.check().is_empty())
+    }
+
+    pub(super) fn flows(f: &Value) -> Option<FlowsView> {
+        f.is_object().then(|| FlowsView {
+            count: uint(f, "count"),
+            overlap_pct: num(f, "overlap_pct").filter(|p| *p <= 100.0),
+            start_skew_s: num(f, "start_skew_s"),
+        })
     }
 }
 
@@ -224,10 +192,16 @@ pub struct Sample {
 
 impl Sample {
     /// A stored measurement read.
-    pub fn of(m: RawMeasurement) -> Sample {
+    /// A stored measurement read; `lat_hist` falls back to the store's
+    /// column (taken, not copied: a histogram is most of a latency record).
+    pub fn of(m: RawMeasurement<RecordRead>) -> Sample {
+        let mut rec = m.record.view;
+        if rec.lat_hist.is_none() {
+            rec.lat_hist = m.lat_hist;
+        }
         Sample {
             role: m.role,
-            rec: RecView::from_json(&m.record, m.lat_hist),
+            rec,
             src: m.src,
             dst: m.dst,
         }
@@ -529,22 +503,16 @@ pub fn load_head(store: &Store, run: Option<i64>) -> Result<RunData, ReportError
 
 /// A measurement as the mesh analysis reads it, its figures from the
 /// record (the columns it would read are written from the record).
-fn stored(m: &mut RawMeasurement) -> fabperf_store::StoredMeasurement {
+fn stored(m: &mut RawMeasurement<RecordRead>) -> fabperf_store::StoredMeasurement {
     let r = &m.record;
     fabperf_store::StoredMeasurement {
         cell_id: m.cell_id.clone(),
         role: m.role,
         src: m.src.clone(),
         dst: m.dst.clone(),
-        direction: r
-            .get("direction")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        bw_gbps: r.get("bw_gbps").and_then(Value::as_f64),
-        lat_p50_us: r
-            .get("lat_us")
-            .and_then(|l| l.get("p50"))
-            .and_then(Value::as_f64),
+        direction: r.view.direction.clone(),
+        bw_gbps: r.mesh_bw_gbps,
+        lat_p50_us: r.mesh_lat_p50_us,
         record: std::mem::take(&mut m.json),
     }
 }
@@ -717,6 +685,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A record read as the report reads it, `lat_hist` falling back to
+    /// the store's column.
+    fn view(v: &Value, column: Option<String>) -> RecView {
+        Sample::of(RawMeasurement {
+            cell_id: "c".into(),
+            role: Role::Total,
+            src: None,
+            dst: None,
+            record: serde_json::from_str(&v.to_string()).unwrap(),
+            json: v.to_string(),
+            lat_hist: column,
+        })
+        .rec
+    }
+
     #[test]
     fn records_are_read_tolerantly() {
         let v = json!({
@@ -727,7 +710,7 @@ mod tests {
             "warnings": ["old style", {"id": "x", "message": "new style"}, 7],
             "lat_hist": "HISTfromrecord"
         });
-        let r = RecView::from_json(&v, Some("column".into()));
+        let r = view(&v, Some("column".into()));
         assert_eq!(r.test, "tcp-lat");
         assert_eq!(r.bw_gbps, None);
         assert_eq!(r.size, Some(64));
@@ -740,7 +723,7 @@ mod tests {
         assert_eq!(r.warnings, vec!["old style", "new style"]);
         assert_eq!(r.lat_hist.as_deref(), Some("HISTfromrecord"));
         // http-load errors and placements: hostile values are left out.
-        let r = RecView::from_json(
+        let r = view(
             &json!({"errors": {"timeout": 3, "status": "many", "read": -1, "parse": u64::MAX},
                     "requests_per_s": "fast",
                     "placement_local": {"virtual_link": "yes", "port_rate_gbps": -1},
@@ -756,12 +739,12 @@ mod tests {
         assert_eq!(r.requests_per_s, None);
         assert!(!r.virtual_local && r.port_local_gbps.is_none());
         assert!(r.virtual_remote && r.port_remote_gbps == Some(2.5));
-        let r = RecView::from_json(&json!({"errors": [1], "placement_local": 7}), None);
+        let r = view(&json!({"errors": [1], "placement_local": 7}), None);
         assert!(r.errors.is_none() && !r.virtual_local);
-        let r = RecView::from_json(&json!({"test": 5}), Some("column".into()));
+        let r = view(&json!({"test": 5}), Some("column".into()));
         assert_eq!(r.test, "");
         assert_eq!(r.lat_hist.as_deref(), Some("column"));
-        assert_eq!(RecView::from_json(&json!([]), None), RecView::default());
+        assert_eq!(view(&json!([]), None), RecView::default());
     }
 
     #[test]

@@ -20,7 +20,11 @@ pub struct HistError(pub String);
 pub fn decode(text: &str) -> Result<Histogram<u64>, HistError> {
     let v2 = V2Bytes::from_base64(text, true).map_err(|e| HistError(e.0))?;
     let (digits, low, high) = (v2.digits, v2.low_ns, v2.high_ns);
-    if !(1..=5).contains(&digits) || low == 0 || high < 2 * low || high > MAX_HIGHEST_NS {
+    if !(1..=5).contains(&digits)
+        || low == 0
+        || high < low.saturating_mul(2)
+        || high > MAX_HIGHEST_NS
+    {
         return Err(HistError(format!(
             "parameters out of range ({digits} significant digits, {low}..{high} ns; \
              accepted: 1..5 digits, up to {MAX_HIGHEST_NS} ns)"
@@ -36,7 +40,11 @@ pub fn decode(text: &str) -> Result<Histogram<u64>, HistError> {
 pub fn decode_counts(text: &str) -> Result<Vec<(u64, u64)>, HistError> {
     let v2 = V2Bytes::from_base64(text, true).map_err(|e| HistError(e.0))?;
     let (digits, low, high) = (v2.digits, v2.low_ns, v2.high_ns);
-    if !(1..=5).contains(&digits) || low == 0 || high < 2 * low || high > MAX_HIGHEST_NS {
+    if !(1..=5).contains(&digits)
+        || low == 0
+        || high < low.saturating_mul(2)
+        || high > MAX_HIGHEST_NS
+    {
         return Err(HistError(format!(
             "parameters out of range ({digits} significant digits, {low}..{high} ns; \
              accepted: 1..5 digits, up to {MAX_HIGHEST_NS} ns)"
@@ -308,9 +316,18 @@ pub(crate) mod tests {
         let mut evil = plain.clone();
         evil[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(err(&b64(&evil)).contains("payload"));
-        let mut evil = plain;
+        let mut evil = plain.clone();
         evil[12..16].copy_from_slice(&9u32.to_be_bytes());
         assert!(err(&b64(&evil)).contains("parameters"));
+        // A lowest value whose double does not fit (found by fuzzing: it
+        // overflowed the range check), by both readers.
+        let mut evil = plain;
+        evil[16..24].copy_from_slice(&(u64::MAX / 2 + 2).to_be_bytes());
+        assert!(err(&b64(&evil)).contains("parameters"));
+        assert!(decode_counts(&b64(&evil))
+            .unwrap_err()
+            .0
+            .contains("parameters"));
         assert!(err(&b64(&V2Bytes::COOKIE.to_be_bytes())).contains("header"));
     }
 }

@@ -14,11 +14,13 @@ impl Store {
     /// longer in the plan (which come last, as in `each_plan_cell`): a run
     /// of millions of cells is read in bounded memory. A cell that is not
     /// part of the current plan comes without its measurements (nothing
-    /// counts them).
-    pub fn each_plan_cell_measured(
+    /// counts them). Each record is read as `R` (a `serde_json::Value`, or
+    /// a reader's own type that takes what it needs straight from the
+    /// text); one that does not read is skipped and counted.
+    pub fn each_plan_cell_measured<R: serde::de::DeserializeOwned>(
         &self,
         run_id: i64,
-        f: &mut dyn FnMut(CellRow, bool, Vec<RawMeasurement>) -> Result<(), StoreError>,
+        f: &mut dyn FnMut(CellRow, bool, Vec<RawMeasurement<R>>) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let plan = self.plan_filter(run_id, None)?;
         let mut st = self
@@ -50,7 +52,7 @@ impl Store {
         );
         let mut next: Option<Pending> = None;
         let mut done = false;
-        let mut later: Vec<(CellRow, bool, Vec<RawMeasurement>)> = Vec::new();
+        let mut later: Vec<(CellRow, bool, Vec<RawMeasurement<R>>)> = Vec::new();
         // Cells in (seq, cell id) order, as the measurements come; the cells
         // of earlier plans (`in_plan` = 0) are handed out after the others.
         self.each_cell_ordered(run_id, "", "seq, cell_id", &[&run_id], &mut |c, in_plan| {

@@ -174,9 +174,10 @@ pub struct Measurement {
     pub record: Record,
 }
 
-/// One measurement as stored, the record left as JSON.
+/// One measurement as stored, the record left as JSON (or read as `R` by
+/// [`Store::each_plan_cell_measured`](crate::Store::each_plan_cell_measured)).
 #[derive(Debug, Clone, PartialEq)]
-pub struct RawMeasurement {
+pub struct RawMeasurement<R = serde_json::Value> {
     pub cell_id: String,
     pub role: Role,
     pub src: Option<String>,
@@ -184,7 +185,7 @@ pub struct RawMeasurement {
     /// The record as stored. The store keeps a histogram once, in its
     /// column: a record stored by this version has no `lat_hist` key (one
     /// from an older store may still have it); read `lat_hist` below.
-    pub record: serde_json::Value,
+    pub record: R,
     /// The record's JSON text as stored, which `record` was read from.
     pub json: String,
     /// The `lat_hist` column (the record's histogram, when it carried one).
