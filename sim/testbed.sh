@@ -460,7 +460,7 @@ EOF
 # members are the nodes (K = 1..N, overlay address .K) and the switch (host
 # number 254), where a controller can run with a leg in every network.
 build_overlay() { # K | 254
-    local k=$1 ns dev uip umtu j pip
+    local k=$1 ns dev uip umtu j
     if ((k == TB_GW_HOST)); then
         ns=$TB_SWITCH_NS
         if [[ $OVERLAY_LINK == fabric ]]; then dev=br-fabric; else dev=br-mgmt; fi
@@ -468,24 +468,37 @@ build_overlay() { # K | 254
         ns=$(tb_node_ns "$k")
         if [[ $OVERLAY_LINK == fabric ]]; then dev=fab0; else dev=mgmt0; fi
     fi
-    uip=$(overlay_underlay_ip "$k")
+    uip=${OV_UIP[k]}
     if [[ $OVERLAY_LINK == fabric ]]; then umtu=$TB_FABRIC_MTU; else umtu=$TB_MGMT_MTU; fi
     ip -n "$ns" link add vxlan0 type vxlan id "$TB_VXLAN_ID" dstport "$TB_VXLAN_PORT" \
         local "$uip" dev "$dev" nolearning || return 1
-    ip -n "$ns" link set vxlan0 address "$(tb_overlay_mac "$k")" mtu $((umtu - TB_VXLAN_OVERHEAD)) up
-    ip -n "$ns" addr add "$(tb_overlay_ip "$k")/$TB_NODE_PREFIXLEN" dev vxlan0
-    local fdb=$STATE/batch/$ns.fdb neigh=$STATE/batch/$ns.neigh
-    : >"$fdb"
-    : >"$neigh"
-    for j in $(seq 1 "$NODES") "$TB_GW_HOST"; do
+    ip -n "$ns" link set vxlan0 address "${OV_MAC[k]}" mtu $((umtu - TB_VXLAN_OVERHEAD)) up
+    ip -n "$ns" addr add "${OV_IP[k]}/$TB_NODE_PREFIXLEN" dev vxlan0
+    # Every other member's entries, from the tables (no process per entry:
+    # the N x N entries of a 256-node overlay were most of 'up').
+    local fdb=$STATE/batch/$ns.fdb neigh=$STATE/batch/$ns.neigh f="" n=""
+    for j in "${!OV_IP[@]}"; do
         ((j == k)) && continue
-        pip=$(overlay_underlay_ip "$j")
-        echo "fdb append 00:00:00:00:00:00 dev vxlan0 dst $pip" >>"$fdb"
-        echo "fdb append $(tb_overlay_mac "$j") dev vxlan0 dst $pip self permanent" >>"$fdb"
-        echo "neigh replace $(tb_overlay_ip "$j") lladdr $(tb_overlay_mac "$j") dev vxlan0 nud permanent" >>"$neigh"
+        f+="fdb append 00:00:00:00:00:00 dev vxlan0 dst ${OV_UIP[j]}"$'\n'
+        f+="fdb append ${OV_MAC[j]} dev vxlan0 dst ${OV_UIP[j]} self permanent"$'\n'
+        n+="neigh replace ${OV_IP[j]} lladdr ${OV_MAC[j]} dev vxlan0 nud permanent"$'\n'
     done
+    printf '%s' "$f" >"$fdb"
+    printf '%s' "$n" >"$neigh"
     bridge -n "$ns" -batch "$fdb"
     ip -n "$ns" -batch "$neigh"
+}
+
+# The overlay members' underlay, MAC and overlay addresses by member number
+# (nodes 1..N, then the switch), computed once for every build_overlay.
+OV_UIP=() OV_MAC=() OV_IP=()
+overlay_tables() {
+    local j
+    for j in $(seq 1 "$NODES") "$TB_GW_HOST"; do
+        OV_UIP[j]=$(overlay_underlay_ip "$j")
+        OV_MAC[j]=$(tb_overlay_mac "$j")
+        OV_IP[j]=$(tb_overlay_ip "$j")
+    done
 }
 
 # The service addresses in member K (a node, or 254: the switch), with the
@@ -530,26 +543,39 @@ build_service() { # K | 254
             for j in "${eps[@]}"; do
                 sep=FABPERF-SEP-OVERLAY-N$j-${proto^^}
                 if ((i < n - 1)); then
-                    echo "-A $chain -m statistic --mode random --probability $(tb_probability $((n - i))) -j $sep"
+                    echo "-A $chain -m statistic --mode random --probability ${SVC_PROB[n - i]} -j $sep"
                 else
                     echo "-A $chain -j $sep"
                 fi
-                echo "-A $sep -p $proto -m comment --comment \"$TB_SERVICE_NAME:$proto -> $(tb_node_ns "$j")\" -m $proto -j DNAT --to-destination $(tb_overlay_ip "$j"):$TB_PORT"
+                echo "-A $sep -p $proto -m comment --comment \"$TB_SERVICE_NAME:$proto -> ${NODE_NS[j]}\" -m $proto -j DNAT --to-destination ${OV_IP[j]}:$TB_PORT"
                 i=$((i + 1))
             done
             for ((j = 1; j <= NODES; j++)); do
                 chain=FABPERF-SVC-N$j-${proto^^}
                 sep=FABPERF-SEP-N$j-${proto^^}
-                echo "-A FABPERF-SERVICES -d $(tb_node_service_ip "$j")/32 -p $proto -m comment --comment \"$(tb_node_ns "$j").$TB_SERVICE_NAME:$proto cluster IP\" -m $proto --dport $TB_PORT -j $chain"
+                echo "-A FABPERF-SERVICES -d ${SVC_IP[j]}/32 -p $proto -m comment --comment \"${NODE_NS[j]}.$TB_SERVICE_NAME:$proto cluster IP\" -m $proto --dport $TB_PORT -j $chain"
                 echo "-A $chain -j $sep"
-                echo "-A $sep -p $proto -m comment --comment \"$(tb_node_ns "$j").$TB_SERVICE_NAME:$proto -> $(tb_node_ns "$j")\" -m $proto -j DNAT --to-destination $(tb_overlay_ip "$j"):$TB_PORT"
+                echo "-A $sep -p $proto -m comment --comment \"${NODE_NS[j]}.$TB_SERVICE_NAME:$proto -> ${NODE_NS[j]}\" -m $proto -j DNAT --to-destination ${OV_IP[j]}:$TB_PORT"
             done
         done
         echo "COMMIT"
     } >"$f"
     ip netns exec "$ns" iptables-restore --noflush <"$f" || return 1
-    ip -n "$ns" route add "$TB_SERVICE_NET.0/$TB_PREFIXLEN" dev vxlan0 src "$(tb_overlay_ip "$k")"
-    ip -n "$ns" route add "$TB_NODE_SERVICE_NET.0/$TB_PREFIXLEN" dev vxlan0 src "$(tb_overlay_ip "$k")"
+    ip -n "$ns" route add "$TB_SERVICE_NET.0/$TB_PREFIXLEN" dev vxlan0 src "${OV_IP[k]}"
+    ip -n "$ns" route add "$TB_NODE_SERVICE_NET.0/$TB_PREFIXLEN" dev vxlan0 src "${OV_IP[k]}"
+}
+
+# What build_service writes for every member, computed once: the nodes'
+# namespace names and service addresses, and kube-proxy's probabilities
+# 1/m for m = 2..N (one awk each, not one per rule).
+NODE_NS=() SVC_IP=() SVC_PROB=()
+service_tables() {
+    local j
+    for ((j = 1; j <= NODES; j++)); do
+        NODE_NS[j]=$(tb_node_ns "$j")
+        SVC_IP[j]=$(tb_node_service_ip "$j")
+        ((j < 2)) || SVC_PROB[j]=$(tb_probability "$j")
+    done
 }
 
 overlay_underlay_ip() { # K | 254: the VXLAN endpoint address of a member
@@ -693,10 +719,12 @@ cmd_up() {
     for ((k = 0; k < RAILS; k++)); do
         ip -n "$sw" link set "br-rail$k" mtu "$TB_FABRIC_MTU" up
     done
+    overlay_tables
     for k in $(seq 1 "$NODES") "$TB_GW_HOST"; do
         build_overlay "$k" || die 1 "cannot create the VXLAN overlay: the kernel needs vxlan support (modprobe vxlan)"
     done
     if [[ $SERVICE == 1 ]]; then
+        service_tables
         for k in $(seq 1 "$NODES") "$TB_GW_HOST"; do
             build_service "$k" || die 1 "cannot install the service address's NAT rules: the kernel needs netfilter NAT (nf_nat, xt_statistic, xt_comment; iptables-nft also nf_tables)"
         done
