@@ -18,6 +18,12 @@ pub struct HistError(pub String);
 /// histogram's parameters are checked before anything is allocated from
 /// them.
 pub fn decode(text: &str) -> Result<Histogram<u64>, HistError> {
+    v2_in_range(text)?.deserialize().map_err(|e| HistError(e.0))
+}
+
+/// The V2 encoding of a `lat_hist` text, its parameters judged (they size
+/// what is built from it).
+fn v2_in_range(text: &str) -> Result<V2Bytes, HistError> {
     let v2 = V2Bytes::from_base64(text, true).map_err(|e| HistError(e.0))?;
     let (digits, low, high) = (v2.digits, v2.low_ns, v2.high_ns);
     if !(1..=5).contains(&digits)
@@ -30,7 +36,7 @@ pub fn decode(text: &str) -> Result<Histogram<u64>, HistError> {
              accepted: 1..5 digits, up to {MAX_HIGHEST_NS} ns)"
         )));
     }
-    v2.deserialize().map_err(|e| HistError(e.0))
+    Ok(v2)
 }
 
 /// Decode one `lat_hist` text into its non-empty buckets, (lowest value in
@@ -38,19 +44,7 @@ pub fn decode(text: &str) -> Result<Histogram<u64>, HistError> {
 /// [`decode`], without building a histogram: reading many stored
 /// histograms then costs their encoded size, not a bucket array each.
 pub fn decode_counts(text: &str) -> Result<Vec<(u64, u64)>, HistError> {
-    let v2 = V2Bytes::from_base64(text, true).map_err(|e| HistError(e.0))?;
-    let (digits, low, high) = (v2.digits, v2.low_ns, v2.high_ns);
-    if !(1..=5).contains(&digits)
-        || low == 0
-        || high < low.saturating_mul(2)
-        || high > MAX_HIGHEST_NS
-    {
-        return Err(HistError(format!(
-            "parameters out of range ({digits} significant digits, {low}..{high} ns; \
-             accepted: 1..5 digits, up to {MAX_HIGHEST_NS} ns)"
-        )));
-    }
-    v2.counts().map_err(|e| HistError(e.0))
+    v2_in_range(text)?.counts().map_err(|e| HistError(e.0))
 }
 
 /// Histograms merged across repeats.

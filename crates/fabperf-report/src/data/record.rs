@@ -28,149 +28,111 @@ pub struct RecordRead {
     pub mesh_lat_p50_us: Option<f64>,
 }
 
-/// A number of any kind, as `Value::as_f64` reads it; anything else absent.
+/// A value read leniently: `Some` when it is of a kind `T` takes (as
+/// `Value::as_f64`, `as_u64`, `as_str`, `as_bool` or an object would read
+/// it), `None` for any other kind (objects and arrays skipped, their
+/// syntax still checked).
 #[derive(Default)]
-struct AnyNum(Option<f64>);
-/// A non-negative integer, as `Value::as_u64` reads it.
-#[derive(Default)]
-struct AnyU64(Option<u64>);
-/// A string, as `Value::as_str` reads it.
-#[derive(Default)]
-struct AnyStr(Option<String>);
-/// A boolean, as `Value::as_bool` reads it.
-#[derive(Default)]
-struct AnyBool(Option<bool>);
+struct Lenient<T>(Option<T>);
 
-/// Whatever a value is, skipped (its syntax still checked).
-fn skip_seq<'de, A: SeqAccess<'de>>(mut a: A) -> Result<(), A::Error> {
-    while a.next_element::<IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-fn skip_map<'de, A: MapAccess<'de>>(mut a: A) -> Result<(), A::Error> {
-    while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-
-/// The visitor of a scalar read leniently: `$on` maps each accepted kind,
-/// every other kind (objects and arrays skipped) reads as `None`.
-macro_rules! lenient_scalar {
-    ($ty:ident, $out:ty, $what:literal, { $($body:tt)* }) => {
-        impl<'de> Deserialize<'de> for $ty {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
-                struct V;
-                impl<'de> Visitor<'de> for V {
-                    type Value = Option<$out>;
-                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                        f.write_str($what)
-                    }
-                    $($body)*
-                    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                        Ok(None)
-                    }
-                    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                        Ok(None)
-                    }
-                    fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
-                        skip_seq(a).map(|_| None)
-                    }
-                    fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
-                        skip_map(a).map(|_| None)
-                    }
-                }
-                d.deserialize_any(V).map($ty)
-            }
-        }
-    };
+/// The kinds of value a `T` is read from; each other kind is `None`.
+trait Pick: Sized {
+    fn bool(_: bool) -> Option<Self> {
+        None
+    }
+    fn u64(_: u64) -> Option<Self> {
+        None
+    }
+    fn i64(_: i64) -> Option<Self> {
+        None
+    }
+    fn f64(_: f64) -> Option<Self> {
+        None
+    }
+    fn str(_: &str) -> Option<Self> {
+        None
+    }
+    fn map<'de, A: MapAccess<'de>>(mut a: A) -> Result<Option<Self>, A::Error> {
+        while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
 }
 
-lenient_scalar!(AnyNum, f64, "a number", {
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(Some(v))
+/// A number of any kind.
+impl Pick for f64 {
+    fn u64(v: u64) -> Option<f64> {
+        Some(v as f64)
     }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(Some(v as f64))
+    fn i64(v: i64) -> Option<f64> {
+        Some(v as f64)
     }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(Some(v as f64))
+    fn f64(v: f64) -> Option<f64> {
+        Some(v)
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-});
+}
 
-lenient_scalar!(AnyU64, u64, "a count", {
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
+/// A non-negative integer.
+impl Pick for u64 {
+    fn u64(v: u64) -> Option<u64> {
+        Some(v)
     }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(Some(v))
+    fn i64(v: i64) -> Option<u64> {
+        u64::try_from(v).ok()
     }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(u64::try_from(v).ok())
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-});
+}
 
-lenient_scalar!(AnyStr, String, "a string", {
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
+impl Pick for String {
+    fn str(v: &str) -> Option<String> {
+        Some(v.to_string())
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Some(v.to_string()))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-        Ok(Some(v))
-    }
-});
+}
 
-/// A boolean: like the others but `true`/`false` are the accepted kind.
-impl<'de> Deserialize<'de> for AnyBool {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AnyBool, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Option<bool>;
+impl Pick for bool {
+    fn bool(v: bool) -> Option<bool> {
+        Some(v)
+    }
+}
+
+impl<'de, T: Pick> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Lenient<T>, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Pick> Visitor<'de> for V<T> {
+            type Value = Option<T>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a boolean")
+                f.write_str("any JSON value")
             }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-                Ok(Some(v))
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Option<T>, E> {
+                Ok(T::bool(v))
             }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Option<T>, E> {
+                Ok(T::u64(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<T>, E> {
+                Ok(T::i64(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Option<T>, E> {
+                Ok(T::f64(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<T>, E> {
+                Ok(T::str(v))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Option<T>, E> {
                 Ok(None)
             }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Option<T>, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(None)
             }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
-                skip_seq(a).map(|_| None)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
-                skip_map(a).map(|_| None)
+            fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Option<T>, A::Error> {
+                T::map(a)
             }
         }
-        d.deserialize_any(V).map(AnyBool)
+        d.deserialize_any(V(std::marker::PhantomData)).map(Lenient)
     }
 }
 
 /// A figure of a stored record: finite and not negative.
-fn figure(x: &AnyNum) -> Option<f64> {
+fn figure(x: &Lenient<f64>) -> Option<f64> {
     x.0.filter(|x| x.is_finite() && *x >= 0.0)
 }
 
@@ -206,47 +168,14 @@ trait Fields: Default {
     fn take<'de, A: MapAccess<'de>>(&mut self, k: Self::Key, a: &mut A) -> Result<(), A::Error>;
 }
 
-/// An object read with its [`Fields`]; anything but an object is `None`.
-struct Obj<T>(Option<T>);
-
-impl<'de, T: Fields> Deserialize<'de> for Obj<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Obj<T>, D::Error> {
-        struct V<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Fields> Visitor<'de> for V<T> {
-            type Value = Option<T>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Option<T>, A::Error> {
-                let mut t = T::default();
-                while let Some(k) = a.next_key::<T::Key>()? {
-                    t.take(k, &mut a)?;
-                }
-                Ok(Some(t))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Option<T>, A::Error> {
-                skip_seq(a).map(|_| None)
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<T>, E> {
-                Ok(None)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<T>, E> {
-                Ok(None)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Option<T>, E> {
-                Ok(None)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Option<T>, E> {
-                Ok(None)
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Option<T>, E> {
-                Ok(None)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Option<T>, E> {
-                Ok(None)
-            }
+/// An object with its [`Fields`], read key by key.
+impl<T: Fields> Pick for T {
+    fn map<'de, A: MapAccess<'de>>(mut a: A) -> Result<Option<T>, A::Error> {
+        let mut t = T::default();
+        while let Some(k) = a.next_key::<T::Key>()? {
+            t.take(k, &mut a)?;
         }
-        d.deserialize_any(V(std::marker::PhantomData)).map(Obj)
+        Ok(Some(t))
     }
 }
 
@@ -257,15 +186,15 @@ keys!(LatKey {
 
 #[derive(Default)]
 struct Lat {
-    min: AnyNum,
-    p50: AnyNum,
-    p90: AnyNum,
-    p99: AnyNum,
-    p999: AnyNum,
-    max: AnyNum,
-    mean: AnyNum,
-    samples: AnyU64,
-    kind: AnyStr,
+    min: Lenient<f64>,
+    p50: Lenient<f64>,
+    p90: Lenient<f64>,
+    p99: Lenient<f64>,
+    p999: Lenient<f64>,
+    max: Lenient<f64>,
+    mean: Lenient<f64>,
+    samples: Lenient<u64>,
+    kind: Lenient<String>,
 }
 
 impl Fields for Lat {
@@ -291,8 +220,8 @@ keys!(PlaceKey { "virtual_link" => Virtual, "port_rate_gbps" => Port });
 
 #[derive(Default)]
 struct Place {
-    virtual_link: AnyBool,
-    port: AnyNum,
+    virtual_link: Lenient<bool>,
+    port: Lenient<f64>,
 }
 
 impl Fields for Place {
@@ -323,26 +252,26 @@ keys!(TopKey {
 /// Every key of a record the report reads, as it stands in the text.
 #[derive(Default)]
 struct Top {
-    test: AnyStr,
-    transport: AnyStr,
-    op: AnyStr,
-    direction: AnyStr,
-    stream: AnyU64,
-    size: AnyU64,
-    streams: AnyU64,
-    duration_s: AnyNum,
-    bw_gbps: AnyNum,
-    msg_rate_mpps: AnyNum,
+    test: Lenient<String>,
+    transport: Lenient<String>,
+    op: Lenient<String>,
+    direction: Lenient<String>,
+    stream: Lenient<u64>,
+    size: Lenient<u64>,
+    streams: Lenient<u64>,
+    duration_s: Lenient<f64>,
+    bw_gbps: Lenient<f64>,
+    msg_rate_mpps: Lenient<f64>,
     lat: Option<Lat>,
-    lat_hist: AnyStr,
-    cpu_local_pct: AnyNum,
-    cpu_remote_pct: AnyNum,
-    retransmits: AnyU64,
-    mtu: AnyU64,
-    requests_per_s: AnyNum,
+    lat_hist: Lenient<String>,
+    cpu_local_pct: Lenient<f64>,
+    cpu_remote_pct: Lenient<f64>,
+    retransmits: Lenient<u64>,
+    mtu: Lenient<u64>,
+    requests_per_s: Lenient<f64>,
     place_local: Option<Place>,
     place_remote: Option<Place>,
-    started_at: AnyStr,
+    started_at: Lenient<String>,
     /// The keys with structures of their own, rare in records: read as the
     /// small `Value` of just that key.
     host_local: Option<Value>,
@@ -368,7 +297,7 @@ impl Fields for Top {
             TopKey::Duration => self.duration_s = a.next_value()?,
             TopKey::Bw => self.bw_gbps = a.next_value()?,
             TopKey::MsgRate => self.msg_rate_mpps = a.next_value()?,
-            TopKey::Lat => self.lat = a.next_value::<Obj<Lat>>()?.0,
+            TopKey::Lat => self.lat = a.next_value::<Lenient<Lat>>()?.0,
             TopKey::LatHist => self.lat_hist = a.next_value()?,
             TopKey::CpuLocal => self.cpu_local_pct = a.next_value()?,
             TopKey::CpuRemote => self.cpu_remote_pct = a.next_value()?,
@@ -379,8 +308,8 @@ impl Fields for Top {
             TopKey::Mtu => self.mtu = a.next_value()?,
             TopKey::Requests => self.requests_per_s = a.next_value()?,
             TopKey::Errors => self.errors = Some(a.next_value()?),
-            TopKey::PlaceLocal => self.place_local = a.next_value::<Obj<Place>>()?.0,
-            TopKey::PlaceRemote => self.place_remote = a.next_value::<Obj<Place>>()?.0,
+            TopKey::PlaceLocal => self.place_local = a.next_value::<Lenient<Place>>()?.0,
+            TopKey::PlaceRemote => self.place_remote = a.next_value::<Lenient<Place>>()?.0,
             TopKey::Warnings => self.warnings = Some(a.next_value()?),
             TopKey::StartedAt => self.started_at = a.next_value()?,
             TopKey::Interval => self.interval = Some(a.next_value()?),
@@ -393,7 +322,7 @@ impl Fields for Top {
 
 impl<'de> Deserialize<'de> for RecordRead {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RecordRead, D::Error> {
-        let t = Obj::<Top>::deserialize(d)?.0.unwrap_or_default();
+        let t = Lenient::<Top>::deserialize(d)?.0.unwrap_or_default();
         Ok(t.into_read())
     }
 }
@@ -462,13 +391,13 @@ impl Top {
 
 #[cfg(test)]
 mod tests {
-    use super::super::value_fields::{num, text, uint};
-    use super::super::{FlowsView, HostCpuView};
+    use super::super::value_fields::{self as vf, num, text, uint};
     use super::*;
-    use std::collections::BTreeMap;
 
     /// The reading this module replaces, kept as its specification: the
-    /// record read into a `Value` and each key picked from it.
+    /// record read into a `Value` and each key picked from it (the keys
+    /// with structures of their own by the same `value_fields` readers the
+    /// in-place reading hands them to).
     fn reference(v: &Value) -> RecordRead {
         let lat = v.get("lat_us").filter(|l| l.is_object()).map(|l| LatView {
             min: num(l, "min"),
@@ -481,18 +410,6 @@ mod tests {
             samples: uint(l, "samples"),
             kind: text(l, "kind"),
         });
-        let host = |k: &str| {
-            let h = v.get(k).filter(|h| h.is_object())?;
-            let parts = ["user_pct", "system_pct", "irq_pct", "softirq_pct"];
-            let vals: Vec<f64> = parts.iter().filter_map(|p| num(h, p)).collect();
-            if vals.is_empty() {
-                return None;
-            }
-            Some(HostCpuView {
-                total_pct: vals.iter().sum(),
-                cpus: uint(h, "cpus").and_then(|c| u32::try_from(c).ok()),
-            })
-        };
         let udp = v.get("udp");
         let placement = |k: &str| v.get(k).filter(|p| p.is_object());
         let is_virtual =
@@ -502,26 +419,6 @@ mod tests {
                 .and_then(|p| num(p, "port_rate_gbps"))
                 .filter(|r| *r > 0.0)
         };
-        let errors = v.get("errors").and_then(Value::as_object).map(|o| {
-            o.iter()
-                .filter_map(|(k, x)| Some((k.clone(), x.as_u64()?)))
-                .collect::<BTreeMap<String, u64>>()
-        });
-        let warnings = v
-            .get("warnings")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|w| match w {
-                        Value::String(s) => Some(s.clone()),
-                        Value::Object(o) => {
-                            o.get("message").and_then(Value::as_str).map(str::to_string)
-                        }
-                        _ => None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
         let view = RecView {
             test: text(v, "test").unwrap_or_default(),
             transport: text(v, "transport"),
@@ -537,31 +434,23 @@ mod tests {
             lat_hist: text(v, "lat_hist"),
             cpu_local_pct: num(v, "cpu_local_pct"),
             cpu_remote_pct: num(v, "cpu_remote_pct"),
-            host_cpu_local: host("host_cpu_local"),
-            host_cpu_remote: host("host_cpu_remote"),
+            host_cpu_local: v.get("host_cpu_local").and_then(vf::host_cpu),
+            host_cpu_remote: v.get("host_cpu_remote").and_then(vf::host_cpu),
             retransmits: uint(v, "retransmits"),
             udp_sent: udp.and_then(|u| uint(u, "sent")),
             udp_lost: udp.and_then(|u| uint(u, "lost")),
             udp_loss_pct: udp.and_then(|u| num(u, "loss_pct")),
             mtu: uint(v, "mtu"),
             requests_per_s: num(v, "requests_per_s"),
-            errors,
+            errors: v.get("errors").and_then(vf::errors),
             virtual_local: is_virtual("placement_local"),
             virtual_remote: is_virtual("placement_remote"),
             port_local_gbps: port("placement_local"),
             port_remote_gbps: port("placement_remote"),
-            warnings,
+            warnings: v.get("warnings").map(vf::warnings).unwrap_or_default(),
             started_at: text(v, "started_at"),
-            interval: v
-                .get("interval")
-                .filter(|i| i.is_object())
-                .and_then(|i| serde_json::from_value::<fabperf_results::Interval>(i.clone()).ok())
-                .filter(|i| i.check().is_empty()),
-            flows: v.get("flows").filter(|f| f.is_object()).map(|f| FlowsView {
-                count: uint(f, "count"),
-                overlap_pct: num(f, "overlap_pct").filter(|p| *p <= 100.0),
-                start_skew_s: num(f, "start_skew_s"),
-            }),
+            interval: v.get("interval").cloned().and_then(vf::interval),
+            flows: v.get("flows").and_then(vf::flows),
         };
         RecordRead {
             view,
