@@ -39,6 +39,7 @@
 use crate::data::{load, load_head, ReportError, RunData, Sample};
 use crate::flows::{self, Leg};
 use fabperf_store::{CellRow, CellState, Store};
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 /// Which series an exposition has.
@@ -76,12 +77,19 @@ pub const LABELS: [&str; 19] = [
     "stream",
 ];
 
-/// The labels only [`Series::PerMeasurement`] has.
-const PER_MEASUREMENT: [&str; 3] = ["repeat", "cell", "stream"];
-
 /// Escape a label value: backslash, double quote and line feed.
 pub fn escape_label(v: &str) -> String {
     let mut o = String::with_capacity(v.len());
+    push_escaped(&mut o, v);
+    o
+}
+
+/// [`escape_label`] appended to `o`.
+fn push_escaped(o: &mut String, v: &str) {
+    if !v.contains(['\\', '"', '\n']) {
+        o.push_str(v);
+        return;
+    }
     for c in v.chars() {
         match c {
             '\\' => o.push_str("\\\\"),
@@ -90,15 +98,16 @@ pub fn escape_label(v: &str) -> String {
             c => o.push(c),
         }
     }
-    o
 }
 
-/// A sample value: finite numbers only (the caller skips the others).
-fn value(v: f64) -> String {
+/// A sample value (finite numbers only: the caller skips the others)
+/// appended to `o`.
+fn push_value(o: &mut String, v: f64) {
+    use std::fmt::Write;
     if v == v.trunc() && v.abs() < 1e15 {
-        format!("{v:.0}")
+        let _ = write!(o, "{v:.0}");
     } else {
-        format!("{v}")
+        let _ = write!(o, "{v}");
     }
 }
 
@@ -111,7 +120,7 @@ struct Family {
     /// keep every sample.
     series: Vec<(Key, f64, u32)>,
     /// Bounded series: where each labels' series is.
-    at: HashMap<Key, u32>,
+    at: FxHashMap<Key, u32>,
 }
 
 /// A series' labels: the measurement's (interned) and the family's own
@@ -122,14 +131,18 @@ type Key = (u32, u32);
 /// labels in every family and repeat; each set is held once.
 #[derive(Default)]
 struct Labels {
-    at: HashMap<Box<str>, u32>,
+    at: FxHashMap<Box<str>, u32>,
 }
 
 impl Labels {
     /// The number of the label set `inner` (rendered, without braces).
-    fn id(&mut self, inner: String) -> u32 {
+    fn id(&mut self, inner: &str) -> u32 {
+        if let Some(&n) = self.at.get(inner) {
+            return n;
+        }
         let n = self.at.len() as u32;
-        *self.at.entry(inner.into_boxed_str()).or_insert(n)
+        self.at.insert(inner.into(), n);
+        n
     }
 
     /// Every set by its number.
@@ -143,13 +156,27 @@ impl Labels {
 }
 
 /// `k="v",…` of the non-empty labels (a series' labels, without the braces).
-fn inner(pairs: &[(&str, String)]) -> String {
-    let inner: Vec<String> = pairs
-        .iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
-        .collect();
-    inner.join(",")
+fn inner(pairs: &[(&str, &str)]) -> String {
+    let mut o = String::new();
+    for (k, v) in pairs {
+        push_label(&mut o, k, v);
+    }
+    o
+}
+
+/// One label appended to a series' labels `o` (`k="v"`, after a comma when
+/// `o` has some already); nothing for an empty value.
+fn push_label(o: &mut String, k: &str, v: &str) {
+    if v.is_empty() {
+        return;
+    }
+    if !o.is_empty() {
+        o.push(',');
+    }
+    o.push_str(k);
+    o.push_str("=\"");
+    push_escaped(o, v);
+    o.push('"');
 }
 
 /// A dimension's value as a label value: as the plan wrote it, empty when
@@ -164,7 +191,7 @@ fn family(name: &'static str, unit: Option<&'static str>, help: &'static str) ->
         unit,
         help,
         series: Vec::new(),
-        at: HashMap::new(),
+        at: FxHashMap::default(),
     }
 }
 
@@ -259,6 +286,15 @@ const MTU: usize = 11;
 const PORT: usize = 12;
 const CELLS: usize = 13;
 
+/// A cell's sweep point as label values (empty when it has none).
+struct CellDims {
+    op: String,
+    size: String,
+    direction: String,
+    mtu: String,
+    rate: String,
+}
+
 /// An exposition being made: every family's series, from cells given one
 /// at a time. Hand-written rather than prometheus-client's Registry: the
 /// registry holds every metric object at once and has no mean over repeats,
@@ -273,6 +309,8 @@ struct Exposer {
     /// test, path and sweep point in the order the run measured them.
     cuts: HashMap<String, usize>,
     cut_seen: HashMap<String, usize>,
+    /// Scratch text for the labels being made.
+    scratch: String,
 }
 
 impl Exposer {
@@ -284,6 +322,7 @@ impl Exposer {
             extras: Labels::default(),
             cuts: HashMap::new(),
             cut_seen: HashMap::new(),
+            scratch: String::new(),
         }
     }
 
@@ -291,8 +330,13 @@ impl Exposer {
         if !v.is_finite() {
             return;
         }
-        let pairs: Vec<(&str, String)> = extra.iter().map(|(k, x)| (*k, x.to_string())).collect();
-        let key = (base, self.extras.id(inner(&pairs)));
+        let mut text = std::mem::take(&mut self.scratch);
+        text.clear();
+        for (k, x) in extra {
+            push_label(&mut text, k, x);
+        }
+        let key = (base, self.extras.id(&text));
+        self.scratch = text;
         let f = &mut self.families[family];
         if self.series == Series::PerMeasurement {
             f.series.push((key, v, 1));
@@ -343,6 +387,14 @@ impl Exposer {
         let run = data.run.id.to_string();
         let plan = data.run.plan_name.clone();
         let s = &c.spec;
+        let dims = CellDims {
+            op: dim(&s.dims, "op"),
+            size: dim(&s.dims, "size"),
+            direction: dim(&s.dims, "direction"),
+            mtu: dim(&s.dims, "mtu"),
+            rate: dim(&s.dims, "rate"),
+        };
+        let cut_text = cut.map(|n| n.to_string()).unwrap_or_default();
         // Concurrent flows go by direction: an aggregate only when usable.
         let multi = flows::is_multi(&s.pattern);
         let legs: Vec<Leg> = if multi {
@@ -381,47 +433,43 @@ impl Exposer {
                 None
             };
             let r = &m.rec;
-            let mut base: Vec<(&str, String)> = vec![
-                ("run", run.clone()),
-                ("plan", plan.clone()),
-                ("test", s.test.clone()),
-                ("kind", s.kind.clone()),
-                ("op", r.op.clone().unwrap_or_else(|| dim(&s.dims, "op"))),
-                (
-                    "size",
-                    r.size
-                        .map(|x| x.to_string())
-                        .unwrap_or_else(|| dim(&s.dims, "size")),
-                ),
-                (
-                    "streams",
-                    r.streams.map(|x| x.to_string()).unwrap_or_default(),
-                ),
+            // The measurement's labels, in the order of [`LABELS`].
+            let mut text = std::mem::take(&mut self.scratch);
+            text.clear();
+            let num = |x: Option<u64>, or: &str| match x {
+                Some(x) => x.to_string(),
+                None => or.to_string(),
+            };
+            for (k, v) in [
+                ("run", run.as_str()),
+                ("plan", plan.as_str()),
+                ("test", s.test.as_str()),
+                ("kind", s.kind.as_str()),
+                ("op", r.op.as_deref().unwrap_or(&dims.op)),
+                ("size", &num(r.size, &dims.size)),
+                ("streams", &num(r.streams, "")),
                 (
                     "direction",
-                    r.direction
-                        .clone()
-                        .unwrap_or_else(|| dim(&s.dims, "direction")),
+                    r.direction.as_deref().unwrap_or(&dims.direction),
                 ),
-                ("mtu", dim(&s.dims, "mtu")),
-                ("rate", dim(&s.dims, "rate")),
-                ("path", s.path.clone()),
-                ("pattern", s.pattern.clone()),
-                ("role", m.role.as_str().to_string()),
-                ("src_node", m.src.clone().unwrap_or_default()),
-                ("dst_node", m.dst.clone().unwrap_or_default()),
-                ("cut", cut.map(|n| n.to_string()).unwrap_or_default()),
-                ("repeat", s.repeat.to_string()),
-                ("cell", s.cell_id.clone()),
-                (
-                    "stream",
-                    r.stream.map(|x| x.to_string()).unwrap_or_default(),
-                ),
-            ];
-            if !detail {
-                base.retain(|(k, _)| !PER_MEASUREMENT.contains(k));
+                ("mtu", &dims.mtu),
+                ("rate", &dims.rate),
+                ("path", &s.path),
+                ("pattern", &s.pattern),
+                ("role", m.role.as_str()),
+                ("src_node", m.src.as_deref().unwrap_or_default()),
+                ("dst_node", m.dst.as_deref().unwrap_or_default()),
+                ("cut", &cut_text),
+            ] {
+                push_label(&mut text, k, v);
             }
-            let lb = self.labels.id(inner(&base));
+            if detail {
+                push_label(&mut text, "repeat", &s.repeat.to_string());
+                push_label(&mut text, "cell", &s.cell_id);
+                push_label(&mut text, "stream", &num(r.stream, ""));
+            }
+            let lb = self.labels.id(&text);
+            self.scratch = text;
             if let Some(b) = r.bw_gbps {
                 self.push(BW, lb, &[], b * 1e9 / 8.0);
             }
@@ -500,12 +548,12 @@ impl Exposer {
         let plan = data.run.plan_name.clone();
         for a in &data.agents {
             if let Some(p) = a.inventory.port_rate_gbps {
-                let lb = self.labels.id(inner(&[
-                    ("run", run.clone()),
-                    ("plan", plan.clone()),
-                    ("node", a.name.clone()),
-                    ("path", a.path.clone()),
-                    ("iface", a.inventory.iface.clone().unwrap_or_default()),
+                let lb = self.labels.id(&inner(&[
+                    ("run", &run),
+                    ("plan", &plan),
+                    ("node", &a.name),
+                    ("path", &a.path),
+                    ("iface", a.inventory.iface.as_deref().unwrap_or_default()),
                 ]));
                 self.push(PORT, lb, &[], p * 1e9 / 8.0);
             }
@@ -514,10 +562,10 @@ impl Exposer {
             .into_iter()
             .zip(states)
         {
-            let lb = self.labels.id(inner(&[
-                ("run", run.clone()),
-                ("plan", plan.clone()),
-                ("state", st.as_str().to_string()),
+            let lb = self.labels.id(&inner(&[
+                ("run", &run),
+                ("plan", &plan),
+                ("state", st.as_str()),
             ]));
             self.push(CELLS, lb, &[], k as f64);
         }
@@ -566,15 +614,22 @@ impl Exposer {
             if let (Some(u), Flavor::OpenMetrics) = (f.unit, flavor) {
                 writeln!(o, "# UNIT {} {u}", f.name)?;
             }
+            let mut line = String::new();
             for ((b, x), sum, k) in &f.series {
                 let (b, x) = (labels[*b as usize], extras[*x as usize]);
-                let comma = if b.is_empty() || x.is_empty() {
-                    ""
-                } else {
-                    ","
-                };
                 let v = if *k == 1 { *sum } else { sum / f64::from(*k) };
-                writeln!(o, "{}{{{b}{comma}{x}}} {}", f.name, value(v))?;
+                line.clear();
+                line.push_str(f.name);
+                line.push('{');
+                line.push_str(b);
+                if !b.is_empty() && !x.is_empty() {
+                    line.push(',');
+                }
+                line.push_str(x);
+                line.push_str("} ");
+                push_value(&mut line, v);
+                line.push('\n');
+                o.write_all(line.as_bytes())?;
                 n += 1;
             }
         }
@@ -765,17 +820,23 @@ pub fn push(url: &str, body: &str, timeout: std::time::Duration) -> Result<(), P
 mod tests {
     use super::*;
 
+    fn value(v: f64) -> String {
+        let mut o = String::new();
+        push_value(&mut o, v);
+        o
+    }
+
     #[test]
     fn label_escaping() {
         assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
         assert_eq!(
-            inner(&[("a", "x".into()), ("b", String::new()), ("c", "y".into())]),
+            inner(&[("a", "x"), ("b", ""), ("c", "y")]),
             "a=\"x\",c=\"y\""
         );
         assert_eq!(value(9.5e9), "9500000000");
         // Repeats of one series are their mean, in first-seen order.
         let mut e = Exposer::new(Series::Bounded);
-        let (a, b) = (e.labels.id("a=\"1\"".into()), e.labels.id("b=\"2\"".into()));
+        let (a, b) = (e.labels.id("a=\"1\""), e.labels.id("b=\"2\""));
         e.push(BW, a, &[], 1.0);
         e.push(BW, b, &[("x", "y")], 5.0);
         e.push(BW, a, &[], 2.0);

@@ -53,6 +53,113 @@ fn text<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> &'r str {
         .unwrap_or("")
 }
 
+/// The columns [`CellDecoder::read`] reads, in its order (`c.` before
+/// each in a join: [`CELL_COLUMNS_C`]).
+pub(crate) const CELL_COLUMNS: &str =
+    "cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat,
+     state, error, attempts, started_at, ended_at, wall_s, in_plan";
+pub(crate) const CELL_COLUMNS_C: &str =
+    "c.cell_id, c.seq, c.batch, c.test, c.kind, c.path, c.pattern, c.flows,
+     c.params, c.dims, c.repeat, c.state, c.error, c.attempts, c.started_at, c.ended_at, c.wall_s,
+     c.in_plan";
+/// How many columns that is.
+pub(crate) const CELL_COLUMN_COUNT: usize = 18;
+
+/// Decodes cell rows ([`CELL_COLUMNS`]). The cells of one test and sweep
+/// point share their parameters' and sweep point's text (a mesh of a
+/// thousand nodes: a million cells, a handful of texts): the last text of
+/// each is kept with its parsed value, and a cell with the same text gets
+/// a copy instead of a second parse.
+#[derive(Default)]
+pub(crate) struct CellDecoder {
+    params: Option<(String, serde_json::Value)>,
+    dims: Option<(String, serde_json::Value)>,
+}
+
+/// `t` parsed, or the copy kept for the same text.
+fn parsed_once(
+    last: &mut Option<(String, serde_json::Value)>,
+    what: &str,
+    t: &str,
+) -> Result<serde_json::Value, String> {
+    if let Some((text, v)) = last {
+        if text == t {
+            return Ok(v.clone());
+        }
+    }
+    let v: serde_json::Value = serde_json::from_str(t).map_err(|e| format!("{what}: {e}"))?;
+    *last = Some((t.to_string(), v.clone()));
+    Ok(v)
+}
+
+impl CellDecoder {
+    /// The cell of row `r`, its columns from `at` on, and its `in_plan`
+    /// flag; `None` for a cell the readers cannot decode (skipped and
+    /// counted by the store, [`Store::skipped`], the same for every reader).
+    pub(crate) fn read(
+        &mut self,
+        store: &Store,
+        run_id: i64,
+        r: &rusqlite::Row<'_>,
+        at: usize,
+    ) -> Result<Option<(CellRow, bool)>, StoreError> {
+        let get = |e| StoreError::sql(&store.path, "reading cells", e);
+        let str_at = |i: usize| -> Result<&str, StoreError> {
+            let v = r.get_ref(at + i).map_err(get)?;
+            v.as_str().map_err(|_| {
+                get(rusqlite::Error::InvalidColumnType(
+                    at + i,
+                    String::new(),
+                    v.data_type(),
+                ))
+            })
+        };
+        let string =
+            |i: usize| -> Result<String, StoreError> { r.get::<_, String>(at + i).map_err(get) };
+        let cell_id: String = string(0)?;
+        let (flows_t, params_t, dims_t, state_t) =
+            (str_at(7)?, str_at(8)?, str_at(9)?, str_at(11)?);
+        let decoded = (|| -> Result<_, String> {
+            let flows: Vec<(String, String)> =
+                serde_json::from_str(flows_t).map_err(|e| format!("flows: {e}"))?;
+            let params = parsed_once(&mut self.params, "params", params_t)?;
+            let dims = parsed_once(&mut self.dims, "dims", dims_t)?;
+            let state = CellState::parse(state_t)
+                .ok_or_else(|| format!("state: unknown state {state_t:?}"))?;
+            Ok((flows, params, dims, state))
+        })();
+        let (flows, params, dims, state) = match decoded {
+            Ok(d) => d,
+            Err(e) => {
+                store.skip(format!("run {run_id} cell {cell_id}: {e}"));
+                return Ok(None);
+            }
+        };
+        let row = CellRow {
+            spec: CellSpec {
+                cell_id,
+                seq: r.get(at + 1).map_err(get)?,
+                batch: r.get(at + 2).map_err(get)?,
+                test: string(3)?,
+                kind: string(4)?,
+                path: string(5)?,
+                pattern: string(6)?,
+                flows,
+                params,
+                dims,
+                repeat: r.get(at + 10).map_err(get)?,
+            },
+            state,
+            error: r.get(at + 12).map_err(get)?,
+            attempts: r.get(at + 13).map_err(get)?,
+            started_at: r.get(at + 14).map_err(get)?,
+            ended_at: r.get(at + 15).map_err(get)?,
+            wall_s: r.get(at + 16).map_err(get)?,
+        };
+        Ok(Some((row, r.get(at + 17).map_err(get)?)))
+    }
+}
+
 impl Store {
     /// Every cell of the run, in plan order (cells no longer in the plan
     /// last). Readers that judge a run use [`Store::plan_cells`]: this list
@@ -117,60 +224,15 @@ impl Store {
         let mut st = self
             .conn
             .prepare(&format!(
-                "SELECT cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat,
-                        state, error, attempts, started_at, ended_at, wall_s, in_plan
-                 FROM cells WHERE run_id = ?1 {filter} ORDER BY {order}"
+                "SELECT {CELL_COLUMNS} FROM cells WHERE run_id = ?1 {filter} ORDER BY {order}"
             ))
             .map_err(self.err("reading cells"))?;
         let mut rows = st.query(args).map_err(self.err("reading cells"))?;
+        let mut decoder = CellDecoder::default();
         while let Some(r) = rows.next().map_err(self.err("reading cells"))? {
-            let get = |e| StoreError::sql(&self.path, "reading cells", e);
-            let cell_id: String = r.get(0).map_err(get)?;
-            let text =
-                |i: usize| -> Result<String, StoreError> { r.get::<_, String>(i).map_err(get) };
-            let (flows_t, params_t, dims_t, state_t) = (text(7)?, text(8)?, text(9)?, text(11)?);
-            // A cell the readers cannot decode is skipped and counted by the
-            // store (Store::skipped), the same for every reader.
-            let decoded = (|| -> Result<_, String> {
-                fn j<T: serde::de::DeserializeOwned>(what: &str, t: &str) -> Result<T, String> {
-                    serde_json::from_str(t).map_err(|e| format!("{what}: {e}"))
-                }
-                let flows: Vec<(String, String)> = j("flows", &flows_t)?;
-                let params: serde_json::Value = j("params", &params_t)?;
-                let dims: serde_json::Value = j("dims", &dims_t)?;
-                let state = CellState::parse(&state_t)
-                    .ok_or_else(|| format!("state: unknown state {state_t:?}"))?;
-                Ok((flows, params, dims, state))
-            })();
-            let (flows, params, dims, state) = match decoded {
-                Ok(d) => d,
-                Err(e) => {
-                    self.skip(format!("run {run_id} cell {cell_id}: {e}"));
-                    continue;
-                }
-            };
-            let row = CellRow {
-                spec: CellSpec {
-                    cell_id: cell_id.clone(),
-                    seq: r.get(1).map_err(get)?,
-                    batch: r.get(2).map_err(get)?,
-                    test: text(3)?,
-                    kind: text(4)?,
-                    path: text(5)?,
-                    pattern: text(6)?,
-                    flows,
-                    params,
-                    dims,
-                    repeat: r.get(10).map_err(get)?,
-                },
-                state,
-                error: r.get(12).map_err(get)?,
-                attempts: r.get(13).map_err(get)?,
-                started_at: r.get(14).map_err(get)?,
-                ended_at: r.get(15).map_err(get)?,
-                wall_s: r.get(16).map_err(get)?,
-            };
-            f(row, r.get(17).map_err(get)?)?;
+            if let Some((c, in_plan)) = decoder.read(self, run_id, r, 0)? {
+                f(c, in_plan)?;
+            }
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Reading measurements: decoded, as stored, one at a time over a whole
 //! run, and alongside their cells in plan order.
 
+use crate::cell_readers::{CellDecoder, CELL_COLUMNS_C, CELL_COLUMN_COUNT};
 use crate::{CellRow, Measurement, RawMeasurement, Role, Store, StoreError, StoredMeasurement};
 use fabperf_results::Record;
 use rusqlite::params;
@@ -25,86 +26,36 @@ impl Store {
         let plan = self.plan_filter(run_id, None)?;
         let mut st = self
             .conn
-            .prepare(
-                // The cells drive (CROSS JOIN keeps them the outer loop): in
-                // plan order by their index, each cell's measurements by
-                // theirs, sorted only among cells of one `seq` — not the
-                // whole run's records through a temporary b-tree.
-                "SELECT c.seq, m.cell_id, m.role, m.src, m.dst, m.record, m.lat_hist
-                 FROM cells c CROSS JOIN measurements m
+            .prepare(&format!(
+                // One pass: the cells drive (a LEFT JOIN keeps them the
+                // outer loop, and keeps the cells without records), in plan
+                // order by their index, each cell's measurements by theirs,
+                // sorted only among cells of one `seq` — not the whole run's
+                // records through a temporary b-tree. A cell's columns come
+                // with each of its records and are read with its first.
+                "SELECT {CELL_COLUMNS_C}, m.id, m.role, m.src, m.dst, m.record, m.lat_hist
+                 FROM cells c LEFT JOIN measurements m
                    ON m.run_id = c.run_id AND m.cell_id = c.cell_id
                  WHERE c.run_id = ?1
-                 ORDER BY c.seq, c.cell_id, m.id",
-            )
+                 ORDER BY c.seq, c.cell_id, m.id"
+            ))
             .map_err(self.err("reading measurements"))?;
         let mut rows = st
             .query([run_id])
             .map_err(self.err("reading measurements"))?;
-        // The next measurement not yet handed out: (seq, cell id, row).
-        type Pending = (
-            i64,
-            String,
-            String,
-            Option<String>,
-            Option<String>,
-            String,
-            Option<String>,
-        );
-        let mut next: Option<Pending> = None;
-        let mut done = false;
+        let mut decoder = CellDecoder::default();
         let mut later: Vec<(CellRow, bool, Vec<RawMeasurement<R>>)> = Vec::new();
-        // Cells in (seq, cell id) order, as the measurements come; the cells
-        // of earlier plans (`in_plan` = 0) are handed out after the others.
-        self.each_cell_ordered(run_id, "", "seq, cell_id", &[&run_id], &mut |c, in_plan| {
-            let mut ms = Vec::new();
-            let here = (c.spec.seq, c.spec.cell_id.as_str());
-            loop {
-                if next.is_none() && !done {
-                    match rows.next().map_err(self.err("reading measurements"))? {
-                        Some(r) => {
-                            let get = |e| StoreError::sql(&self.path, "reading measurements", e);
-                            next = Some((
-                                r.get(0).map_err(get)?,
-                                r.get(1).map_err(get)?,
-                                r.get(2).map_err(get)?,
-                                r.get(3).map_err(get)?,
-                                r.get(4).map_err(get)?,
-                                r.get(5).map_err(get)?,
-                                r.get(6).map_err(get)?,
-                            ));
-                        }
-                        None => done = true,
-                    }
-                }
-                let Some(m) = next.as_ref() else { break };
-                let at = (m.0, m.1.as_str()).cmp(&here);
-                if at == std::cmp::Ordering::Greater {
-                    break;
-                }
-                let (_, cell_id, role, src, dst, rec, lat_hist) = next.take().expect("peeked");
-                // Records of a cell that could not be read are passed over.
-                if at == std::cmp::Ordering::Less {
-                    continue;
-                }
-                let Some(role) = Role::parse(&role) else {
-                    self.skip(format!(
-                        "run {run_id} cell {cell_id}: unknown role {role:?}"
-                    ));
-                    continue;
-                };
-                match serde_json::from_str(&rec) {
-                    Ok(record) => ms.push(RawMeasurement {
-                        cell_id,
-                        role,
-                        src,
-                        dst,
-                        record,
-                        json: rec,
-                        lat_hist,
-                    }),
-                    Err(e) => self.skip(format!("run {run_id} cell {cell_id}: stored record: {e}")),
-                }
-            }
+        // The cell being read: (cell, in_plan, its measurements); `None`
+        // while passing over the records of a cell that could not be read.
+        let mut cell: Option<(CellRow, bool, Vec<RawMeasurement<R>>)> = None;
+        // The (seq, cell id) of the cell being read (or passed over).
+        let mut at: Option<(i64, String)> = None;
+        let mut hand = |cell: Option<(CellRow, bool, Vec<RawMeasurement<R>>)>,
+                        later: &mut Vec<_>|
+         -> Result<(), StoreError> {
+            let Some((c, in_plan, mut ms)) = cell else {
+                return Ok(());
+            };
             let current = plan.current(&c, in_plan);
             if !current {
                 ms = Vec::new();
@@ -115,7 +66,59 @@ impl Store {
                 later.push((c, current, ms));
                 Ok(())
             }
-        })?;
+        };
+        const M: usize = CELL_COLUMN_COUNT;
+        while let Some(r) = rows.next().map_err(self.err("reading measurements"))? {
+            let get = |e| StoreError::sql(&self.path, "reading measurements", e);
+            let seq: i64 = r.get(1).map_err(get)?;
+            let same = match &at {
+                Some((s, id)) => {
+                    *s == seq && r.get_ref(0).map_err(get)?.as_str().ok() == Some(id.as_str())
+                }
+                None => false,
+            };
+            if !same {
+                hand(cell.take(), &mut later)?;
+                cell = decoder
+                    .read(self, run_id, r, 0)?
+                    .map(|(c, in_plan)| (c, in_plan, Vec::new()));
+                at = Some((seq, r.get(0).map_err(get)?));
+            }
+            // Records of a cell that could not be read are passed over, and
+            // a cell without any has a row of NULLs.
+            let Some((c, _, ms)) = cell.as_mut() else {
+                continue;
+            };
+            if r.get_ref(M).map_err(get)? == rusqlite::types::ValueRef::Null {
+                continue;
+            }
+            let role = r.get_ref(M + 1).map_err(get)?;
+            let Some(role) = role.as_str().ok().and_then(Role::parse) else {
+                self.skip(format!(
+                    "run {run_id} cell {}: unknown role {:?}",
+                    c.spec.cell_id,
+                    String::from_utf8_lossy(role.as_bytes().unwrap_or_default())
+                ));
+                continue;
+            };
+            let rec: String = r.get(M + 4).map_err(get)?;
+            match serde_json::from_str(&rec) {
+                Ok(record) => ms.push(RawMeasurement {
+                    cell_id: c.spec.cell_id.clone(),
+                    role,
+                    src: r.get(M + 2).map_err(get)?,
+                    dst: r.get(M + 3).map_err(get)?,
+                    record,
+                    json: rec,
+                    lat_hist: r.get(M + 5).map_err(get)?,
+                }),
+                Err(e) => self.skip(format!(
+                    "run {run_id} cell {}: stored record: {e}",
+                    c.spec.cell_id
+                )),
+            }
+        }
+        hand(cell.take(), &mut later)?;
         for (c, current, ms) in later {
             f(c, current, ms)?;
         }

@@ -801,3 +801,160 @@ fn cells_stored_in_bulk_and_read_one_at_a_time() {
     assert_eq!(order.first().map(String::as_str), Some("c49"));
     assert_eq!(order.len(), 50);
 }
+
+/// The one-pass reader of a run's cells with their measurements gives what
+/// the cell reader and the per-cell measurement reader give, on a run with
+/// what a store can hold: cells without records, several records per cell,
+/// cells sharing a `seq`, parameters that alternate between cells, stale
+/// cells (handed out last, without records), re-tests, and hostile rows (a
+/// cell that does not decode, with records; an unknown role; a record that
+/// is not JSON), which are skipped and counted.
+#[test]
+fn plan_cells_come_with_their_measurements_in_one_pass() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("r.db");
+    let mut s = Store::open(&db).unwrap();
+    let run = new_run(&mut s, "h1");
+    let mut cells: Vec<CellSpec> = (0..40)
+        .map(|i| {
+            let mut c = spec(&format!("c{i:02}"), (i / 3) as i64);
+            c.pattern = "mesh".into();
+            c.flows = vec![(format!("n{}", i % 7), format!("n{}", (i + 1) % 7))];
+            let size = [64, 4096, 64, 131072][i % 4];
+            c.params = json!({"size": size, "duration_s": 1.0});
+            c.dims = json!({"size": size});
+            c
+        })
+        .collect();
+    // A cell of an earlier version of the plan: stale after the sync below.
+    let mut gone = spec("gone", 3);
+    gone.pattern = "mesh".into();
+    s.sync_cells(run.id, &[gone.clone()], false).unwrap();
+    s.finish_cell_done(
+        run.id,
+        "gone",
+        &attempt(),
+        &[Measurement {
+            role: Role::Total,
+            src: Some("a".into()),
+            dst: Some("b".into()),
+            record: record(1.0),
+        }],
+    )
+    .unwrap();
+    s.sync_cells(run.id, &cells, false).unwrap();
+    let retest = |c: &CellSpec, id: &str| {
+        let mut r = c.clone();
+        r.cell_id = id.into();
+        r.pattern = RETEST.into();
+        r.seq = 1_000;
+        r
+    };
+    let mut foreign = retest(&cells[5], "rt-other");
+    foreign.flows = vec![("x".into(), "y".into())];
+    s.add_cells(run.id, &[retest(&cells[4], "rt-4"), foreign])
+        .unwrap();
+    cells.push(retest(&cells[4], "rt-4"));
+    let at = attempt();
+    for (i, c) in cells.iter().enumerate() {
+        // Every fifth cell has no records; the others one to three.
+        if i % 5 == 2 {
+            continue;
+        }
+        let ms: Vec<Measurement> = (0..1 + i % 3)
+            .map(|k| Measurement {
+                role: if k == 0 { Role::Total } else { Role::Stream },
+                src: Some(format!("s{i}")),
+                dst: None,
+                record: record(i as f64 + k as f64),
+            })
+            .collect();
+        s.finish_cell_done(run.id, &c.cell_id, &at, &ms).unwrap();
+    }
+    drop(s);
+    let c = rusqlite::Connection::open(&db).unwrap();
+    for sql in [
+        // A file edited by hand, or written by another program.
+        "PRAGMA ignore_check_constraints = ON",
+        "UPDATE cells SET params = '{not json' WHERE cell_id = 'c07'",
+        "UPDATE measurements SET role = 'sideways' WHERE id = (SELECT min(id) FROM measurements WHERE cell_id = 'c10')",
+        "UPDATE measurements SET record = '[1, 2' WHERE id = (SELECT max(id) FROM measurements WHERE cell_id = 'c11')",
+    ] {
+        c.execute(sql, []).unwrap();
+    }
+    drop(c);
+
+    type Seen = Vec<(String, bool, Vec<(Role, Option<String>, f64)>)>;
+    let figure = |r: &serde_json::Value| r["bw_gbps"].as_f64().unwrap();
+    let s = Store::open_read_only(&db).unwrap();
+    // The reference: the cells in plan order, each cell's records by its own query.
+    let mut want: Seen = Vec::new();
+    s.each_plan_cell(run.id, None, &mut |c, current| {
+        want.push((c.spec.cell_id, current, Vec::new()));
+        Ok(())
+    })
+    .unwrap();
+    let raw = s.measurements_raw(run.id).unwrap();
+    for (id, current, ms) in &mut want {
+        if *current {
+            *ms = raw
+                .iter()
+                .filter(|m| &m.cell_id == id)
+                .map(|m| (m.role, m.src.clone(), figure(&m.record)))
+                .collect();
+        }
+    }
+    // A store of its own, which has skipped nothing yet.
+    let one = Store::open_read_only(&db).unwrap();
+    let mut got: Seen = Vec::new();
+    one.each_plan_cell_measured::<serde_json::Value>(run.id, &mut |c, current, ms| {
+        // Each cell is decoded as the cell reader decodes it.
+        let again = s.cell(run.id, &c.spec.cell_id).unwrap().unwrap();
+        assert_eq!(again, c);
+        got.push((
+            c.spec.cell_id,
+            current,
+            ms.iter()
+                .map(|m| (m.role, m.src.clone(), figure(&m.record)))
+                .collect(),
+        ));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(got, want);
+    // What the reference shows: c07 left out, the stale cell last and
+    // without records, the other plan's re-test not current, c02 without
+    // records, c10 and c11 each one record short.
+    let ids: Vec<&str> = got.iter().map(|g| g.0.as_str()).collect();
+    assert!(!ids.contains(&"c07"));
+    assert_eq!(
+        got.last().map(|g| (g.0.as_str(), g.1, g.2.len())),
+        Some(("gone", false, 0))
+    );
+    let of = |id: &str| got.iter().find(|g| g.0 == id).unwrap();
+    assert!(of("rt-4").1 && !of("rt-other").1);
+    assert!(of("c02").2.is_empty());
+    assert_eq!((of("c10").2.len(), of("c11").2.len()), (1, 2));
+    assert_eq!(of("c08").2.len(), 3);
+    // Skipped and counted: the cell that does not decode, the unknown role
+    // and the record that is not JSON.
+    let skipped = one.skipped();
+    assert!(
+        skipped
+            .iter()
+            .any(|m| m.contains("c07") && m.contains("params")),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped
+            .iter()
+            .any(|m| m.contains("c10") && m.contains("sideways")),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped
+            .iter()
+            .any(|m| m.contains("c11") && m.contains("stored record")),
+        "{skipped:?}"
+    );
+}
