@@ -48,11 +48,52 @@ pub fn decode_counts(text: &str) -> Result<Vec<(u64, u64)>, HistError> {
 }
 
 /// Histograms merged across repeats.
+///
+/// A report merges one stored histogram per record (millions in a large
+/// mesh): the buckets it is given are added up by their index in the merged
+/// layout (3 significant digits from 1 ns, where a bucket's index follows
+/// from its value in a few instructions) and go into the histogram once, in
+/// one pass, when it is first read after them. The histogram is the one
+/// adding each bucket by itself makes: the same counts, total, minimum and
+/// maximum.
 #[derive(Debug, Clone)]
 pub struct Merged {
-    hist: Histogram<u64>,
+    inner: std::cell::RefCell<Inner>,
     /// How many histograms went in.
     pub parts: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Inner {
+    hist: Histogram<u64>,
+    /// Counts given but not yet in `hist`, by bucket index.
+    pending: Vec<u64>,
+    dirty: bool,
+}
+
+/// The merged layout's sub-bucket half count (2^10: 3 digits need 2,048
+/// sub-buckets) and its magnitude.
+const HALF_MAG: u32 = 10;
+const SUB_MASK: u64 = (2 << HALF_MAG) - 1;
+/// Values up to here are added by index (the buckets below 2^44 ns, 4.9
+/// hours: above any accepted histogram's range); any other goes straight
+/// into the histogram.
+const BY_INDEX_BELOW: u64 = 1 << 44;
+
+/// The index of `v`'s bucket in the merged layout (HdrHistogram's, for a
+/// lowest value of 1 and 3 significant digits).
+fn index_of(v: u64) -> usize {
+    let bucket = 64 - (HALF_MAG + 1) - (v | SUB_MASK).leading_zeros();
+    ((u64::from(bucket) << HALF_MAG) + (v >> bucket)) as usize
+}
+
+/// The lowest value of bucket `index` of the merged layout.
+fn value_at(index: usize) -> u64 {
+    let i = index as u64;
+    match (i >> HALF_MAG).checked_sub(1) {
+        None | Some(0) => i,
+        Some(b) => ((i & ((1 << HALF_MAG) - 1)) + (1 << HALF_MAG)) << b,
+    }
 }
 
 impl Default for Merged {
@@ -65,12 +106,38 @@ impl Merged {
     pub fn new() -> Merged {
         let mut hist = Histogram::<u64>::new(3).expect("3 significant digits are valid");
         hist.auto(true);
-        Merged { hist, parts: 0 }
+        Merged {
+            inner: std::cell::RefCell::new(Inner {
+                hist,
+                pending: Vec::new(),
+                dirty: false,
+            }),
+            parts: 0,
+        }
+    }
+
+    /// The merged histogram, the counts given so far in it.
+    fn hist(&self) -> std::cell::Ref<'_, Histogram<u64>> {
+        if self.inner.borrow().dirty {
+            let mut guard = self.inner.borrow_mut();
+            let inner = &mut *guard;
+            for (i, n) in inner.pending.iter_mut().enumerate() {
+                if *n > 0 {
+                    // Below BY_INDEX_BELOW: within what the histogram grows to.
+                    let _ = inner.hist.record_n(value_at(i), *n);
+                    *n = 0;
+                }
+            }
+            inner.dirty = false;
+        }
+        std::cell::Ref::map(self.inner.borrow(), |i| &i.hist)
     }
 
     /// Add a decoded histogram.
     pub fn add(&mut self, h: &Histogram<u64>) -> Result<(), HistError> {
-        self.hist
+        self.inner
+            .get_mut()
+            .hist
             .add(h)
             .map_err(|e| HistError(format!("cannot merge: {e:?}")))?;
         self.parts += 1;
@@ -79,10 +146,24 @@ impl Merged {
 
     /// Add a histogram read by [`decode_counts`].
     pub fn add_counts(&mut self, counts: &[(u64, u64)]) -> Result<(), HistError> {
+        let inner = self.inner.get_mut();
         for &(v, n) in counts {
-            self.hist
-                .record_n(v, n)
-                .map_err(|e| HistError(format!("cannot merge: {e:?}")))?;
+            if n == 0 {
+                continue;
+            }
+            if v < BY_INDEX_BELOW {
+                let i = index_of(v);
+                if i >= inner.pending.len() {
+                    inner.pending.resize(i + 1, 0);
+                }
+                inner.pending[i] = inner.pending[i].saturating_add(n);
+                inner.dirty = true;
+            } else {
+                inner
+                    .hist
+                    .record_n(v, n)
+                    .map_err(|e| HistError(format!("cannot merge: {e:?}")))?;
+            }
         }
         self.parts += 1;
         Ok(())
@@ -106,7 +187,8 @@ impl Merged {
         for &(v, n) in counts {
             run = run.saturating_add(n);
             if n > 0 && run >= at {
-                return Some(self.hist.highest_equivalent(v) as f64 / 1000.0);
+                let h = &self.inner.borrow().hist;
+                return Some(h.highest_equivalent(v) as f64 / 1000.0);
             }
         }
         None
@@ -114,38 +196,46 @@ impl Merged {
 
     /// Empty it again, keeping its buckets' memory.
     pub fn clear(&mut self) {
-        self.hist.reset();
+        let inner = self.inner.get_mut();
+        inner.hist.reset();
+        inner.pending.iter_mut().for_each(|n| *n = 0);
+        inner.dirty = false;
         self.parts = 0;
     }
 
     pub fn samples(&self) -> u64 {
-        self.hist.len()
+        self.hist().len()
     }
 
     /// The value at quantile `q` (0..=1), microseconds.
     pub fn quantile_us(&self, q: f64) -> Option<f64> {
-        (!self.hist.is_empty()).then(|| self.hist.value_at_quantile(q) as f64 / 1000.0)
+        let h = self.hist();
+        (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1000.0)
     }
 
     pub fn mean_us(&self) -> Option<f64> {
-        (!self.hist.is_empty()).then(|| self.hist.mean() / 1000.0)
+        let h = self.hist();
+        (!h.is_empty()).then(|| h.mean() / 1000.0)
     }
 
     pub fn min_us(&self) -> Option<f64> {
-        (!self.hist.is_empty()).then(|| self.hist.min() as f64 / 1000.0)
+        let h = self.hist();
+        (!h.is_empty()).then(|| h.min() as f64 / 1000.0)
     }
 
     pub fn max_us(&self) -> Option<f64> {
-        (!self.hist.is_empty()).then(|| self.hist.max() as f64 / 1000.0)
+        let h = self.hist();
+        (!h.is_empty()).then(|| h.max() as f64 / 1000.0)
     }
 
     /// Percentile curve for charts: (percentile, µs) at 0, 50, 90, 99,
     /// 99.9, ... up to what the sample count resolves, then the maximum.
     pub fn curve(&self) -> Vec<(f64, f64)> {
-        if self.hist.is_empty() {
+        let h = self.hist();
+        if h.is_empty() {
             return Vec::new();
         }
-        let n = self.hist.len() as f64;
+        let n = h.len() as f64;
         let mut out = Vec::new();
         for q in [
             0.0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999, 0.99999,
@@ -154,9 +244,9 @@ impl Merged {
             if q > 0.0 && (1.0 - q) * n < 1.0 {
                 break;
             }
-            out.push((q * 100.0, self.hist.value_at_quantile(q) as f64 / 1000.0));
+            out.push((q * 100.0, h.value_at_quantile(q) as f64 / 1000.0));
         }
-        out.push((100.0, self.hist.max() as f64 / 1000.0));
+        out.push((100.0, h.max() as f64 / 1000.0));
         out
     }
 }
@@ -209,6 +299,74 @@ pub(crate) mod tests {
         }
         assert_eq!(reference.quantile_of_counts_us(&[], 0.5), None);
         assert_eq!(reference.quantile_of_counts_us(&[(10, 0)], 0.5), None);
+    }
+
+    /// Buckets added by index make the histogram that recording each of
+    /// them makes (counts, total, minimum, maximum, mean, percentiles), for
+    /// values across the whole range and beyond it, merged in any order,
+    /// with queries between the merges; a bucket's index and lowest value
+    /// are HdrHistogram's.
+    #[test]
+    fn merging_by_index_is_recording_each_bucket() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let layout = Histogram::<u64>::new(3).unwrap();
+        for shift in 0..63 {
+            for v in [
+                1u64 << shift,
+                (1 << shift) + 1,
+                (3 << shift) / 2,
+                next() >> (63 - shift),
+            ] {
+                if v < BY_INDEX_BELOW {
+                    assert_eq!(value_at(index_of(v)), layout.lowest_equivalent(v), "{v}");
+                    assert_eq!(index_of(value_at(index_of(v))), index_of(v), "{v}");
+                }
+            }
+        }
+        for case in 0..60 {
+            let mut merged = Merged::new();
+            let mut reference = Histogram::<u64>::new(3).unwrap();
+            reference.auto(true);
+            for part in 0..1 + case % 7 {
+                let top = [5_000u64, 2_000_000, 3_600_000_000_000, 1 << 50][(case + part) % 4];
+                let mut counts: Vec<(u64, u64)> = (0..1 + next() % 300)
+                    .map(|_| (layout.lowest_equivalent(next() % top), next() % 1000))
+                    .collect();
+                counts.sort();
+                merged.add_counts(&counts).unwrap();
+                for &(v, n) in &counts {
+                    if n > 0 {
+                        reference.record_n(v, n).unwrap();
+                    }
+                }
+                if part % 3 == 1 {
+                    assert_eq!(merged.samples(), reference.len());
+                }
+            }
+            assert_eq!(*merged.hist(), reference, "case {case}");
+            assert_eq!(
+                merged.min_us(),
+                (!reference.is_empty()).then(|| reference.min() as f64 / 1000.0)
+            );
+            assert_eq!(
+                merged.max_us(),
+                (!reference.is_empty()).then(|| reference.max() as f64 / 1000.0)
+            );
+            for q in [0.5, 0.99, 0.999] {
+                assert_eq!(
+                    merged.quantile_us(q),
+                    (!reference.is_empty()).then(|| reference.value_at_quantile(q) as f64 / 1000.0)
+                );
+            }
+            merged.clear();
+            assert_eq!((merged.samples(), merged.parts), (0, 0));
+        }
     }
 
     pub(crate) fn encode(h: &Histogram<u64>, compressed: bool) -> String {
