@@ -10,14 +10,15 @@ impl Store {
     /// [`Store::each_plan_cell`] over the whole run with each cell's
     /// measurements as stored (as [`Store::measurements_raw`] reads them, in
     /// the order stored), one cell at a time, in the same order. The cells
-    /// and the measurements are read by two cursors that advance together,
-    /// and nothing is kept but the planned cells' hashes and the cells no
-    /// longer in the plan (which come last, as in `each_plan_cell`): a run
-    /// of millions of cells is read in bounded memory. A cell that is not
-    /// part of the current plan comes without its measurements (nothing
-    /// counts them). Each record is read as `R` (a `serde_json::Value`, or
-    /// a reader's own type that takes what it needs straight from the
-    /// text); one that does not read is skipped and counted.
+    /// and the measurements are read in one pass (the cells driving a join
+    /// to their records), and nothing is kept but the planned cells' hashes
+    /// and the cells no longer in the plan (which come last, as in
+    /// `each_plan_cell`): a run of millions of cells is read in bounded
+    /// memory. A cell that is not part of the current plan comes without
+    /// its measurements (nothing counts them). Each record is read as `R`
+    /// (a `serde_json::Value`, or a reader's own type that takes what it
+    /// needs straight from the text); one that does not read is skipped and
+    /// counted.
     pub fn each_plan_cell_measured<R: serde::de::DeserializeOwned>(
         &self,
         run_id: i64,
