@@ -262,13 +262,7 @@ pub(crate) mod tests {
     /// value) and at the edges (one sample, every sample in one bucket).
     #[test]
     fn quantile_of_counts_is_the_scratch_histograms() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         let reference = Merged::new();
         for case in 0..200u64 {
             let (low, digits) = [(1, 3), (1, 2), (1, 4), (1000, 3)][case as usize % 4];
@@ -308,13 +302,7 @@ pub(crate) mod tests {
     /// are HdrHistogram's.
     #[test]
     fn merging_by_index_is_recording_each_bucket() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         let layout = Histogram::<u64>::new(3).unwrap();
         for shift in 0..63 {
             for v in [
@@ -366,6 +354,17 @@ pub(crate) mod tests {
             }
             merged.clear();
             assert_eq!((merged.samples(), merged.parts), (0, 0));
+        }
+    }
+
+    /// A reproducible stream of pseudo-random numbers (xorshift64) for
+    /// generated test cases.
+    pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
         }
     }
 

@@ -158,10 +158,15 @@ impl Labels {
 /// `k="v",…` of the non-empty labels (a series' labels, without the braces).
 fn inner(pairs: &[(&str, &str)]) -> String {
     let mut o = String::new();
-    for (k, v) in pairs {
-        push_label(&mut o, k, v);
-    }
+    push_labels(&mut o, pairs);
     o
+}
+
+/// [`push_label`] of each pair, in order.
+fn push_labels(o: &mut String, pairs: &[(&str, &str)]) {
+    for (k, v) in pairs {
+        push_label(o, k, v);
+    }
 }
 
 /// One label appended to a series' labels `o` (`k="v"`, after a comma when
@@ -332,9 +337,7 @@ impl Exposer {
         }
         let mut text = std::mem::take(&mut self.scratch);
         text.clear();
-        for (k, x) in extra {
-            push_label(&mut text, k, x);
-        }
+        push_labels(&mut text, extra);
         let key = (base, self.extras.id(&text));
         self.scratch = text;
         let f = &mut self.families[family];
@@ -440,33 +443,39 @@ impl Exposer {
                 Some(x) => x.to_string(),
                 None => or.to_string(),
             };
-            for (k, v) in [
-                ("run", run.as_str()),
-                ("plan", plan.as_str()),
-                ("test", s.test.as_str()),
-                ("kind", s.kind.as_str()),
-                ("op", r.op.as_deref().unwrap_or(&dims.op)),
-                ("size", &num(r.size, &dims.size)),
-                ("streams", &num(r.streams, "")),
-                (
-                    "direction",
-                    r.direction.as_deref().unwrap_or(&dims.direction),
-                ),
-                ("mtu", &dims.mtu),
-                ("rate", &dims.rate),
-                ("path", &s.path),
-                ("pattern", &s.pattern),
-                ("role", m.role.as_str()),
-                ("src_node", m.src.as_deref().unwrap_or_default()),
-                ("dst_node", m.dst.as_deref().unwrap_or_default()),
-                ("cut", &cut_text),
-            ] {
-                push_label(&mut text, k, v);
-            }
+            push_labels(
+                &mut text,
+                &[
+                    ("run", run.as_str()),
+                    ("plan", plan.as_str()),
+                    ("test", s.test.as_str()),
+                    ("kind", s.kind.as_str()),
+                    ("op", r.op.as_deref().unwrap_or(&dims.op)),
+                    ("size", &num(r.size, &dims.size)),
+                    ("streams", &num(r.streams, "")),
+                    (
+                        "direction",
+                        r.direction.as_deref().unwrap_or(&dims.direction),
+                    ),
+                    ("mtu", &dims.mtu),
+                    ("rate", &dims.rate),
+                    ("path", &s.path),
+                    ("pattern", &s.pattern),
+                    ("role", m.role.as_str()),
+                    ("src_node", m.src.as_deref().unwrap_or_default()),
+                    ("dst_node", m.dst.as_deref().unwrap_or_default()),
+                    ("cut", &cut_text),
+                ],
+            );
             if detail {
-                push_label(&mut text, "repeat", &s.repeat.to_string());
-                push_label(&mut text, "cell", &s.cell_id);
-                push_label(&mut text, "stream", &num(r.stream, ""));
+                push_labels(
+                    &mut text,
+                    &[
+                        ("repeat", &s.repeat.to_string()),
+                        ("cell", &s.cell_id),
+                        ("stream", &num(r.stream, "")),
+                    ],
+                );
             }
             let lb = self.labels.id(&text);
             self.scratch = text;

@@ -45,9 +45,27 @@ impl PlanFilter {
     }
 }
 
-/// Is `t` its own canonical text (what parsing it as JSON and writing it
-/// again gives, or `t` itself when it is not JSON), known without parsing
-/// it? True when outside its strings there are only brackets and commas
+/// The canonical text of `t`, as the plan filter compares texts: parsed as
+/// JSON and written again (`t` itself when it is not JSON), without parsing
+/// when `t` is plainly its own ([`plainly_canonical`]: flows as fabperf
+/// writes them, millions in a mesh).
+fn canonical(t: &str) -> std::borrow::Cow<'_, str> {
+    if plainly_canonical(t) {
+        std::borrow::Cow::Borrowed(t)
+    } else {
+        std::borrow::Cow::Owned(parsed_canonical(t))
+    }
+}
+
+/// `t` parsed as JSON and written again, or `t` when it is not JSON.
+fn parsed_canonical(t: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(t)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| t.to_string())
+}
+
+/// Is `t` its own canonical text ([`parsed_canonical`]), known without
+/// parsing it? True when outside its strings there are only brackets and commas
 /// and inside them no escape: written again such a text is the same (JSON
 /// without whitespace, numbers or objects, strings that need no escape),
 /// and one that is not JSON stays as it is.
@@ -72,17 +90,33 @@ fn text<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> &'r str {
         .unwrap_or("")
 }
 
-/// The columns [`CellDecoder::read`] reads, in its order (`c.` before
-/// each in a join: [`CELL_COLUMNS_C`]).
-pub(crate) const CELL_COLUMNS: &str =
-    "cell_id, seq, batch, test, kind, path, pattern, flows, params, dims, repeat,
-     state, error, attempts, started_at, ended_at, wall_s, in_plan";
-pub(crate) const CELL_COLUMNS_C: &str =
-    "c.cell_id, c.seq, c.batch, c.test, c.kind, c.path, c.pattern, c.flows,
-     c.params, c.dims, c.repeat, c.state, c.error, c.attempts, c.started_at, c.ended_at, c.wall_s,
-     c.in_plan";
-/// How many columns that is.
-pub(crate) const CELL_COLUMN_COUNT: usize = 18;
+/// The columns [`CellDecoder::read`] reads, in its order.
+pub(crate) const CELL_COLUMNS: [&str; 18] = [
+    "cell_id",
+    "seq",
+    "batch",
+    "test",
+    "kind",
+    "path",
+    "pattern",
+    "flows",
+    "params",
+    "dims",
+    "repeat",
+    "state",
+    "error",
+    "attempts",
+    "started_at",
+    "ended_at",
+    "wall_s",
+    "in_plan",
+];
+
+/// [`CELL_COLUMNS`] as an SQL list, each name after `prefix` (`"c."` in a
+/// join).
+pub(crate) fn cell_columns(prefix: &str) -> String {
+    CELL_COLUMNS.map(|c| format!("{prefix}{c}")).join(", ")
+}
 
 /// Decodes cell rows ([`CELL_COLUMNS`]). The cells of one test and sweep
 /// point share their parameters' and sweep point's text (a mesh of a
@@ -243,7 +277,8 @@ impl Store {
         let mut st = self
             .conn
             .prepare(&format!(
-                "SELECT {CELL_COLUMNS} FROM cells WHERE run_id = ?1 {filter} ORDER BY {order}"
+                "SELECT {} FROM cells WHERE run_id = ?1 {filter} ORDER BY {order}",
+                cell_columns("")
             ))
             .map_err(self.err("reading cells"))?;
         let mut rows = st.query(args).map_err(self.err("reading cells"))?;
@@ -317,12 +352,8 @@ impl Store {
                 |r| r.get(0),
             )
             .map_err(self.err("reading cells"))?;
-        // Canonical text, as `current` makes it from the parsed cell.
-        let canon = |t: &str| -> String {
-            serde_json::from_str::<serde_json::Value>(t)
-                .map(|v| v.to_string())
-                .unwrap_or_else(|_| t.to_string())
-        };
+        // Canonical text ([`canonical`]), as `current` makes it from the
+        // parsed cell.
         if plan.retests {
             // A re-test repeats a planned cell of its own pair: only the
             // planned cells of the re-tests' pairs can be one (at 1024
@@ -335,7 +366,7 @@ impl Store {
                 run_id,
                 test,
                 &mut |r| {
-                    pairs.insert(canon(text(r, 0)));
+                    pairs.insert(canonical(text(r, 0)).into_owned());
                 },
             )?;
             self.each_cell_text(
@@ -345,16 +376,11 @@ impl Store {
                 test,
                 &mut |r| {
                     let t = |i| text(r, i);
-                    // Flows as fabperf writes them are canonical already:
-                    // only other texts are parsed (a mesh has millions).
-                    let flows = match plainly_canonical(t(5)) {
-                        true => std::borrow::Cow::Borrowed(t(5)),
-                        false => std::borrow::Cow::Owned(canon(t(5))),
-                    };
+                    let flows = canonical(t(5));
                     if !pairs.contains(flows.as_ref()) {
                         return;
                     }
-                    let (params, dims) = (canon(t(3)), canon(t(4)));
+                    let (params, dims) = (canonical(t(3)), canonical(t(4)));
                     let k = plan.key([t(0), t(1), t(2), &params, &dims, &flows]);
                     plan.planned.insert(k);
                 },
@@ -416,15 +442,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::plainly_canonical;
-
-    /// What parsing and writing again makes of a text (itself when it is
-    /// not JSON): how the plan filter compares flows.
-    fn canon(t: &str) -> String {
-        serde_json::from_str::<serde_json::Value>(t)
-            .map(|v| v.to_string())
-            .unwrap_or_else(|_| t.to_string())
-    }
+    use super::{parsed_canonical, plainly_canonical};
 
     /// A text taken as canonical without parsing is: over every text of up
     /// to 5 characters from an alphabet of JSON's punctuation, whitespace,
@@ -440,7 +458,7 @@ mod tests {
         while let Some(t) = stack.pop() {
             if plainly_canonical(&t) {
                 taken += 1;
-                assert_eq!(canon(&t), t, "{t:?}");
+                assert_eq!(parsed_canonical(&t), t, "{t:?}");
             }
             if t.chars().count() < 5 {
                 for a in alphabet {

@@ -1,7 +1,7 @@
 //! Reading measurements: decoded, as stored, one at a time over a whole
 //! run, and alongside their cells in plan order.
 
-use crate::cell_readers::{CellDecoder, CELL_COLUMNS_C, CELL_COLUMN_COUNT};
+use crate::cell_readers::{cell_columns, CellDecoder, CELL_COLUMNS};
 use crate::{CellRow, Measurement, RawMeasurement, Role, Store, StoreError, StoredMeasurement};
 use fabperf_results::Record;
 use rusqlite::params;
@@ -34,11 +34,12 @@ impl Store {
                 // sorted only among cells of one `seq` — not the whole run's
                 // records through a temporary b-tree. A cell's columns come
                 // with each of its records and are read with its first.
-                "SELECT {CELL_COLUMNS_C}, m.id, m.role, m.src, m.dst, m.record, m.lat_hist
+                "SELECT {}, m.id, m.role, m.src, m.dst, m.record, m.lat_hist
                  FROM cells c LEFT JOIN measurements m
                    ON m.run_id = c.run_id AND m.cell_id = c.cell_id
                  WHERE c.run_id = ?1
-                 ORDER BY c.seq, c.cell_id, m.id"
+                 ORDER BY c.seq, c.cell_id, m.id",
+                cell_columns("c.")
             ))
             .map_err(self.err("reading measurements"))?;
         let mut rows = st
@@ -68,7 +69,8 @@ impl Store {
                 Ok(())
             }
         };
-        const M: usize = CELL_COLUMN_COUNT;
+        // The measurement's columns come after the cell's.
+        const M: usize = CELL_COLUMNS.len();
         while let Some(r) = rows.next().map_err(self.err("reading measurements"))? {
             let get = |e| StoreError::sql(&self.path, "reading measurements", e);
             let seq: i64 = r.get(1).map_err(get)?;

@@ -554,13 +554,8 @@ mod tests {
     /// same as the `Value` reading reads them.
     #[test]
     fn reading_in_place_is_reading_through_a_value() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut rng = crate::hist::tests::xorshift(0x2545_f491_4f6c_dd1d);
+        let mut next = move |n: usize| (rng() % n as u64) as usize;
         let mut differ = 0;
         for case in 0..6000 {
             let mut fields = Vec::new();
