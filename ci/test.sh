@@ -15,6 +15,27 @@ for a in "$@"; do
   esac
 done
 
+# Builds are made once here: incremental caches would only take disk space.
+export CARGO_INCREMENTAL=0
+
+# A full run builds about NEED_GIB GiB (debug test binaries, the release
+# binary, the fuzz targets, the guest's build); a disk that fills while the
+# linker writes ends in a bus error that names nothing. Say it before building.
+disk_check() {
+  local target=${CARGO_TARGET_DIR:-target} need_gib=${FABPERF_CI_NEED_GIB:-8} have_kib used_kib
+  mkdir -p "$target"
+  have_kib=$(df -Pk "$target" | awk 'NR == 2 { print $4 }')
+  used_kib=$({ du -sk "$target" fuzz/target 2>/dev/null || true; } | awk '{ s += $1 } END { print s + 0 }')
+  # What is already built counts towards the need.
+  if [ $((have_kib + used_kib)) -lt $((need_gib * 1024 * 1024)) ]; then
+    echo "ci/test.sh: $((have_kib / 1048576)) GiB free on the filesystem of $target ($(df -P "$target" | awk 'NR == 2 { print $6 }')) and $((used_kib / 1048576)) GiB already built;" >&2
+    echo "  a full run needs about $need_gib GiB. Free space there, or point CARGO_TARGET_DIR at a larger filesystem" >&2
+    echo "  (FABPERF_CI_NEED_GIB overrides the estimate)." >&2
+    exit 1
+  fi
+}
+disk_check
+
 SUMMARY=()
 summary() {
   printf '\n==> summary\n'
