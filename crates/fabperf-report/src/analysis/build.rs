@@ -53,6 +53,7 @@ pub fn build(store: &Store, opts: &Options) -> Result<Report, ReportError> {
                 .push(format!("mesh test {test}: no matrix: {e}")),
         }
     }
+    summary::explain_across(&mut report.meshes);
     report.verdicts = verdicts(&report, &data, &seen);
     Ok(report)
 }

@@ -68,6 +68,27 @@ pub struct RailFinding {
     pub text: String,
 }
 
+/// A confirmed suspect link that a node named by another mesh group of the
+/// run (another test, or another sweep point, on the same path) explains:
+/// the link's figure is within [`EXPLAIN_FACTOR`](super::EXPLAIN_FACTOR) of
+/// that node's median pair in this group. A node with added latency slows
+/// the TCP flows it is in, some more than others; the latency mesh names the
+/// node, and its slowest bandwidth pairs are the same fault, not links.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExplainedLink {
+    /// The link (a < b).
+    pub a: String,
+    pub b: String,
+    /// The end that explains it.
+    pub node: String,
+    /// The tests of the groups that name the node.
+    pub named_by: Vec<String>,
+    /// The link's worst confirmed figure here (the metric's unit).
+    pub value: f64,
+    /// The node's median pair here, the link's own pairs left out.
+    pub node_median: f64,
+}
+
 /// The pair the rule's reference comes from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Reference {
@@ -129,6 +150,10 @@ pub struct MeshGroup {
     /// Links (a < b) with an unconfirmed suspect not explained by a named
     /// node nor among `bad_links`.
     pub unconfirmed_links: Vec<(String, String)>,
+    /// Confirmed suspect links a node named by another group explains
+    /// (left out of `bad_links`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub explained_links: Vec<ExplainedLink>,
     #[serde(skip)]
     pub(super) templates: BTreeMap<(String, String), CellSpec>,
     /// While judging: the mesh cell of each pair, by node id.
@@ -160,6 +185,7 @@ impl MeshGroup {
             bad_rails: Vec::new(),
             bad_links: Vec::new(),
             unconfirmed_links: Vec::new(),
+            explained_links: Vec::new(),
             templates: BTreeMap::new(),
             template_ids: HashMap::new(),
         }

@@ -28,7 +28,8 @@
 //! from, capped at the port rate), `confirm` (a suspect's re-tests:
 //! confirmed, cleared or unconfirmed), `nodes` (the majority rule that
 //! names a node), `rails` (a rail whose every node is named is named
-//! instead), `links` (suspects no named node explains), `findings` (what
+//! instead), `links` (suspects no named node explains, within a group and
+//! across the run's mesh groups: [`explain_across`]), `findings` (what
 //! the summary finds, as `--json` writes it) and `text` (the text summary).
 
 mod analyze;
@@ -48,8 +49,9 @@ mod verdict;
 pub use analyze::{analyze, MeshFeed, Names};
 pub use confirm::SuspectState;
 pub use findings::{
-    MeshAnalysis, MeshGroup, NodeFault, NodeFinding, RailFinding, Reference, Suspect,
+    ExplainedLink, MeshAnalysis, MeshGroup, NodeFault, NodeFinding, RailFinding, Reference, Suspect,
 };
+pub use links::{explain_across, EXPLAIN_FACTOR};
 pub use rails::{rail_end, RAIL_MIN_NODES};
 pub use rule::{Metric, Rule, RuleKind, DEFAULT_BW_FRACTION, DEFAULT_LAT_FACTOR};
 pub use text::{render, LIST_MAX, MATRIX_MAX_NODES};

@@ -292,6 +292,20 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
         );
     }
     more(o, g.unconfirmed_links.len(), "unconfirmed suspect links");
+    for l in g.explained_links.iter().take(LIST_MAX) {
+        let _ = writeln!(
+            o,
+            "  link {} - {} explained by node {} (named by {}): {}; {}'s median pair here {:.2}",
+            e(&l.a),
+            e(&l.b),
+            e(&l.node),
+            e(&l.named_by.join(", ")),
+            detail(&l.a, &l.b),
+            e(&l.node),
+            l.node_median
+        );
+    }
+    more(o, g.explained_links.len(), "explained links");
     let (mut cleared, mut open) = (0usize, 0usize);
     for s in &g.suspects {
         match s.state {

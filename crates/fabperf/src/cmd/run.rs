@@ -365,9 +365,8 @@ pub fn mesh_summary(a: MeshSummaryArgs) -> anyhow::Result<ExitCode> {
     // The plan's own thresholds, unless overridden.
     let plan = fabperf_run::parse(&run.plan_text, "stored plan", Path::new(".")).ok();
     let tests = summary::mesh_tests(&store, run.id)?;
-    let tests: Vec<String> = match &a.test {
-        Some(t) if tests.contains(t) => vec![t.clone()],
-        Some(t) => anyhow::bail!(
+    match &a.test {
+        Some(t) if !tests.contains(t) => anyhow::bail!(
             "run {} has no mesh test {t:?}; its mesh tests: {}",
             run.id,
             if tests.is_empty() {
@@ -376,8 +375,8 @@ pub fn mesh_summary(a: MeshSummaryArgs) -> anyhow::Result<ExitCode> {
                 tests.join(", ")
             }
         ),
-        None => tests,
-    };
+        _ => {}
+    }
     if tests.is_empty() {
         eprintln!("fabperf mesh-summary: run {} has no mesh test", run.id);
         return Ok(ExitCode::FAILURE);
@@ -398,14 +397,24 @@ pub fn mesh_summary(a: MeshSummaryArgs) -> anyhow::Result<ExitCode> {
             .or(decl.map(|d| d.suspect_lat))
             .unwrap_or(summary::DEFAULT_LAT_FACTOR);
         let kind = a.rule.or(decl.map(|d| d.suspect_rule)).unwrap_or_default();
-        let an = summary::analyze(&store, run.id, t, &summary::Rule::new(kind, bw, lat))?;
-        if a.json {
-            all.push(an);
-        } else {
-            o.write_all(fabperf_run::exec::printable_block(&summary::render(&an)).as_bytes())?;
-        }
+        all.push(summary::analyze(
+            &store,
+            run.id,
+            t,
+            &summary::Rule::new(kind, bw, lat),
+        )?);
     }
-    if a.json {
+    // A node one test names explains the links it slows in another: every
+    // mesh test is judged, also with `--test`, which picks what is shown.
+    summary::explain_across(&mut all);
+    if let Some(t) = &a.test {
+        all.retain(|an| &an.test == t);
+    }
+    if !a.json {
+        for an in &all {
+            o.write_all(fabperf_run::exec::printable_block(&summary::render(an)).as_bytes())?;
+        }
+    } else {
         serde_json::to_writer_pretty(&mut o, &all)?;
         writeln!(o)?;
     }
