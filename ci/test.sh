@@ -22,7 +22,7 @@ export CARGO_INCREMENTAL=0
 # release build 1.9, the fuzz targets 1.0); a disk that fills while the linker
 # writes ends in a bus error that names nothing. Say it before building.
 disk_check() {
-  local target=${CARGO_TARGET_DIR:-target} need_gib=${FABPERF_CI_NEED_GIB:-8} have_kib used_kib
+  local target=${CARGO_TARGET_DIR:-target} need_gib=${FABPERF_CI_NEED_GIB:-7} have_kib used_kib
   mkdir -p "$target"
   have_kib=$(df -Pk "$target" | awk 'NR == 2 { print $4 }')
   used_kib=$({ du -sk "$target" fuzz/target 2>/dev/null || true; } | awk '{ s += $1 } END { print s + 0 }')
