@@ -64,14 +64,14 @@ pub(super) fn name_links(g: &mut MeshGroup) {
 /// [`EXPLAIN_FACTOR`] of the node's own median pair in the link's group, so
 /// that a link much slower than the node's other pairs is still named.
 pub fn explain_across(analyses: &mut [MeshAnalysis]) {
-    // (path, node) -> the groups (test, sweep point) that name it.
-    let mut named: BTreeMap<(String, String), Vec<(String, String)>> = BTreeMap::new();
+    // (path, node) -> the groups (test, sweep point) that name it, in order.
+    let mut named: BTreeMap<(String, String), BTreeSet<(String, String)>> = BTreeMap::new();
     for g in analyses.iter().flat_map(|a| &a.groups) {
         for n in &g.bad_nodes {
             named
                 .entry((g.path.clone(), n.clone()))
                 .or_default()
-                .push((g.test.clone(), g.dims.to_string()));
+                .insert((g.test.clone(), g.dims.to_string()));
         }
     }
     for g in analyses.iter_mut().flat_map(|a| &mut a.groups) {
@@ -79,14 +79,14 @@ pub fn explain_across(analyses: &mut [MeshAnalysis]) {
         let mut kept = Vec::new();
         for (x, y) in std::mem::take(&mut g.bad_links) {
             let by = [&x, &y].into_iter().find_map(|n| {
-                let others: Vec<String> = named
+                let mut others: Vec<String> = named
                     .get(&(g.path.clone(), n.clone()))?
                     .iter()
                     .filter(|(t, d)| !(t == &g.test && d == &dims))
                     .map(|(t, _)| t.clone())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
                     .collect();
+                // Sorted by test: one name per test, whatever its sweep points.
+                others.dedup();
                 if others.is_empty() {
                     return None;
                 }
@@ -120,13 +120,21 @@ fn explained_by(
         .filter(|s| s.state == SuspectState::Confirmed && on_link(&s.src, &s.dst))
         .map(|s| s.value)
         .reduce(worse)?;
-    let mut pairs: Vec<f64> = g
+    // The node's row and column of the matrix, not the whole of it: a
+    // 1024-node group has a million pairs and may have many links to judge.
+    let sends = g
+        .values
+        .get(node)
+        .into_iter()
+        .flat_map(|row| row.iter().map(|(b, v)| (node, b.as_str(), *v)));
+    let receives = g
         .values
         .iter()
-        .flat_map(|(a, row)| row.iter().map(move |(b, v)| (a, b, *v)))
-        .filter(|(a, b, _)| (a.as_str() == node || b.as_str() == node) && !on_link(a, b))
+        .filter_map(|(a, row)| row.get(node).map(|v| (a.as_str(), node, *v)));
+    let mut pairs: Vec<f64> = sends
+        .chain(receives)
+        .filter(|(a, b, v)| !on_link(a, b) && v.is_finite())
         .map(|(_, _, v)| v)
-        .filter(|v| v.is_finite())
         .collect();
     if pairs.is_empty() {
         return None;
@@ -198,10 +206,11 @@ mod tests {
         g
     }
 
-    fn analysis(test: &str, groups: Vec<MeshGroup>) -> MeshAnalysis {
+    /// The analysis of one test: its groups' (all of that test).
+    fn analysis(groups: Vec<MeshGroup>) -> MeshAnalysis {
         MeshAnalysis {
             run_id: 1,
-            test: test.into(),
+            test: groups[0].test.clone(),
             rule: RuleKind::Median,
             bw_fraction: DEFAULT_BW_FRACTION,
             lat_factor: DEFAULT_LAT_FACTOR,
@@ -233,30 +242,24 @@ mod tests {
         let links = [("n1", "n3"), ("n2", "n4"), ("n3", "n5")];
         let lat = |a: &str, b: &str| if a == "n3" || b == "n3" { 1020.0 } else { 20.0 };
         let mut all = vec![
-            analysis(
+            analysis(vec![group(
                 "bw",
-                vec![group(
-                    "bw",
-                    "fabric",
-                    65536,
-                    Metric::BandwidthGbps,
-                    bw,
-                    &[],
-                    &links,
-                )],
-            ),
-            analysis(
+                "fabric",
+                65536,
+                Metric::BandwidthGbps,
+                bw,
+                &[],
+                &links,
+            )]),
+            analysis(vec![group(
                 "lat",
-                vec![group(
-                    "lat",
-                    "fabric",
-                    64,
-                    Metric::LatencyP50Us,
-                    lat,
-                    &["n3"],
-                    &[],
-                )],
-            ),
+                "fabric",
+                64,
+                Metric::LatencyP50Us,
+                lat,
+                &["n3"],
+                &[],
+            )]),
         ];
         explain_across(&mut all);
         let g = &all[0].groups[0];
@@ -297,19 +300,16 @@ mod tests {
         // of another path names another node (the same name on another
         // network is another port).
         let mut all = vec![
-            analysis("bw", vec![bw_group(65536)]),
-            analysis(
+            analysis(vec![bw_group(65536)]),
+            analysis(vec![group(
                 "lat",
-                vec![group(
-                    "lat",
-                    "overlay",
-                    64,
-                    Metric::LatencyP50Us,
-                    |_, _| 20.0,
-                    &["n3"],
-                    &[],
-                )],
-            ),
+                "overlay",
+                64,
+                Metric::LatencyP50Us,
+                |_, _| 20.0,
+                &["n3"],
+                &[],
+            )]),
         ];
         explain_across(&mut all);
         assert_eq!(all[0].groups[0].bad_links.len(), 1);
@@ -318,7 +318,7 @@ mod tests {
         let mut named = bw_group(4096);
         named.bad_nodes = vec!["n3".into()];
         named.bad_links.clear();
-        let mut all = vec![analysis("bw", vec![bw_group(65536), named])];
+        let mut all = vec![analysis(vec![bw_group(65536), named])];
         explain_across(&mut all);
         assert!(all[0].groups[0].bad_links.is_empty());
         assert_eq!(all[0].groups[0].explained_links[0].named_by, vec!["bw"]);
@@ -340,30 +340,24 @@ mod tests {
             }
         };
         let mut all = vec![
-            analysis(
+            analysis(vec![group(
                 "bw",
-                vec![group(
-                    "bw",
-                    "fabric",
-                    65536,
-                    Metric::BandwidthGbps,
-                    bw,
-                    &["n3"],
-                    &[],
-                )],
-            ),
-            analysis(
+                "fabric",
+                65536,
+                Metric::BandwidthGbps,
+                bw,
+                &["n3"],
+                &[],
+            )]),
+            analysis(vec![group(
                 "lat",
-                vec![group(
-                    "lat",
-                    "fabric",
-                    64,
-                    Metric::LatencyP50Us,
-                    lat,
-                    &[],
-                    &[("n1", "n3"), ("n3", "n6")],
-                )],
-            ),
+                "fabric",
+                64,
+                Metric::LatencyP50Us,
+                lat,
+                &[],
+                &[("n1", "n3"), ("n3", "n6")],
+            )]),
         ];
         explain_across(&mut all);
         let g = &all[1].groups[0];
@@ -373,5 +367,48 @@ mod tests {
             (g.explained_links[0].value, g.explained_links[0].node_median),
             (30.0, 20.0)
         );
+    }
+
+    #[test]
+    fn a_nodes_median_pair_is_over_its_sends_and_its_receives() {
+        // n3 sends at 4 and receives at 10, n5 the other way round; their
+        // median pair over both is 10 (the upper middle), so links at 3 to
+        // them are more than twice as slow and stay named. Judged on one
+        // direction alone, either node would explain its link.
+        let fig = |a: &str, b: &str| {
+            let is = |x: &str, y: &str| (a == x && b == y) || (a == y && b == x);
+            if is("n1", "n3") || is("n5", "n6") {
+                3.0
+            } else if a == "n3" || b == "n5" {
+                4.0
+            } else {
+                10.0
+            }
+        };
+        let links = [("n1", "n3"), ("n5", "n6")];
+        let mut all = vec![
+            analysis(vec![group(
+                "bw",
+                "fabric",
+                65536,
+                Metric::BandwidthGbps,
+                fig,
+                &[],
+                &links,
+            )]),
+            analysis(vec![group(
+                "lat",
+                "fabric",
+                64,
+                Metric::LatencyP50Us,
+                |_, _| 20.0,
+                &["n3", "n5"],
+                &[],
+            )]),
+        ];
+        explain_across(&mut all);
+        let g = &all[0].groups[0];
+        assert!(g.explained_links.is_empty(), "{:?}", g.explained_links);
+        assert_eq!(g.bad_links.len(), 2);
     }
 }
