@@ -410,13 +410,13 @@ pub fn mesh_summary(a: MeshSummaryArgs) -> anyhow::Result<ExitCode> {
     if let Some(t) = &a.test {
         all.retain(|an| &an.test == t);
     }
-    if !a.json {
+    if a.json {
+        serde_json::to_writer_pretty(&mut o, &all)?;
+        writeln!(o)?;
+    } else {
         for an in &all {
             o.write_all(fabperf_run::exec::printable_block(&summary::render(an)).as_bytes())?;
         }
-    } else {
-        serde_json::to_writer_pretty(&mut o, &all)?;
-        writeln!(o)?;
     }
     super::skipped_note("mesh-summary", &store);
     Ok(ExitCode::SUCCESS)
