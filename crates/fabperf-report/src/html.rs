@@ -731,6 +731,8 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
                                 Some(SuspectState::Unconfirmed) =>
                                     ", suspect, unconfirmed (no re-test gave a figure)",
                                 Some(SuspectState::Cleared) => ", suspect cleared by a re-test",
+                                Some(SuspectState::WithNode) =>
+                                    ", suspect with its node (not re-tested: the re-tests of a sample of the node's pairs confirmed it)",
                                 None => "",
                             }
                         ),
@@ -746,7 +748,9 @@ fn heatmap(g: &MeshGroup, id: &str) -> String {
                 ),
             };
             let outline = match suspect(a, b) {
-                Some(SuspectState::Confirmed) => r##" stroke="#b00" stroke-width="3""##,
+                Some(SuspectState::Confirmed | SuspectState::WithNode) => {
+                    r##" stroke="#b00" stroke-width="3""##
+                }
                 Some(SuspectState::Unconfirmed) => r##" stroke="#b00" stroke-width="1.5""##,
                 Some(SuspectState::Cleared) => r##" stroke="#b00" stroke-dasharray="3 2""##,
                 None => r##" stroke="#fff""##,

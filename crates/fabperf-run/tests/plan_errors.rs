@@ -43,7 +43,8 @@ fn a_good_plan_parses_with_defaults() {
         t.pattern,
         Pattern::Mesh {
             ordered: true,
-            retest: 2
+            retest: 2,
+            retest_sample: 8
         }
     ));
     assert_eq!(t.points.len(), 4);
@@ -302,4 +303,25 @@ fn rails_are_checked_where_they_are_written() {
         "{AGENTS}[[tests]]\nkind = \"rdma-bw\"\nrails = [\"mlx5_1\"]\nparams = {{ remote_device = \"mlx5_0\" }}\n"
     ));
     has(&errs, "12:10", "remove `remote_device` from params");
+}
+
+#[test]
+fn a_meshs_retest_sample_is_a_count_of_a_mesh() {
+    let plan = |extra: &str| format!("{AGENTS}[[tests]]\nkind = \"tcp-bw\"\nduration = 1\n{extra}");
+    let p = parse(&plan("retest_sample = 0\n"), "p.toml", Path::new("/plans")).unwrap();
+    assert!(matches!(
+        p.tests[0].pattern,
+        Pattern::Mesh {
+            retest_sample: 0,
+            ..
+        }
+    ));
+    let e = errors(&plan("retest_sample = -1\n"));
+    has(&e, "12:17", "retest_sample");
+    let e = errors(&plan("pattern = \"incast\"\nretest_sample = 4\n"));
+    has(
+        &e,
+        "13:17",
+        "`retest_sample` applies to pattern \"mesh\" only",
+    );
 }

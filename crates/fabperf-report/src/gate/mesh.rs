@@ -23,7 +23,7 @@ pub(super) fn check(c: &Check<'_>, rep: &Report, out: &mut GateOutcome) {
             Metric::MeshOutliers => m
                 .suspects
                 .iter()
-                .filter(|s| s.confirmed && on_node(&s.src, &s.dst))
+                .filter(|s| s.held() && on_node(&s.src, &s.dst))
                 .count(),
             Metric::MeshSuspectNodes => m
                 .bad_nodes
@@ -64,7 +64,7 @@ pub(super) fn check(c: &Check<'_>, rep: &Report, out: &mut GateOutcome) {
                 _ => m
                     .suspects
                     .iter()
-                    .filter(|s| s.confirmed)
+                    .filter(|s| s.held())
                     .map(|s| format!("{}->{} {}", s.src, s.dst, fmt_num(s.value)))
                     .collect(),
             };

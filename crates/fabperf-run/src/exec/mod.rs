@@ -175,8 +175,13 @@ impl<'a> Exec<'a> {
             if !self.run_cells(mine)? {
                 return Ok(false);
             }
-            if let Pattern::Mesh { retest, .. } = t.pattern {
-                if retest > 0 && !retest_mesh(self, t, retest, retry_failed)? {
+            if let Pattern::Mesh {
+                retest,
+                retest_sample,
+                ..
+            } = t.pattern
+            {
+                if retest > 0 && !retest_mesh(self, t, retest, retest_sample, retry_failed)? {
                     return Ok(false);
                 }
             }

@@ -9,7 +9,7 @@ use crate::plan::{self, Pattern, Plan};
 use crate::summary;
 use fabperf_store::{CellSpec, CellState};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 pub(super) fn has_retests(plan: &Plan) -> bool {
@@ -34,10 +34,13 @@ pub(super) fn node_of(roster: &Roster, path: &str, name: &str) -> String {
 /// batches that share no node — whatever their path or sweep point — so no
 /// two re-tests depress each other or meet on one agent. A re-test that
 /// failed leaves its suspect unconfirmed; `--retry-failed` runs it again.
+/// Of a node the mesh names, the first round re-tests a sample of its
+/// suspect pairs ([`to_retest`]).
 pub(super) fn retest_mesh(
     ex: &mut Exec<'_>,
     t: &plan::TestDecl,
     rounds: u32,
+    sample: u32,
     retry_failed: bool,
 ) -> Result<bool, RunError> {
     for round in 0..rounds {
@@ -46,33 +49,29 @@ pub(super) fn retest_mesh(
         // One re-test per mesh cell behind a suspect still open after the
         // re-tests so far (a bidirectional cell measures two pairs).
         let mut todo: BTreeMap<String, CellSpec> = BTreeMap::new();
-        for g in &analysis.groups {
-            for s in g.suspects.iter().filter(|s| {
-                s.state != summary::SuspectState::Cleared && s.retests.len() == round as usize
-            }) {
-                let Some(proto) = g.cell_template(&s.src, &s.dst) else {
-                    continue;
-                };
-                let Some((a, b)) = proto.flows.first().cloned() else {
-                    continue;
-                };
-                let mut instance = json!({"retest": round, "pair": [a, b]});
-                crate::rails::tag_instance(&mut instance, &proto.dims);
-                let mut c = proto.clone();
-                c.cell_id = crate::cells::cell_id(
-                    &ex.plan.name,
-                    t,
-                    &c.path,
-                    &instance,
-                    &c.params,
-                    round,
-                    crate::cells::env_key(ex.plan, &c.dims).as_ref(),
-                );
-                c.pattern = fabperf_store::RETEST.into();
-                c.flows = vec![(a, b)];
-                c.repeat = round;
-                todo.entry(c.cell_id.clone()).or_insert(c);
-            }
+        for (g, s) in to_retest(&analysis, round, sample) {
+            let Some(proto) = g.cell_template(&s.src, &s.dst) else {
+                continue;
+            };
+            let Some((a, b)) = proto.flows.first().cloned() else {
+                continue;
+            };
+            let mut instance = json!({"retest": round, "pair": [a, b]});
+            crate::rails::tag_instance(&mut instance, &proto.dims);
+            let mut c = proto.clone();
+            c.cell_id = crate::cells::cell_id(
+                &ex.plan.name,
+                t,
+                &c.path,
+                &instance,
+                &c.params,
+                round,
+                crate::cells::env_key(ex.plan, &c.dims).as_ref(),
+            );
+            c.pattern = fabperf_store::RETEST.into();
+            c.flows = vec![(a, b)];
+            c.repeat = round;
+            todo.entry(c.cell_id.clone()).or_insert(c);
         }
         if todo.is_empty() {
             ex.phases.retest_s += t_analysis.elapsed().as_secs_f64();
@@ -132,6 +131,76 @@ pub(super) fn retest_mesh(
     Ok(true)
 }
 
+/// The suspects to re-test in `round`: every one still open whose re-tests
+/// so far are `round`; in the first round, of a node the mesh names (all
+/// of its pairs fail, or a clear majority), only `sample` of its suspect
+/// pairs (0: all of them), spread over its peers. A node's pairs can only
+/// be re-tested one at a time: re-testing all 2(N−1) pairs of a slow node
+/// costs 2(N−1) batches per round, an hour at a thousand nodes, where a
+/// sample judges the node as well (the summary confirms the node on its
+/// sample; its other pairs stand with it). A pair left out whose node the
+/// sample did not confirm is re-tested in the next round.
+pub(super) fn to_retest(
+    analysis: &summary::MeshAnalysis,
+    round: u32,
+    sample: u32,
+) -> Vec<(&summary::MeshGroup, &summary::Suspect)> {
+    use summary::SuspectState;
+    let mut out = Vec::new();
+    for g in &analysis.groups {
+        let open = |s: &&summary::Suspect| {
+            s.state != SuspectState::Cleared
+                && s.state != SuspectState::WithNode
+                && (s.retests.len() == round as usize
+                    || (round > 0 && s.retests.is_empty() && s.retests_failed.is_empty()))
+        };
+        if round > 0 || sample == 0 {
+            out.extend(g.suspects.iter().filter(open).map(|s| (g, s)));
+            continue;
+        }
+        let named: BTreeSet<&str> = g
+            .node_findings
+            .iter()
+            .filter(|f| f.fault != summary::NodeFault::Dead)
+            .map(|f| f.node.as_str())
+            .collect();
+        // Each named node's open suspects by peer, and the sample of them:
+        // evenly spaced over that order.
+        let mut chosen: BTreeSet<(&str, &str)> = BTreeSet::new();
+        for n in &named {
+            let mut mine: Vec<(&str, &str, &str)> = g
+                .suspects
+                .iter()
+                .filter(open)
+                .filter(|s| s.src == *n || s.dst == *n)
+                .map(|s| {
+                    let peer = if s.src == *n { &s.dst } else { &s.src };
+                    (peer.as_str(), s.src.as_str(), s.dst.as_str())
+                })
+                .collect();
+            mine.sort_unstable();
+            let (k, m) = (sample as usize, mine.len());
+            if m <= k {
+                chosen.extend(mine.iter().map(|p| (p.1, p.2)));
+            } else {
+                chosen.extend((0..k).map(|i| (mine[i * m / k].1, mine[i * m / k].2)));
+            }
+        }
+        out.extend(
+            g.suspects
+                .iter()
+                .filter(open)
+                .filter(|s| {
+                    let near_named =
+                        named.contains(s.src.as_str()) || named.contains(s.dst.as_str());
+                    !near_named || chosen.contains(&(s.src.as_str(), s.dst.as_str()))
+                })
+                .map(|s| (g, s)),
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +240,78 @@ mod tests {
             vec![node_of(&r, "pod", "10.1.0.5"), "node-c".into()],
         ]);
         assert_eq!(b, vec![0, 1], "host and pod suspects on node-a run apart");
+    }
+
+    /// A named node's first re-tests are a sample of its pairs, spread
+    /// over its peers; suspects of no named node are all re-tested; a pair
+    /// left out is re-tested in the next round unless the sample confirmed
+    /// its node.
+    #[test]
+    fn a_named_nodes_first_retests_are_a_sample_of_its_pairs() {
+        use crate::summary::fixture::*;
+        let pairs = |v: Vec<(&MeshGroup, &crate::summary::Suspect)>| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(_, s)| (s.src.clone(), s.dst.clone()))
+                .collect()
+        };
+        // n3 slow both ways (14 suspects), nothing re-tested yet.
+        let f = sampled_mesh(&EIGHT, "n3", &[], 0.0);
+        let (a, _, _) = analyze_one(&f);
+        let first = pairs(to_retest(&a, 0, 4));
+        assert_eq!(first.len(), 4, "{first:?}");
+        assert!(first.iter().all(|(x, y)| x == "n3" || y == "n3"));
+        let peers: BTreeSet<&String> = first
+            .iter()
+            .map(|(x, y)| if x == "n3" { y } else { x })
+            .collect();
+        assert_eq!(peers.len(), 4, "spread over its peers: {first:?}");
+        assert_eq!(to_retest(&a, 0, 0).len(), 14, "0: every pair");
+        assert_eq!(
+            to_retest(&a, 0, 20).len(),
+            14,
+            "fewer pairs than the sample"
+        );
+        // Not confirmed after the first round (no re-test at all here):
+        // the next round takes every pair left.
+        assert_eq!(to_retest(&a, 1, 4).len(), 14);
+        // The sample confirmed n3: the next round re-tests the sample again,
+        // the other pairs stand with n3.
+        let sample: Vec<(&str, &str)> = first
+            .iter()
+            .map(|(x, y)| (x.as_str(), y.as_str()))
+            .collect();
+        let f = sampled_mesh(&EIGHT, "n3", &sample, 2.5);
+        let (a, g, _) = analyze_one(&f);
+        assert_eq!(g.bad_nodes, vec!["n3".to_string()]);
+        let second = pairs(to_retest(&a, 1, 4));
+        assert_eq!(second, {
+            let mut v = first.clone();
+            v.sort();
+            v
+        });
+        // The sample met the rule: the next round re-tests the other 10,
+        // not the cleared four.
+        let f = sampled_mesh(&EIGHT, "n3", &sample, 9.9);
+        let (a, _, _) = analyze_one(&f);
+        let second = pairs(to_retest(&a, 1, 4));
+        assert_eq!(second.len(), 10, "{second:?}");
+        assert!(second.iter().all(|p| !first.contains(p)));
+        // A slow link of two healthy nodes is re-tested whatever the sample.
+        let mut mesh = Vec::new();
+        for x in NODES {
+            for y in NODES.iter().filter(|y| **y != x) {
+                let v = if (x, *y) == ("n1", "n2") { 2.0 } else { 10.0 };
+                mesh.push((
+                    spec(&format!("{x}{y}"), "mesh", x, y, json!({"size": 65536}), 0),
+                    Ok(vec![rec(v, "forward")]),
+                ));
+            }
+        }
+        let f = fixture(mesh, vec![]);
+        let (a, _, _) = analyze_one(&f);
+        assert_eq!(
+            pairs(to_retest(&a, 0, 1)),
+            vec![("n1".to_string(), "n2".to_string())]
+        );
     }
 }

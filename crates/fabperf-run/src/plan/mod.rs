@@ -76,6 +76,12 @@ pub const DEFAULT_PORT: u16 = fabperf_proto::DEFAULT_PORT;
 pub const MAX_PLAN_BYTES: u64 = 4 << 20;
 /// Most cells a plan may expand to (a typo in a sweep must not plan a year).
 pub const MAX_CELLS: usize = 1_000_000;
+/// How many suspect pairs of a node the mesh names are re-tested by
+/// default: enough peers that the node rule (all of them, or a clear
+/// majority of at least three) judges the sample, few enough that a node of
+/// a thousand-node mesh, whose two thousand pairs can only be re-tested one
+/// at a time, does not hold the run for an hour.
+pub const DEFAULT_RETEST_SAMPLE: u32 = 8;
 /// Most sweep points (every test's sweep × its profiles × its policy
 /// counts) a plan may have. Counted before any is built: each costs a few
 /// KiB while the plan is checked.
@@ -141,8 +147,14 @@ pub enum Pattern {
     Pairs(Vec<(String, String)>),
     /// Every pair of the path's agents in rounds of disjoint pairs: both
     /// directions, 2(N−1) rounds, when `ordered` (the default unless every
-    /// cell is `bidir`); one way, N−1 rounds, otherwise.
-    Mesh { ordered: bool, retest: u32 },
+    /// cell is `bidir`); one way, N−1 rounds, otherwise. `retest` rounds of
+    /// re-tests of the suspect pairs; of a node the mesh names, at most
+    /// `retest_sample` of its suspect pairs are re-tested (0: every one).
+    Mesh {
+        ordered: bool,
+        retest: u32,
+        retest_sample: u32,
+    },
     /// All other agents send to one receiver at once; every receiver in turn
     /// (or the listed ones).
     Incast { receivers: Option<Vec<String>> },

@@ -1,5 +1,6 @@
 //! A test's `pattern` (pairs, mesh, incast, bisection) and the keys that
-//! belong to one pattern each (`pairs`, `ordered`, `retest`, `receivers`,
+//! belong to one pattern each (`pairs`, `ordered`, `retest`,
+//! `retest_sample`, `receivers`,
 //! `splits`, `seed`).
 
 use super::*;
@@ -40,6 +41,13 @@ pub(super) fn check_pattern<'t>(
         t.retest.is_some(),
         t.retest.as_ref().map(|p| p.span()),
         "retest",
+        "mesh",
+    );
+    only(
+        cx,
+        t.retest_sample.is_some(),
+        t.retest_sample.as_ref().map(|p| p.span()),
+        "retest_sample",
         "mesh",
     );
     only(
@@ -120,6 +128,12 @@ pub(super) fn check_pattern<'t>(
                 None => 2,
                 Some(r) => cx.int_in(r, "retest", 0, 10).map_or(0, |n| n as u32),
             };
+            let retest_sample = match &t.retest_sample {
+                None => DEFAULT_RETEST_SAMPLE,
+                Some(r) => cx
+                    .int_in(r, "retest_sample", 0, 1_000_000)
+                    .map_or(0, |n| n as u32),
+            };
             // Both directions by default (ClusterKit's bandwidth test is
             // bidirectional): a node with a transmit-only fault shows as
             // a node only when each pair is measured both ways. A sweep
@@ -134,6 +148,7 @@ pub(super) fn check_pattern<'t>(
             Pattern::Mesh {
                 ordered: t.ordered.unwrap_or(!bidir_only),
                 retest,
+                retest_sample,
             }
         }
         "incast" => {
@@ -188,6 +203,7 @@ pub(super) fn check_pattern<'t>(
             Pattern::Mesh {
                 ordered: false,
                 retest: 0,
+                retest_sample: 0,
             }
         }
     };

@@ -54,6 +54,7 @@ pub(crate) struct RawTest {
     pub(crate) pairs: Option<S<Vec<RawPair>>>,
     pub(crate) ordered: Option<bool>,
     pub(crate) retest: Option<S<i64>>,
+    pub(crate) retest_sample: Option<S<i64>>,
     pub(crate) receivers: Option<S<Vec<S<String>>>>,
     pub(crate) splits: Option<S<i64>>,
     pub(crate) seed: Option<S<i64>>,

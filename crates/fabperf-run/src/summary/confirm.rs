@@ -14,6 +14,9 @@ pub enum SuspectState {
     Confirmed,
     /// A re-test met the rule: the mesh figure was noise.
     Cleared,
+    /// Not re-tested: the pair of a node that the re-tests of a sample of
+    /// its pairs confirmed (`retest_sample`); it stands with that node.
+    WithNode,
 }
 
 impl SuspectState {
@@ -22,6 +25,7 @@ impl SuspectState {
             SuspectState::Unconfirmed => "unconfirmed",
             SuspectState::Confirmed => "confirmed",
             SuspectState::Cleared => "cleared",
+            SuspectState::WithNode => "with its node",
         }
     }
 }

@@ -26,6 +26,14 @@ pub struct Suspect {
     pub confirmed: bool,
 }
 
+impl Suspect {
+    /// Held against the pair: confirmed by its re-tests, or not re-tested
+    /// and with a node the re-tests of a sample of its pairs confirmed.
+    pub fn held(&self) -> bool {
+        matches!(self.state, SuspectState::Confirmed | SuspectState::WithNode)
+    }
+}
+
 /// What is wrong with a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

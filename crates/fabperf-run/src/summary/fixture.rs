@@ -1,19 +1,19 @@
 //! Test fixtures: a store holding one run of mesh cells, re-tests and
 //! their outcomes, and the summary of it.
 
-pub(super) use super::{
+pub(crate) use super::{
     analyze, render, MeshAnalysis, MeshGroup, NodeFault, Rule, RuleKind, SuspectState,
     DEFAULT_BW_FRACTION, DEFAULT_LAT_FACTOR,
 };
-pub(super) use fabperf_results::{Placement, Record, Transport};
-pub(super) use fabperf_store::Role;
+pub(crate) use fabperf_results::{Placement, Record, Transport};
+pub(crate) use fabperf_store::Role;
 use fabperf_store::{Attempt, NewRun, Store};
-pub(super) use fabperf_store::{CellSpec, Measurement, RETEST};
-pub(super) use serde_json::{json, Value};
+pub(crate) use fabperf_store::{CellSpec, Measurement, RETEST};
+pub(crate) use serde_json::{json, Value};
 
-pub(super) const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
+pub(crate) const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
 
-pub(super) fn spec(
+pub(crate) fn spec(
     id: &str,
     pattern: &str,
     a: &str,
@@ -44,14 +44,14 @@ pub(super) fn spec(
     }
 }
 
-pub(super) fn rec(gbps: f64, direction: &str) -> Record {
+pub(crate) fn rec(gbps: f64, direction: &str) -> Record {
     let mut r = Record::new("tcp-bw", Transport::Tcp, 65536, 1);
     r.set_throughput((gbps * 1e9 / 8.0) as u64, 1.0, None);
     r.direction = Some(direction.into());
     r
 }
 
-pub(super) fn attempt() -> Attempt {
+pub(crate) fn attempt() -> Attempt {
     Attempt {
         attempts: 1,
         started_at: String::new(),
@@ -63,15 +63,15 @@ pub(super) fn attempt() -> Attempt {
 /// A store holding one run of the given mesh cells (all in its plan),
 /// the given re-test cells, and each cell's outcome: `Ok(records)` or
 /// `Err(error)`.
-pub(super) struct Fixture {
+pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
-    pub(super) store: Store,
-    pub(super) run: i64,
+    pub(crate) store: Store,
+    pub(crate) run: i64,
 }
 
-pub(super) type Outcome = Result<Vec<Record>, &'static str>;
+pub(crate) type Outcome = Result<Vec<Record>, &'static str>;
 
-pub(super) fn fixture(
+pub(crate) fn fixture(
     mesh: Vec<(CellSpec, Outcome)>,
     retests: Vec<(CellSpec, Outcome)>,
 ) -> Fixture {
@@ -120,7 +120,7 @@ pub(super) fn fixture(
 }
 
 /// Every ordered pair of NODES, forward, with `fig(a, b)` Gbit/s.
-pub(super) fn mesh_cells(fig: impl Fn(&str, &str) -> Outcome) -> Vec<(CellSpec, Outcome)> {
+pub(crate) fn mesh_cells(fig: impl Fn(&str, &str) -> Outcome) -> Vec<(CellSpec, Outcome)> {
     let mut v = Vec::new();
     for a in NODES {
         for b in NODES {
@@ -135,7 +135,7 @@ pub(super) fn mesh_cells(fig: impl Fn(&str, &str) -> Outcome) -> Vec<(CellSpec, 
     v
 }
 
-pub(super) fn retest(a: &str, b: &str, round: u32, out: Outcome) -> (CellSpec, Outcome) {
+pub(crate) fn retest(a: &str, b: &str, round: u32, out: Outcome) -> (CellSpec, Outcome) {
     (
         spec(
             &format!("rt{round}-{a}{b}"),
@@ -149,11 +149,11 @@ pub(super) fn retest(a: &str, b: &str, round: u32, out: Outcome) -> (CellSpec, O
     )
 }
 
-pub(super) fn analyze_one(f: &Fixture) -> (MeshAnalysis, MeshGroup, String) {
+pub(crate) fn analyze_one(f: &Fixture) -> (MeshAnalysis, MeshGroup, String) {
     analyze_by(f, Rule::default())
 }
 
-pub(super) fn analyze_by(f: &Fixture, rule: Rule) -> (MeshAnalysis, MeshGroup, String) {
+pub(crate) fn analyze_by(f: &Fixture, rule: Rule) -> (MeshAnalysis, MeshGroup, String) {
     let a = analyze(&f.store, f.run, "mesh", &rule).unwrap();
     assert_eq!(a.groups.len(), 1, "{a:#?}");
     let g = a.groups[0].clone();
@@ -162,9 +162,36 @@ pub(super) fn analyze_by(f: &Fixture, rule: Rule) -> (MeshAnalysis, MeshGroup, S
     (a, g, text)
 }
 
-pub(super) fn state(g: &MeshGroup, a: &str, b: &str) -> Option<SuspectState> {
+pub(crate) fn state(g: &MeshGroup, a: &str, b: &str) -> Option<SuspectState> {
     g.suspects
         .iter()
         .find(|s| s.src == a && s.dst == b)
         .map(|s| s.state)
 }
+
+/// A mesh of `nodes` where every pair with `slow` measures 2 Gbit/s
+/// (the rest 10), and re-tests of the `sampled` pairs only, at `again`.
+pub(crate) fn sampled_mesh(
+    nodes: &[&str],
+    slow: &str,
+    sampled: &[(&str, &str)],
+    again: f64,
+) -> Fixture {
+    let mut mesh = Vec::new();
+    for a in nodes {
+        for b in nodes.iter().filter(|b| *b != a) {
+            let v = if *a == slow || *b == slow { 2.0 } else { 10.0 };
+            mesh.push((
+                spec(&format!("{a}{b}"), "mesh", a, b, json!({"size": 65536}), 0),
+                Ok(vec![rec(v, "forward")]),
+            ));
+        }
+    }
+    let rts = sampled
+        .iter()
+        .map(|(a, b)| retest(a, b, 0, Ok(vec![rec(again, "forward")])))
+        .collect();
+    fixture(mesh, rts)
+}
+
+pub(crate) const EIGHT: [&str; 8] = ["n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"];

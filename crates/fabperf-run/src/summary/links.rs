@@ -48,7 +48,9 @@ pub(super) fn name_links(g: &mut MeshGroup) {
         }
         match s.state {
             SuspectState::Confirmed => bad.insert(link(&s.src, &s.dst)),
-            _ => maybe.insert(link(&s.src, &s.dst)),
+            SuspectState::Unconfirmed => maybe.insert(link(&s.src, &s.dst)),
+            // Explained by a node above; never a link.
+            SuspectState::Cleared | SuspectState::WithNode => continue,
         };
     }
     g.unconfirmed_links = maybe.difference(&bad).cloned().collect();

@@ -36,7 +36,7 @@ mod analyze;
 mod confirm;
 mod findings;
 #[cfg(test)]
-mod fixture;
+pub(crate) mod fixture;
 mod links;
 mod nodes;
 mod rails;

@@ -5,7 +5,7 @@
 use super::confirm::SuspectState;
 use super::findings::{MeshGroup, NodeFault, NodeFinding};
 use super::rule::passes;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// How one directed pair stands, for blame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,17 +14,22 @@ enum PairIs {
     Failed,
     Confirmed,
     Unconfirmed,
+    /// A suspect no re-test was run for: one of the pairs of a node whose
+    /// re-tests were a sample of its pairs.
+    Untested,
 }
 
 /// Name the nodes behind the failures and suspects. Pairs are by node
 /// rank (an index into `g.nodes`); each node's pairs are found through its
 /// own lists, so the work grows with the pairs, not with the nodes times
-/// the pairs.
+/// the pairs. `untested`: the suspects no re-test was run for (the run
+/// re-tests a sample of a named node's pairs: `retest_sample`).
 pub(super) fn name_nodes(
     g: &mut MeshGroup,
     pairs: &[(u32, u32, f64)],
     failed: &[(u32, u32, String)],
     states: &HashMap<(u32, u32), SuspectState>,
+    untested: &HashSet<(u32, u32)>,
 ) {
     let n = g.nodes.len();
     let threshold = g.threshold;
@@ -40,7 +45,8 @@ pub(super) fn name_nodes(
     for (p, st) in states {
         let st = match st {
             SuspectState::Confirmed => PairIs::Confirmed,
-            SuspectState::Unconfirmed => PairIs::Unconfirmed,
+            SuspectState::Unconfirmed if untested.contains(p) => PairIs::Untested,
+            SuspectState::Unconfirmed | SuspectState::WithNode => PairIs::Unconfirmed,
             SuspectState::Cleared => PairIs::Good,
         };
         status.insert(*p, st);
@@ -132,14 +138,40 @@ pub(super) fn name_nodes(
             (p >= 2 && b.len() == v.len()) || (p >= 3 && 2 * b.len() > v.len())
         };
         // Confirmed when the failed cells and confirmed suspects alone make
-        // the majority.
-        let confirmed = |v: &[(u32, u32, PairIs)]| {
-            let c: Vec<(u32, u32, PairIs)> = v
+        // the majority; or, when some suspects were not re-tested, when the
+        // re-tested pairs (confirmed, cleared, or whose re-tests failed)
+        // meet the rule by themselves and, counting the untested ones with
+        // them, the majority. Then also the size of that sample.
+        let confirmed = |v: &[(u32, u32, PairIs)]| -> (bool, Option<(usize, usize)>) {
+            let held = |v: &[(u32, u32, PairIs)], untested_too: bool| -> Vec<(u32, u32, PairIs)> {
+                v.iter()
+                    .filter(|(_, _, s)| {
+                        matches!(s, PairIs::Failed | PairIs::Confirmed)
+                            || (untested_too && *s == PairIs::Untested)
+                    })
+                    .copied()
+                    .collect()
+            };
+            if named(v, &held(v, false)) {
+                return (true, None);
+            }
+            if !v.iter().any(|p| p.2 == PairIs::Untested) {
+                return (false, None);
+            }
+            let sample: Vec<(u32, u32, PairIs)> = v
                 .iter()
-                .filter(|(_, _, s)| matches!(s, PairIs::Failed | PairIs::Confirmed))
+                .filter(|(a, b, s)| {
+                    matches!(s, PairIs::Confirmed | PairIs::Unconfirmed)
+                        || states.get(&(*a, *b)) == Some(&SuspectState::Cleared)
+                })
                 .copied()
                 .collect();
-            named(v, &c)
+            let sample_holds = named(&sample, &held(&sample, false));
+            let untested = v.iter().filter(|p| p.2 == PairIs::Untested).count();
+            (
+                sample_holds && named(v, &held(v, true)),
+                Some((sample.len(), untested)),
+            )
         };
         let figures = |v: &[(u32, u32, PairIs)]| -> (Vec<f64>, usize) {
             let vals: Vec<f64> = v
@@ -268,7 +300,14 @@ pub(super) fn name_nodes(
         } else {
             None
         };
-        if let Some((fault, confirmed, text)) = finding {
+        if let Some((fault, (confirmed, sampled), mut text)) = finding {
+            if let Some((k, untested)) = sampled {
+                text.push_str(&if confirmed {
+                    format!("; confirmed by the re-tests of {k} of its pairs ({untested} not re-tested)")
+                } else {
+                    format!("; the re-tests of {k} of its pairs do not confirm it ({untested} not re-tested)")
+                });
+            }
             g.node_findings.push(NodeFinding {
                 node: g.nodes[i].clone(),
                 fault,
@@ -380,6 +419,53 @@ mod tests {
             }
         }
         fixture(mesh, rts)
+    }
+
+    #[test]
+    fn a_node_confirmed_by_a_sample_of_its_pairs_keeps_the_others_with_it() {
+        // n3 is slow both ways: 14 suspect pairs, 4 of them re-tested.
+        let sample = [("n3", "n1"), ("n5", "n3"), ("n3", "n7"), ("n8", "n3")];
+        let f = sampled_mesh(&EIGHT, "n3", &sample, 2.5);
+        let (_, g, text) = analyze_one(&f);
+        assert_eq!(g.bad_nodes, vec!["n3".to_string()], "{text}");
+        assert_eq!(g.node_findings[0].fault, NodeFault::All);
+        assert!(
+            g.bad_links.is_empty() && g.unconfirmed_links.is_empty(),
+            "{text}"
+        );
+        let with = g
+            .suspects
+            .iter()
+            .filter(|s| s.state == SuspectState::WithNode)
+            .count();
+        assert_eq!(with, 10, "{text}");
+        assert_eq!(g.suspects.iter().filter(|s| s.held()).count(), 14);
+        assert!(
+            text.contains("SUSPECT NODE n3: all of its 14 measured pairs, sending and receiving, fail the rule (2.00 Gbit/s); confirmed by the re-tests of 4 of its pairs (10 not re-tested)"),
+            "{text}"
+        );
+        assert!(text.contains("2.00^") && text.contains("2.00!"), "{text}");
+        assert!(!text.contains("unconfirmed"), "{text}");
+        // Two re-tested pairs with one peer are no sample to judge a node by.
+        let f = sampled_mesh(&EIGHT, "n3", &[("n3", "n1"), ("n1", "n3")], 2.5);
+        let (_, g, text) = analyze_one(&f);
+        assert!(g.bad_nodes.is_empty(), "{text}");
+        assert!(!g.node_findings[0].confirmed, "{text}");
+        // The sample met the rule: the node is not confirmed and its other
+        // suspects stay unconfirmed (the next round re-tests them).
+        let f = sampled_mesh(&EIGHT, "n3", &sample, 9.9);
+        let (_, g, text) = analyze_one(&f);
+        assert!(g.bad_nodes.is_empty(), "{text}");
+        assert!(!g.node_findings[0].confirmed, "{text}");
+        assert!(
+            text.contains("the re-tests of 4 of its pairs do not confirm it (10 not re-tested)"),
+            "{text}"
+        );
+        assert_eq!(state(&g, "n3", "n2"), Some(SuspectState::Unconfirmed));
+        assert!(
+            g.suspects.iter().all(|s| s.state != SuspectState::WithNode),
+            "{text}"
+        );
     }
 
     #[test]

@@ -135,6 +135,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
                     Some(SuspectState::Confirmed) => "!",
                     Some(SuspectState::Unconfirmed) => "?",
                     Some(SuspectState::Cleared) => "~",
+                    Some(SuspectState::WithNode) => "^",
                     None => "",
                 };
                 format!("{v:.2}{mark}")
@@ -188,7 +189,12 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
     };
     let _ = writeln!(
         o,
-        "  rule: {rule}; ! suspect confirmed by its re-tests, ? suspect not confirmed (no re-test gave a figure), ~ cleared by a re-test{}{}",
+        "  rule: {rule}; ! suspect confirmed by its re-tests, ? suspect not confirmed (no re-test gave a figure), ~ cleared by a re-test{}{}{}",
+        if g.suspects.iter().any(|s| s.state == SuspectState::WithNode) {
+            ", ^ suspect not re-tested, with its node (confirmed by the re-tests of a sample of its pairs)"
+        } else {
+            ""
+        },
         if failed.is_empty() { "" } else { ", FAIL no figure" },
         if unmeasured {
             ", . not measured (this mesh measures each pair one way)"
@@ -342,7 +348,7 @@ fn render_group(o: &mut String, a: &MeshAnalysis, g: &MeshGroup) {
                     s.value
                 );
             }
-            SuspectState::Confirmed => {}
+            SuspectState::Confirmed | SuspectState::WithNode => {}
         }
     }
     more(o, cleared, "cleared suspects");

@@ -10,7 +10,7 @@ use super::nodes::name_nodes;
 use super::rails::fold_rails;
 use super::reference::reference;
 use super::rule::{passes, Metric, Rule};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// Apply the rule to a group's figures, re-tests and failures, and blame.
 pub(super) fn judge(g: &mut MeshGroup, mut raw: Raw, rule: &Rule, names: &Names) {
@@ -83,6 +83,8 @@ pub(super) fn judge(g: &mut MeshGroup, mut raw: Raw, rule: &Rule, names: &Names)
         g.best = Some(best);
     }
     let mut states: HashMap<(u32, u32), SuspectState> = HashMap::new();
+    // Suspects without any re-test (neither a figure nor a failure).
+    let mut untested: HashSet<(u32, u32)> = HashSet::new();
     if let Some(best) = g.best {
         let threshold = rule.threshold(g.metric, best);
         g.threshold = Some(threshold);
@@ -97,6 +99,9 @@ pub(super) fn judge(g: &mut MeshGroup, mut raw: Raw, rule: &Rule, names: &Names)
             let retests_failed = raw.retest_failed.remove(&key).unwrap_or_default();
             let state = confirmation(g.metric, threshold, &retests);
             states.insert((a, b), state);
+            if retests.is_empty() && retests_failed.is_empty() {
+                untested.insert((a, b));
+            }
             g.suspects.push(Suspect {
                 src: name(a),
                 dst: name(b),
@@ -109,7 +114,7 @@ pub(super) fn judge(g: &mut MeshGroup, mut raw: Raw, rule: &Rule, names: &Names)
         }
     }
     g.template_ids = std::mem::take(&mut raw.templates);
-    blame(g, &pairs, &failed, &states);
+    blame(g, &pairs, &failed, &states, &untested);
 }
 
 /// Name the nodes, rails and links behind the failures and suspects.
@@ -118,8 +123,26 @@ fn blame(
     pairs: &[(u32, u32, f64)],
     failed: &[(u32, u32, String)],
     states: &HashMap<(u32, u32), SuspectState>,
+    untested: &HashSet<(u32, u32)>,
 ) {
-    name_nodes(g, pairs, failed, states);
+    name_nodes(g, pairs, failed, states, untested);
+    // A suspect never re-tested whose node is confirmed stands with it
+    // (the run re-tested a sample of that node's pairs).
+    let confirmed: BTreeSet<&str> = g
+        .node_findings
+        .iter()
+        .filter(|f| f.confirmed)
+        .map(|f| f.node.as_str())
+        .collect();
+    for s in g.suspects.iter_mut() {
+        if s.state == SuspectState::Unconfirmed
+            && s.retests.is_empty()
+            && s.retests_failed.is_empty()
+            && (confirmed.contains(s.src.as_str()) || confirmed.contains(s.dst.as_str()))
+        {
+            s.state = SuspectState::WithNode;
+        }
+    }
     fold_rails(g);
     g.bad_nodes = g
         .node_findings
