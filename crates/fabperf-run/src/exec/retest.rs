@@ -148,51 +148,55 @@ pub(super) fn to_retest(
     use summary::SuspectState;
     let mut out = Vec::new();
     for g in &analysis.groups {
-        let open = |s: &&summary::Suspect| {
-            s.state != SuspectState::Cleared
-                && s.state != SuspectState::WithNode
-                && (s.retests.len() == round as usize
-                    || (round > 0 && s.retests.is_empty() && s.retests_failed.is_empty()))
-        };
+        let open: Vec<&summary::Suspect> = g
+            .suspects
+            .iter()
+            .filter(|s| {
+                s.state != SuspectState::Cleared
+                    && s.state != SuspectState::WithNode
+                    && (s.retests.len() == round as usize || (round > 0 && s.untested()))
+            })
+            .collect();
         if round > 0 || sample == 0 {
-            out.extend(g.suspects.iter().filter(open).map(|s| (g, s)));
+            out.extend(open.into_iter().map(|s| (g, s)));
             continue;
         }
-        let named: BTreeSet<&str> = g
+        // Each named node's open suspects, with the peer of each.
+        let mut mine: BTreeMap<&str, Vec<(&str, &summary::Suspect)>> = g
             .node_findings
             .iter()
             .filter(|f| f.fault != summary::NodeFault::Dead)
-            .map(|f| f.node.as_str())
+            .map(|f| (f.node.as_str(), Vec::new()))
             .collect();
-        // Each named node's open suspects by peer, and the sample of them:
-        // evenly spaced over that order.
-        let mut chosen: BTreeSet<(&str, &str)> = BTreeSet::new();
-        for n in &named {
-            let mut mine: Vec<(&str, &str, &str)> = g
-                .suspects
-                .iter()
-                .filter(open)
-                .filter(|s| s.src == *n || s.dst == *n)
-                .map(|s| {
-                    let peer = if s.src == *n { &s.dst } else { &s.src };
-                    (peer.as_str(), s.src.as_str(), s.dst.as_str())
-                })
-                .collect();
-            mine.sort_unstable();
-            let (k, m) = (sample as usize, mine.len());
-            if m <= k {
-                chosen.extend(mine.iter().map(|p| (p.1, p.2)));
-            } else {
-                chosen.extend((0..k).map(|i| (mine[i * m / k].1, mine[i * m / k].2)));
+        for &s in &open {
+            if let Some(v) = mine.get_mut(s.src.as_str()) {
+                v.push((s.dst.as_str(), s));
+            }
+            if let Some(v) = mine.get_mut(s.dst.as_str()) {
+                v.push((s.src.as_str(), s));
             }
         }
+        // The sample of each: evenly spaced over its peers' order.
+        let mut chosen: BTreeSet<(&str, &str)> = BTreeSet::new();
+        for v in mine.values_mut() {
+            v.sort_unstable_by(|x, y| (x.0, &x.1.src, &x.1.dst).cmp(&(y.0, &y.1.src, &y.1.dst)));
+            let (k, m) = (sample as usize, v.len());
+            let picks: Vec<usize> = if m <= k {
+                (0..m).collect()
+            } else {
+                (0..k).map(|i| i * m / k).collect()
+            };
+            chosen.extend(
+                picks
+                    .into_iter()
+                    .map(|i| (v[i].1.src.as_str(), v[i].1.dst.as_str())),
+            );
+        }
         out.extend(
-            g.suspects
-                .iter()
-                .filter(open)
+            open.into_iter()
                 .filter(|s| {
                     let near_named =
-                        named.contains(s.src.as_str()) || named.contains(s.dst.as_str());
+                        mine.contains_key(s.src.as_str()) || mine.contains_key(s.dst.as_str());
                     !near_named || chosen.contains(&(s.src.as_str(), s.dst.as_str()))
                 })
                 .map(|s| (g, s)),

@@ -19,58 +19,37 @@ pub(super) fn check_pattern<'t>(
         .map(|p| p.get_ref().as_str())
         .unwrap_or(if t.pairs.is_some() { "pairs" } else { "mesh" });
     let pspan = t.pattern.as_ref().map_or(span.clone(), |p| p.span());
-    let only =
-        |cx: &mut Diagnostics, present: bool, sp: Option<Range<usize>>, key: &str, pat: &str| {
-            if present && pattern_name != pat {
-                cx.at(
-                    sp.unwrap_or(span.clone()),
-                    format!("`{key}` applies to pattern \"{pat}\" only"),
-                );
-            }
-        };
-    only(
-        cx,
-        t.pairs.is_some(),
-        t.pairs.as_ref().map(|p| p.span()),
-        "pairs",
-        "pairs",
-    );
-    only(cx, t.ordered.is_some(), None, "ordered", "mesh");
-    only(
-        cx,
-        t.retest.is_some(),
-        t.retest.as_ref().map(|p| p.span()),
-        "retest",
-        "mesh",
-    );
-    only(
-        cx,
-        t.retest_sample.is_some(),
-        t.retest_sample.as_ref().map(|p| p.span()),
-        "retest_sample",
-        "mesh",
-    );
-    only(
-        cx,
-        t.receivers.is_some(),
-        t.receivers.as_ref().map(|p| p.span()),
-        "receivers",
-        "incast",
-    );
-    only(
-        cx,
-        t.splits.is_some(),
-        t.splits.as_ref().map(|p| p.span()),
-        "splits",
-        "bisection",
-    );
-    only(
-        cx,
-        t.seed.is_some(),
-        t.seed.as_ref().map(|p| p.span()),
-        "seed",
-        "bisection",
-    );
+    // The keys of one pattern each: where each is given (the test's span
+    // when the key has none of its own), its name, its pattern.
+    let given = [
+        (t.pairs.as_ref().map(|p| Some(p.span())), "pairs", "pairs"),
+        (t.ordered.map(|_| None), "ordered", "mesh"),
+        (t.retest.as_ref().map(|p| Some(p.span())), "retest", "mesh"),
+        (
+            t.retest_sample.as_ref().map(|p| Some(p.span())),
+            "retest_sample",
+            "mesh",
+        ),
+        (
+            t.receivers.as_ref().map(|p| Some(p.span())),
+            "receivers",
+            "incast",
+        ),
+        (
+            t.splits.as_ref().map(|p| Some(p.span())),
+            "splits",
+            "bisection",
+        ),
+        (t.seed.as_ref().map(|p| Some(p.span())), "seed", "bisection"),
+    ];
+    for (at, key, pat) in given {
+        if let Some(sp) = at.filter(|_| pattern_name != pat) {
+            cx.at(
+                sp.unwrap_or(span.clone()),
+                format!("`{key}` applies to pattern \"{pat}\" only"),
+            );
+        }
+    }
     let pattern = match pattern_name {
         "pairs" => {
             let mut pairs = Vec::new();

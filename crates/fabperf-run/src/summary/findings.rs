@@ -32,6 +32,11 @@ impl Suspect {
     pub fn held(&self) -> bool {
         matches!(self.state, SuspectState::Confirmed | SuspectState::WithNode)
     }
+
+    /// No re-test ran for it: neither a figure nor a failure.
+    pub fn untested(&self) -> bool {
+        self.retests.is_empty() && self.retests_failed.is_empty()
+    }
 }
 
 /// What is wrong with a node.

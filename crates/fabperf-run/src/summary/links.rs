@@ -221,6 +221,21 @@ mod tests {
         }
     }
 
+    /// A mesh on the fabric with its named nodes and links: test `bw` at
+    /// 64 KiB for bandwidth, `lat` at 64 B for latency.
+    fn fabric(
+        metric: Metric,
+        fig: impl Fn(&str, &str) -> f64,
+        nodes: &[&str],
+        links: &[(&str, &str)],
+    ) -> MeshAnalysis {
+        let (test, size) = match metric {
+            Metric::BandwidthGbps => ("bw", 65536),
+            _ => ("lat", 64),
+        };
+        analysis(vec![group(test, "fabric", size, metric, fig, nodes, links)])
+    }
+
     /// Bandwidth: 10 between healthy nodes, n3's pairs 9 (its delay), the
     /// n1 - n3 link 6 (its delay, unevenly), the n3 - n5 link 1.5 (a rate
     /// fault on a delayed node's link), n2 - n4 4 (a link fault).
@@ -244,24 +259,8 @@ mod tests {
         let links = [("n1", "n3"), ("n2", "n4"), ("n3", "n5")];
         let lat = |a: &str, b: &str| if a == "n3" || b == "n3" { 1020.0 } else { 20.0 };
         let mut all = vec![
-            analysis(vec![group(
-                "bw",
-                "fabric",
-                65536,
-                Metric::BandwidthGbps,
-                bw,
-                &[],
-                &links,
-            )]),
-            analysis(vec![group(
-                "lat",
-                "fabric",
-                64,
-                Metric::LatencyP50Us,
-                lat,
-                &["n3"],
-                &[],
-            )]),
+            fabric(Metric::BandwidthGbps, bw, &[], &links),
+            fabric(Metric::LatencyP50Us, lat, &["n3"], &[]),
         ];
         explain_across(&mut all);
         let g = &all[0].groups[0];
@@ -342,24 +341,13 @@ mod tests {
             }
         };
         let mut all = vec![
-            analysis(vec![group(
-                "bw",
-                "fabric",
-                65536,
-                Metric::BandwidthGbps,
-                bw,
-                &["n3"],
-                &[],
-            )]),
-            analysis(vec![group(
-                "lat",
-                "fabric",
-                64,
+            fabric(Metric::BandwidthGbps, bw, &["n3"], &[]),
+            fabric(
                 Metric::LatencyP50Us,
                 lat,
                 &[],
                 &[("n1", "n3"), ("n3", "n6")],
-            )]),
+            ),
         ];
         explain_across(&mut all);
         let g = &all[1].groups[0];
@@ -389,24 +377,8 @@ mod tests {
         };
         let links = [("n1", "n3"), ("n5", "n6")];
         let mut all = vec![
-            analysis(vec![group(
-                "bw",
-                "fabric",
-                65536,
-                Metric::BandwidthGbps,
-                fig,
-                &[],
-                &links,
-            )]),
-            analysis(vec![group(
-                "lat",
-                "fabric",
-                64,
-                Metric::LatencyP50Us,
-                |_, _| 20.0,
-                &["n3", "n5"],
-                &[],
-            )]),
+            fabric(Metric::BandwidthGbps, fig, &[], &links),
+            fabric(Metric::LatencyP50Us, |_, _| 20.0, &["n3", "n5"], &[]),
         ];
         explain_across(&mut all);
         let g = &all[0].groups[0];

@@ -136,8 +136,7 @@ fn blame(
         .collect();
     for s in g.suspects.iter_mut() {
         if s.state == SuspectState::Unconfirmed
-            && s.retests.is_empty()
-            && s.retests_failed.is_empty()
+            && s.untested()
             && (confirmed.contains(s.src.as_str()) || confirmed.contains(s.dst.as_str()))
         {
             s.state = SuspectState::WithNode;
